@@ -1,0 +1,5 @@
+import sys
+
+from pardnn.cli import main
+
+sys.exit(main())

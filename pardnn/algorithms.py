@@ -1,0 +1,29 @@
+"""The registry of placement algorithms behind `--algorithm`.
+
+A placer is a function `place(graph, cluster, timings) -> np.ndarray` returning the
+device index of every node. It must keep colocation groups whole and pinned nodes on
+their device kind (see pardnn.constraints) and may record its stage wall times in
+`timings` (seconds, e.g. {"slicing": 0.4}). Modules are imported on first use so that
+listing algorithms stays cheap.
+"""
+
+import importlib
+
+from pardnn.errors import UserError
+
+ALGORITHMS = {
+    "round-robin": ("pardnn.baselines.round_robin:place",
+                    "colocation groups dealt to devices in topological order"),
+}
+
+
+def names() -> list:
+    return list(ALGORITHMS)
+
+
+def get(name: str):
+    """The placer function for `name`; UserError listing valid names otherwise."""
+    if name not in ALGORITHMS:
+        raise UserError(f"--algorithm: unknown algorithm {name!r} (choose from {', '.join(names())})")
+    module, func = ALGORITHMS[name][0].split(":")
+    return getattr(importlib.import_module(module), func)

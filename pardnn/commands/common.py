@@ -1,0 +1,23 @@
+"""Options shared by the commands that need a cluster or a profile."""
+
+from pardnn.cluster import parse_devices
+from pardnn.units import parse_rate, parse_size, parse_time
+
+
+def add_cluster_args(parser, required=True):
+    parser.add_argument("--devices", required=required, metavar="SPEC",
+                        help="preset (dgx1-v100, dgx2, dgx-a100, dgx-h100), cpu:K, gpu:K or a count")
+    parser.add_argument("--memory", metavar="SIZE", help="memory per device, e.g. 32GiB (overrides the preset)")
+    parser.add_argument("--reserve", type=float, default=0.10,
+                        help="fraction of each device's memory kept free (default 0.10)")
+    parser.add_argument("--bandwidth", metavar="RATE", help="link bandwidth for every device pair, e.g. 300GB/s")
+    parser.add_argument("--latency", metavar="TIME", help="link latency for every device pair, e.g. 25us")
+
+
+def cluster_from_args(args):
+    cluster = parse_devices(args.devices)
+    return cluster.with_options(
+        memory=None if args.memory is None else parse_size(args.memory, "--memory"),
+        reserve=args.reserve,
+        bandwidth=None if args.bandwidth is None else parse_rate(args.bandwidth, "--bandwidth"),
+        latency=None if args.latency is None else parse_time(args.latency, "--latency"))

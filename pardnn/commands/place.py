@@ -1,0 +1,45 @@
+"""`pardnn place PROFILE --devices SPEC -o OUT_DIR`: place a profiled graph.
+
+Writes OUT_DIR/placement.csv, OUT_DIR/report.json and, when PROFILE is a profile
+directory, OUT_DIR/placed_graph.pb, all or nothing.
+"""
+
+import time
+
+from pardnn import algorithms, placer
+from pardnn.commands.common import add_cluster_args, cluster_from_args
+from pardnn.loader import load_cost_graph
+from pardnn.outputs import OutputDir
+from pardnn.report import write_json
+from pardnn.summary import print_summary
+
+
+def add_parser(sub):
+    p = sub.add_parser("place", help="place a profiled graph on devices",
+                       description="Place a profiled graph (profile dir or cost graph .json) on devices.")
+    p.add_argument("profile", metavar="PROFILE", help="profile directory or cost graph .json")
+    add_cluster_args(p)
+    p.add_argument("--algorithm", default="pardnn", metavar="NAME",
+                   help=f"placement algorithm ({', '.join(algorithms.names())}); default pardnn")
+    p.add_argument("-o", "--out", required=True, metavar="OUT_DIR", help="output directory")
+    p.set_defaults(run=run)
+
+
+def run(args):
+    cluster = cluster_from_args(args)
+    algorithms.get(args.algorithm)          # reject a bad name before loading anything
+    t0 = time.perf_counter()
+    graph, info = load_cost_graph(args.profile)
+    load_s = time.perf_counter() - t0
+    placement, report = placer.place(graph, cluster, args.algorithm)
+    report["stage_seconds"] = {"load": load_s, **report["stage_seconds"]}
+    with OutputDir(args.out) as out:
+        t1 = time.perf_counter()
+        placement.write_csv(graph, out.temp("placement.csv"))
+        if info.get("profile_dir"):
+            from pardnn.tf.rewrite import write_placed_graph
+            write_placed_graph(info["profile_dir"], graph, placement, out.temp("placed_graph.pb"))
+        report["stage_seconds"]["write"] = time.perf_counter() - t1
+        write_json(report, out.temp("report.json"))
+    print_summary(report, out_dir=args.out)
+    return 0

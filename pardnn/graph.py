@@ -1,0 +1,304 @@
+"""CostGraph: the dataflow graph with profiled costs, as arrays over int ids.
+
+Nodes are numbered 0..n-1 in a topological order (thesis §4.1: ParDNN works on a
+DAG; TF1 loop back edges are dropped by the loader before a CostGraph is built).
+Per node: name, op, comp_us (median measured compute time), out_bytes (bytes of all
+outputs), persist_bytes (state that survives iterations), kind (NORMAL, RESIDUAL or
+REFERENCE, thesis §4.1.2 "Tracking Memory Consumption"), group (colocation group id:
+nodes of one group must share a device) and pinned (a device kind such as "CPU" the
+node must run on, or "" for none).
+
+Edges are stored in CSR form both ways. Edge ids are positions in the successor
+CSR, so `succ_ptr[u]:succ_ptr[u+1]` are the ids of u's out-edges; `pred_eid` maps the
+predecessor CSR back to edge ids. Each edge carries `edge_bytes` (size of the tensor,
+0 for a control edge) and `edge_slot` (the producer's output index, -1 for control),
+so a tensor is identified by (src, slot).
+
+The JSON interchange format is documented in docs/costgraph-json.md.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from pardnn.errors import GraphError
+
+NORMAL, RESIDUAL, REFERENCE = 0, 1, 2
+KIND_NAMES = ("normal", "residual", "reference")
+JSON_FORMAT = "pardnn-costgraph"
+JSON_VERSION = 1
+
+
+@dataclass(frozen=True, eq=False)
+class CostGraph:
+    """Immutable cost graph; build it with `CostGraph.build` or `CostGraph.from_json`."""
+
+    names: tuple
+    ops: tuple
+    comp_us: np.ndarray
+    out_bytes: np.ndarray
+    persist_bytes: np.ndarray
+    kind: np.ndarray
+    group: np.ndarray
+    pinned: tuple
+    edge_src: np.ndarray
+    edge_dst: np.ndarray
+    edge_bytes: np.ndarray
+    edge_slot: np.ndarray
+    succ_ptr: np.ndarray
+    pred_ptr: np.ndarray
+    pred_src: np.ndarray
+    pred_eid: np.ndarray
+    group_ptr: np.ndarray
+    group_nodes: np.ndarray
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def num_nodes(self) -> int:
+        return len(self.names)
+
+    @property
+    def num_edges(self) -> int:
+        return len(self.edge_src)
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.group_ptr) - 1
+
+    # -------------------------------------------------------------- adjacency
+    def successors(self, u: int) -> np.ndarray:
+        return self.edge_dst[self.succ_ptr[u]:self.succ_ptr[u + 1]]
+
+    def predecessors(self, v: int) -> np.ndarray:
+        return self.pred_src[self.pred_ptr[v]:self.pred_ptr[v + 1]]
+
+    def group_members(self, g: int) -> np.ndarray:
+        return self.group_nodes[self.group_ptr[g]:self.group_ptr[g + 1]]
+
+    def index(self) -> dict:
+        """Map from node name to id (built on demand; not for hot paths)."""
+        return {name: i for i, name in enumerate(self.names)}
+
+    def total_work_us(self) -> float:
+        return float(self.comp_us.sum())
+
+    # ------------------------------------------------------------ construction
+    @classmethod
+    def build(cls, names, ops=None, comp_us=None, out_bytes=None, persist_bytes=None,
+              kind=None, group=None, pinned=None, edge_src=(), edge_dst=(),
+              edge_bytes=None, edge_slot=None) -> "CostGraph":
+        """Validate the inputs and build a graph renumbered in topological order.
+
+        `edge_src`/`edge_dst` hold node ids (ints) or node names. `group` holds any
+        hashable labels; nodes sharing a label share a group; None gives each node
+        its own group. Among nodes ready at once the topological order keeps the
+        input order, so the same input always gives the same numbering.
+        Raises GraphError on a duplicate name, a dangling edge, a negative cost or
+        a cycle.
+        """
+        names = [str(x) for x in names]
+        n = len(names)
+        cols = _node_columns(n, ops, comp_us, out_bytes, persist_bytes, kind, pinned)
+        src, dst = _edge_ids(names, edge_src, edge_dst)
+        m = len(src)
+        ebytes = _column(edge_bytes, m, np.int64, "edge bytes")
+        eslot = (np.zeros(m, np.int32) if edge_slot is None
+                 else np.asarray(edge_slot, np.int32).reshape(m))
+        if np.any(src == dst):
+            raise GraphError(f"self-loop on node {names[int(src[src == dst][0])]!r}")
+        order = _topological_order(n, src, dst, names)
+        glabels = list(range(n)) if group is None else list(group)
+        if len(glabels) != n:
+            raise GraphError(f"group has {len(glabels)} entries for {n} nodes")
+        return cls._assemble(names, cols, glabels, src, dst, ebytes, eslot, order)
+
+    @classmethod
+    def _assemble(cls, names, cols, glabels, src, dst, ebytes, eslot, order):
+        n = len(names)
+        rank = np.empty(n, np.int64)
+        rank[order] = np.arange(n)
+        names = tuple(names[i] for i in order)
+        ops = tuple(cols["ops"][i] for i in order)
+        pinned = tuple(cols["pinned"][i] for i in order)
+        src, dst = rank[src].astype(np.int32), rank[dst].astype(np.int32)
+        # Merge duplicate (src, dst, slot) edges; keep the largest byte count.
+        key = np.lexsort((eslot, dst, src))
+        src, dst, ebytes, eslot = src[key], dst[key], ebytes[key], eslot[key]
+        if len(src):
+            new = np.ones(len(src), bool)
+            new[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1]) | (eslot[1:] != eslot[:-1])
+            starts = np.flatnonzero(new)
+            ebytes = np.maximum.reduceat(ebytes, starts)
+            src, dst, eslot = src[starts], dst[starts], eslot[starts]
+        succ_ptr = _ptr(src, n)
+        pred_eid = np.lexsort((src, dst)).astype(np.int64)
+        group, group_ptr, group_nodes = _groups([glabels[i] for i in order])
+        return cls(
+            names=names, ops=ops,
+            comp_us=cols["comp_us"][order], out_bytes=cols["out_bytes"][order],
+            persist_bytes=cols["persist_bytes"][order], kind=cols["kind"][order],
+            group=group, pinned=pinned,
+            edge_src=src, edge_dst=dst, edge_bytes=ebytes, edge_slot=eslot,
+            succ_ptr=succ_ptr, pred_ptr=_ptr(dst[pred_eid], n),
+            pred_src=src[pred_eid], pred_eid=pred_eid,
+            group_ptr=group_ptr, group_nodes=group_nodes,
+        )
+
+    # ------------------------------------------------------------------- JSON
+    def to_dict(self) -> dict:
+        nodes = []
+        for i in range(self.num_nodes):
+            nodes.append({
+                "name": self.names[i], "op": self.ops[i],
+                "comp_us": float(self.comp_us[i]),
+                "out_bytes": int(self.out_bytes[i]),
+                "persist_bytes": int(self.persist_bytes[i]),
+                "kind": KIND_NAMES[self.kind[i]],
+                "group": int(self.group[i]),
+                "pinned": self.pinned[i] or None,
+            })
+        edges = [{"src": self.names[s], "dst": self.names[d], "bytes": int(b), "slot": int(k)}
+                 for s, d, b, k in zip(self.edge_src.tolist(), self.edge_dst.tolist(),
+                                       self.edge_bytes.tolist(), self.edge_slot.tolist())]
+        return {"format": JSON_FORMAT, "version": JSON_VERSION, "nodes": nodes, "edges": edges}
+
+    def to_json(self, path) -> None:
+        """Write the versioned JSON interchange file (temp file, then rename)."""
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(self.to_dict(), f)
+        os.replace(tmp, path)
+
+    @classmethod
+    def from_dict(cls, doc: dict, source: str = "cost graph") -> "CostGraph":
+        if not isinstance(doc, dict) or doc.get("format") != JSON_FORMAT:
+            raise GraphError(f"{source}: not a pardnn cost graph (missing format={JSON_FORMAT!r})")
+        if doc.get("version") != JSON_VERSION:
+            raise GraphError(f"{source}: unsupported cost graph version {doc.get('version')!r}"
+                             f" (this pardnn reads version {JSON_VERSION})")
+        try:
+            nodes, edges = doc["nodes"], doc["edges"]
+            kinds = [KIND_NAMES.index(x.get("kind", "normal")) for x in nodes]
+            return cls.build(
+                names=[x["name"] for x in nodes], ops=[x.get("op", "") for x in nodes],
+                comp_us=[x.get("comp_us", 0.0) for x in nodes],
+                out_bytes=[x.get("out_bytes", 0) for x in nodes],
+                persist_bytes=[x.get("persist_bytes", 0) for x in nodes], kind=kinds,
+                group=[x.get("group", ("node", x["name"])) for x in nodes],
+                pinned=[x.get("pinned") or "" for x in nodes],
+                edge_src=[e["src"] for e in edges], edge_dst=[e["dst"] for e in edges],
+                edge_bytes=[e.get("bytes", 0) for e in edges],
+                edge_slot=[e.get("slot", 0) for e in edges])
+        except GraphError as exc:
+            raise GraphError(f"{source}: {exc}") from None
+        except (KeyError, TypeError, ValueError) as exc:
+            raise GraphError(f"{source}: malformed cost graph ({type(exc).__name__}: {exc})") from None
+
+    @classmethod
+    def from_json(cls, path) -> "CostGraph":
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+        except OSError as exc:
+            raise GraphError(f"{path}: cannot read ({exc.strerror})") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise GraphError(f"{path}: not valid JSON ({exc})") from None
+        return cls.from_dict(doc, source=str(path))
+
+
+# ---------------------------------------------------------------- helpers
+def _column(values, n, dtype, what):
+    if values is None:
+        return np.zeros(n, dtype)
+    arr = np.asarray(values, dtype=np.float64 if dtype != np.int8 else np.int64).reshape(-1)
+    if len(arr) != n:
+        raise GraphError(f"{what} has {len(arr)} entries, expected {n}")
+    if not np.all(np.isfinite(arr)):
+        raise GraphError(f"{what} has a non-finite value")
+    if np.any(arr < 0):
+        raise GraphError(f"negative {what} ({arr[arr < 0][0]:g}) at entry {int(np.flatnonzero(arr < 0)[0])}")
+    return arr.astype(dtype)
+
+
+def _node_columns(n, ops, comp_us, out_bytes, persist_bytes, kind, pinned):
+    cols = {
+        "ops": [""] * n if ops is None else [str(x) for x in ops],
+        "pinned": [""] * n if pinned is None else [x or "" for x in pinned],
+        "comp_us": _column(comp_us, n, np.float64, "compute time"),
+        "out_bytes": _column(out_bytes, n, np.int64, "output bytes"),
+        "persist_bytes": _column(persist_bytes, n, np.int64, "persistent bytes"),
+        "kind": _column(kind, n, np.int8, "kind"),
+    }
+    if len(cols["ops"]) != n or len(cols["pinned"]) != n:
+        raise GraphError("ops and pinned need one entry per node")
+    if np.any(cols["kind"] > REFERENCE):
+        raise GraphError("kind must be 0 (normal), 1 (residual) or 2 (reference)")
+    return cols
+
+
+def _edge_ids(names, edge_src, edge_dst):
+    edge_src, edge_dst = list(edge_src), list(edge_dst)
+    if len(edge_src) != len(edge_dst):
+        raise GraphError("edge_src and edge_dst differ in length")
+    index = {}
+    for i, name in enumerate(names):
+        if index.setdefault(name, i) != i:
+            raise GraphError(f"duplicate node name {name!r}")
+    n = len(names)
+
+    def ids(column):
+        if column and isinstance(column[0], str):
+            try:
+                return np.fromiter((index[x] for x in column), np.int64, len(column))
+            except KeyError as exc:
+                raise GraphError(f"dangling edge: no node named {exc.args[0]!r}") from None
+        arr = np.asarray(column, np.int64).reshape(-1)
+        bad = (arr < 0) | (arr >= n)
+        if np.any(bad):
+            raise GraphError(f"dangling edge: node id {int(arr[bad][0])} not in 0..{n - 1}")
+        return arr
+
+    return ids(edge_src), ids(edge_dst)
+
+
+def _topological_order(n, src, dst, names):
+    """Kahn's algorithm; among ready nodes the smallest input index goes first."""
+    if len(src) == 0 or np.all(src < dst):
+        return np.arange(n, dtype=np.int64)
+    order_e = np.argsort(src, kind="stable")
+    ptr = _ptr(src[order_e], n).tolist()
+    succ = dst[order_e].tolist()
+    indeg = np.bincount(dst, minlength=n).tolist()
+    heap = [i for i in range(n) if indeg[i] == 0]
+    heapq.heapify(heap)
+    out = []
+    while heap:
+        u = heapq.heappop(heap)
+        out.append(u)
+        for v in succ[ptr[u]:ptr[u + 1]]:
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                heapq.heappush(heap, v)
+    if len(out) < n:
+        stuck = next(i for i in range(n) if indeg[i] > 0)
+        raise GraphError(f"graph has a cycle through node {names[stuck]!r}")
+    return np.asarray(out, np.int64)
+
+
+def _ptr(sorted_keys, n):
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(sorted_keys, minlength=n), out=ptr[1:])
+    return ptr
+
+
+def _groups(labels):
+    """Relabel groups 0..G-1 in order of first member; CSR of members."""
+    ids = {}
+    group = np.fromiter((ids.setdefault(x, len(ids)) for x in labels), np.int32, len(labels))
+    order = np.argsort(group, kind="stable")
+    return group, _ptr(group[order], len(ids)), order.astype(np.int32)

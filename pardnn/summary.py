@@ -1,0 +1,32 @@
+"""The short summary printed after a placement: makespan, speedup over one device,
+per-device nodes and peak memory against capacity, and time taken. Only the report
+fields that were computed are shown."""
+
+from pardnn.units import format_size, format_time
+
+
+def print_summary(report, out_dir=None, file=None):
+    lines = [f"{report['algorithm']}: {report['num_nodes']} nodes, {report['num_edges']} edges "
+             f"on {len(report['devices'])} devices"]
+    if "makespan_us" in report:
+        line = f"  makespan {format_time(report['makespan_us'])}"
+        if report.get("single_device_us"):
+            line += f", speedup {report['single_device_us'] / report['makespan_us']:.2f}x over one device"
+        if "lower_bound_us" in report:
+            line += f", lower bound {format_time(report['lower_bound_us'])}"
+        lines.append(line)
+    peaks = report.get("peak_memory_bytes")
+    caps = report["memory_capacity_bytes"]
+    for i, name in enumerate(report["devices"]):
+        line = f"  {name}: {report['nodes_per_device'][i]} nodes"
+        if peaks is not None:
+            line += f", peak {format_size(peaks[i])} of {format_size(caps[i])}"
+        lines.append(line)
+    if "feasible" in report:
+        lines.append(f"  memory: {'fits' if report['feasible'] else 'DOES NOT FIT'} "
+                     f"(reserve {report['reserve']:.0%})")
+    lines.append(f"  communication {format_size(report['comm_bytes'])} per step; "
+                 f"placed in {report['placement_seconds']:.2f} s")
+    if out_dir:
+        lines.append(f"  wrote {out_dir}")
+    print("\n".join(lines), file=file)

@@ -1,0 +1,75 @@
+"""Parsing of the sizes, rates and times users type on the command line.
+
+Sizes: `32GiB`, `16GB`, `512MiB`, `1.5TB`, plain bytes (`1048576`).
+Rates: `300GB/s`, `12.5GiB/s`, `1e9` (bytes per second), returned in bytes per us.
+Times: `25us`, `1ms`, `0.5s`, `100ns`, plain numbers are microseconds.
+Every parser raises UserError naming the flag and the text it could not read.
+"""
+
+import re
+
+from pardnn.errors import UserError
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+_TIME_UNITS = {"": 1.0, "us": 1.0, "µs": 1.0, "ns": 1e-3, "ms": 1e3, "s": 1e6}
+_NUMBER = r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*"
+
+
+def _split(text, flag, what):
+    match = re.fullmatch(_NUMBER + r"([A-Za-zµ/]*)\s*", str(text))
+    if not match:
+        raise UserError(f"{flag}: cannot read {what} {text!r}")
+    return float(match.group(1)), match.group(2).lower()
+
+
+def parse_size(text, flag="--memory") -> int:
+    """Bytes in a size such as `32GiB`, `16GB` or `1073741824`."""
+    value, unit = _split(text, flag, "size")
+    if unit not in _SIZE_UNITS:
+        raise UserError(f"{flag}: unknown size unit in {text!r} (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
+    return int(round(value * _SIZE_UNITS[unit]))
+
+
+def parse_rate(text, flag="--bandwidth") -> float:
+    """Bytes per microsecond in a rate such as `300GB/s` (plain numbers are bytes/s)."""
+    value, unit = _split(text, flag, "rate")
+    size_unit = unit[:-2] if unit.endswith("/s") else unit
+    if size_unit not in _SIZE_UNITS:
+        raise UserError(f"{flag}: unknown rate unit in {text!r} (use e.g. 300GB/s or 12GiB/s)")
+    rate = value * _SIZE_UNITS[size_unit] / 1e6
+    if rate <= 0:
+        raise UserError(f"{flag}: rate must be positive, got {text!r}")
+    return rate
+
+
+def parse_time(text, flag="--latency") -> float:
+    """Microseconds in a time such as `25us`, `1ms` or `0.5s` (plain numbers are us)."""
+    value, unit = _split(text, flag, "time")
+    if unit not in _TIME_UNITS:
+        raise UserError(f"{flag}: unknown time unit in {text!r} (use ns, us, ms or s)")
+    return value * _TIME_UNITS[unit]
+
+
+def format_size(nbytes) -> str:
+    """Human-readable binary size, e.g. `1.50 GiB`."""
+    value = float(nbytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_time(us) -> str:
+    """Human-readable duration from microseconds."""
+    us = float(us)
+    if us >= 1e6:
+        return f"{us / 1e6:.3f} s"
+    if us >= 1e3:
+        return f"{us / 1e3:.3f} ms"
+    return f"{us:.1f} us"
