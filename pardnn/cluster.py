@@ -20,7 +20,8 @@ Presets (figures are per direction; see docs/clusters.md for sources):
 | dgx-h100   | 8 x H100-SXM5-80GB      | 80 GiB   | NVSwitch, 18 NVLink4 links: 450 GB/s          | 8 us    |
 
 A preset name may take `:K` to use its first K GPUs (`dgx-h100:4`); a bare count
-`K` means `gpu:K`.
+`K` means `gpu:K`; `NxPRESET` (e.g. `2xdgx-h100`) and cluster files describe several
+hosts (pardnn.cluster_file).
 """
 
 from __future__ import annotations
@@ -56,6 +57,13 @@ class Device:
     name: str      # full TensorFlow device name
     kind: str      # "GPU" or "CPU"
     memory: int    # bytes
+    host: int = 0  # index into Cluster.hosts
+
+
+@dataclass(frozen=True)
+class Host:
+    task: str          # TF task prefix, e.g. "/job:worker/task:0" ("/job:localhost/replica:0/task:0" locally)
+    address: str = ""  # host:port of its tf.distribute.Server, "" for the local process
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,6 +73,7 @@ class Cluster:
     bandwidth: np.ndarray
     reserve: float = 0.10
     preset: str = ""
+    hosts: tuple = (Host("/job:localhost/replica:0/task:0"),)
 
     @property
     def num_devices(self) -> int:
@@ -114,6 +123,11 @@ class Cluster:
             out = replace(out, latency_us=_matrix(k, latency, 0.0))
         return out
 
+    @property
+    def host_of(self) -> np.ndarray:
+        """Host index of each device."""
+        return np.array([d.host for d in self.devices], np.int32)
+
     def device_index(self, name: str) -> int:
         """Index of a device given its full name or a suffix like `GPU:1`."""
         want = name.strip().upper().replace("/DEVICE:", "")
@@ -161,12 +175,19 @@ PRESETS = {
 
 
 def preset_names() -> list:
-    return ["cpu:K", "gpu:K", "dgx1-v100", "dgx2", "dgx-a100", "dgx-h100"]
+    return ["cpu:K", "gpu:K", "dgx1-v100", "dgx2", "dgx-a100", "dgx-h100", "NxPRESET", "cluster.json"]
 
 
 def parse_devices(spec: str, flag: str = "--devices") -> Cluster:
-    """Cluster for a preset name, `cpu:K`, `gpu:K`, `preset:K` or a bare count K."""
+    """Cluster for a preset name, `cpu:K`, `gpu:K`, `preset:K`, a bare count K,
+    `NxPRESET` (N hosts) or the path of a cluster file (pardnn.cluster_file)."""
+    from pardnn import cluster_file
+    if str(spec).endswith(".json") or os.path.isfile(str(spec)):
+        return cluster_file.load(str(spec), flag)
     text = str(spec).strip().lower()
+    composed = cluster_file.parse_composed(text, parse_devices, flag)
+    if composed is not None:
+        return composed
     if re.fullmatch(r"[0-9]+", text):
         text = f"gpu:{text}"
     match = re.fullmatch(r"([a-z0-9-]+?)(?::([0-9]+))?", text)

@@ -60,3 +60,54 @@ def test_bad_presets(spec):
 def test_bad_reserve():
     with pytest.raises(UserError, match="--reserve"):
         parse_devices("gpu:2").with_options(reserve=1.5)
+
+
+def test_composed_hosts_get_a_hierarchical_link_matrix():
+    c = parse_devices("2xdgx-h100")
+    assert c.num_devices == 16 and len(c.hosts) == 2
+    assert c.names[8] == "/job:worker/task:1/device:GPU:0"
+    assert c.host_of.tolist() == [0] * 8 + [1] * 8
+    assert c.bandwidth[0, 1] == pytest.approx(450e3)          # NVLink inside a host
+    assert c.bandwidth[0, 8] == pytest.approx(25e3)           # InfiniBand between hosts
+    assert c.latency_us[3, 12] == c.latency_us[12, 3] > c.latency_us[3, 4]
+
+
+def test_cluster_file_round_trip(tmp_path):
+    from pardnn import cluster_file
+    c = parse_devices("2xdgx1-v100:2").with_options(reserve=0.2)
+    path = tmp_path / "cluster.json"
+    cluster_file.save(c, str(path))
+    d = parse_devices(str(path))
+    assert d.names == c.names and d.reserve == 0.2
+    assert np.array_equal(d.bandwidth, c.bandwidth) and np.array_equal(d.latency_us, c.latency_us)
+    assert d.memory.tolist() == c.memory.tolist()
+
+
+def test_cluster_file_with_intra_and_inter_links(tmp_path):
+    import json
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({
+        "format": "pardnn-cluster", "version": 1,
+        "hosts": [{"task": "/job:worker/task:0", "address": "127.0.0.1:2222",
+                   "devices": [{"name": "CPU:0", "memory": "1GiB"}, {"name": "CPU:1", "memory": "1GiB"}]},
+                  {"task": "/job:worker/task:1", "address": "127.0.0.1:2223",
+                   "devices": [{"name": "CPU:0", "memory": "2GiB"}]}],
+        "intra_host": {"latency": "5us", "bandwidth": "10GB/s"},
+        "inter_host": {"latency": "50us", "bandwidth": "1GB/s"}}))
+    c = parse_devices(str(path))
+    assert c.names[2] == "/job:worker/task:1/device:CPU:0" and c.memory[2] == 2 * GiB
+    assert c.comm_us(0, 1, 10_000) == pytest.approx(5 + 1)
+    assert c.comm_us(1, 2, 10_000) == pytest.approx(50 + 10)
+    assert c.hosts[1].address == "127.0.0.1:2223"
+
+
+def test_bad_cluster_files_name_the_file(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text("{}")
+    with pytest.raises(UserError, match="c.json is not a pardnn cluster file"):
+        parse_devices(str(path))
+    path.write_text('{"format": "pardnn-cluster", "version": 1, "hosts": [{"task": "/job:w/task:0"}]}')
+    with pytest.raises(UserError, match="c.json: malformed"):
+        parse_devices(str(path))
+    with pytest.raises(UserError, match="cannot read"):
+        parse_devices(str(tmp_path / "none.json"))
