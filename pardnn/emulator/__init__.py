@@ -1,0 +1,38 @@
+"""The emulator every placement is judged by (thesis §4.1.2, Step 2): TF's executor
+(scheduler.py), memory per device over the step (memory.py), and the report fields
+they give (`evaluate`). See docs/emulator.md for the model and its limits.
+"""
+
+import numpy as np
+
+from pardnn.emulator.memory import track_memory
+from pardnn.emulator.scheduler import simulate
+from pardnn.levels import critical_path_us
+from pardnn.report import comm_bytes
+
+
+def evaluate(graph, cluster, device) -> dict:
+    """report.json fields for placement `device` (int per node) on `cluster`."""
+    device = np.asarray(device)
+    schedule = simulate(graph, cluster, device)
+    return report_fields(graph, cluster, device, schedule, track_memory(graph, cluster, device, schedule))
+
+
+def report_fields(graph, cluster, device, schedule, profile) -> dict:
+    """report.json fields from an emulated schedule and its memory profile.
+
+    single_device_us is the total work: emulating everything on one device runs the
+    nodes back to back with no communication, so the step takes exactly their sum.
+    lower_bound_us = max(critical path with zero communication, total work / K)."""
+    work = graph.total_work_us()
+    makespan = schedule.makespan
+    return {
+        "makespan_us": makespan,
+        "single_device_us": work,
+        "lower_bound_us": max(critical_path_us(graph), work / cluster.num_devices),
+        "busy_us": [float(x) for x in schedule.busy_us],
+        "peak_memory_bytes": [int(x) for x in profile.peak_bytes],
+        "peak_time_us": [float(x) for x in profile.peak_time_us],
+        "feasible": bool(np.all(profile.peak_bytes <= cluster.capacity)),
+        "comm_bytes": comm_bytes(graph, device),
+    }

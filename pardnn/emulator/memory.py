@@ -1,0 +1,186 @@
+"""Memory per device over one emulated step, and memory potentials (thesis §4.1.2,
+"Tracking Memory Consumption", Eq. 4.3 and M_pot in Table 4.2).
+
+Given a Schedule (pardnn.emulator.scheduler), every byte on a device is one of:
+- resident: held for the whole step. The output (`out_bytes`) of a RESIDUAL node (a
+  variable, an optimizer slot) and the `persist_bytes` of every NORMAL or RESIDUAL node
+  (state TF keeps across steps) — Eq. 4.3, first term.
+- a NORMAL node's output: `out_bytes` allocated when the node starts and freed when its
+  last consumer on that device finishes (Eq. 4.3, second and third terms). The thesis
+  text is garbled about outputs that leave the device; we keep them until every
+  transfer of them has landed (the Send reads the buffer), and at least until the node
+  finishes, so a node with no consumers holds its output while it runs.
+- a received copy: the tensor's bytes on the destination device from the transfer's
+  arrival until its last consumer there finishes.
+- REFERENCE nodes allocate nothing (they alias the variable they refer to).
+Only data edges (slot >= 0) keep a tensor alive; control edges carry no buffer.
+
+Buffers live on half-open intervals [alloc, free): at one instant, frees happen before
+allocations, so a kernel may reuse what the op before it released (this is what makes
+the peaks of thesis Fig. 4.3 come out as printed). A zero-length interval holds nothing.
+
+The memory potential M_pot(n, t) (Table 4.2) is what moving n off its device would free
+there at time t: the buffers on that device whose lifetime n alone ends (n is the local
+consumer whose finish frees them: its inputs' outputs and received copies) that are
+complete at t (producer finished, or copy arrived: "executed before t") and not yet
+freed, plus n's own output while n runs (st(n) <= t < ft(n); the table's strict
+`st(n) < t` would leave out the node whose start caused an overflow, so we use <=). A
+buffer still being written counts for its producer only, never twice.
+
+Cost: the buffers come from vectorised passes over nodes and edges, O(V + E); the
+per-device timelines need one sort of the 2(V + E) events, done by numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pardnn.graph import NORMAL, REFERENCE, RESIDUAL
+
+
+@dataclass(frozen=True, eq=False)
+class MemoryProfile:
+    """Per-device memory of one emulated step. Buffers are rows of the `buf_*` arrays."""
+
+    resident_bytes: np.ndarray  # int64 per device: held all step
+    buf_device: np.ndarray      # int64 per buffer
+    buf_alloc: np.ndarray       # float64: allocation time (us)
+    buf_free: np.ndarray        # float64: release time (us); buffers have alloc < free
+    buf_bytes: np.ndarray       # int64
+    buf_node: np.ndarray        # int64: producer node
+    buf_owner: np.ndarray       # int64: the local consumer whose finish frees it, or -1
+    buf_ready: np.ndarray       # float64: when it is complete (producer finished / arrived)
+    time_ptr: np.ndarray        # int64, K + 1: device d's timeline is [time_ptr[d], time_ptr[d+1])
+    times: np.ndarray           # float64: event times, increasing within a device
+    levels: np.ndarray          # int64: bytes in use from times[i] until the next event
+    peak_bytes: np.ndarray      # int64 per device
+    peak_time_us: np.ndarray    # float64 per device: first time the peak is reached
+    node_device: np.ndarray     # int64 per node
+    node_running: tuple         # (start, finish, bytes of own output) per node, for M_pot
+
+    def timeline(self, d: int):
+        """(times, levels) of device d: bytes in use from times[i] until times[i+1]."""
+        lo, hi = self.time_ptr[d], self.time_ptr[d + 1]
+        return self.times[lo:hi], self.levels[lo:hi]
+
+    def level_at(self, d: int, t: float) -> int:
+        """Bytes in use on device d at time t (after the events at t)."""
+        times, levels = self.timeline(d)
+        return int(levels[max(np.searchsorted(times, t, side="right") - 1, 0)])
+
+    def potentials(self, d: int, t: float):
+        """(nodes, bytes) with M_pot(n, t) > 0 for the nodes n on device d, by node id."""
+        live = (self.buf_device == d) & (self.buf_ready <= t) & (t < self.buf_free) & (self.buf_owner >= 0)
+        pot = np.bincount(self.buf_owner[live], self.buf_bytes[live], minlength=len(self.node_device))
+        start, finish, own = self.node_running
+        running = (self.node_device == d) & (start <= t) & (t < finish)
+        pot[running] += own[running]
+        nodes = np.flatnonzero(pot > 0)
+        return nodes, pot[nodes].astype(np.int64)
+
+    def potential(self, n: int, t: float) -> int:
+        """M_pot(n, t) in bytes on n's device."""
+        nodes, pot = self.potentials(int(self.node_device[n]), t)
+        i = np.searchsorted(nodes, n)
+        return int(pot[i]) if i < len(nodes) and nodes[i] == n else 0
+
+
+def track_memory(graph, cluster, device, schedule) -> MemoryProfile:
+    """Memory per device over the step emulated in `schedule` (see the module docstring)."""
+    k = cluster.num_devices
+    device = np.asarray(device, np.int64)
+    resident = _resident(graph, device, k)
+    bufs = [_own_outputs(graph, device, schedule), _received_copies(graph, schedule)]
+    cols = [np.concatenate(col) for col in zip(*bufs)]
+    keep = (cols[2] > cols[1]) & (cols[3] > 0)
+    dev, alloc, free, nbytes, node, owner, ready = (col[keep] for col in cols)
+    time_ptr, times, levels = _timelines(k, resident, dev, alloc, free, nbytes)
+    peak_bytes, peak_time = _peaks(k, time_ptr, times, levels)
+    own = np.where(graph.kind == NORMAL, graph.out_bytes, 0)
+    return MemoryProfile(
+        resident_bytes=resident, buf_device=dev, buf_alloc=alloc, buf_free=free, buf_bytes=nbytes,
+        buf_node=node, buf_owner=owner, buf_ready=ready, time_ptr=time_ptr, times=times, levels=levels,
+        peak_bytes=peak_bytes, peak_time_us=peak_time, node_device=device,
+        node_running=(schedule.start, schedule.finish, own))
+
+
+def _resident(graph, device, k):
+    held = np.where(graph.kind == RESIDUAL, graph.out_bytes, 0)
+    held = held + np.where(graph.kind == REFERENCE, 0, graph.persist_bytes)
+    return np.bincount(device, held, minlength=k).astype(np.int64)
+
+
+def _last_consumer(n_groups, group, finish, consumer):
+    """Per group: the latest consumer finish and who (ties: highest node id); -1 if none."""
+    order = np.lexsort((consumer, finish, group))
+    g = group[order]
+    last = np.ones(len(g), bool)                        # last of each group is the latest
+    last[:-1] = g[1:] != g[:-1]
+    pick = order[last]
+    free = np.full(n_groups, -np.inf)
+    who = np.full(n_groups, -1, np.int64)
+    free[g[last]] = finish[pick]
+    who[g[last]] = consumer[pick]
+    return free, who
+
+
+def _own_outputs(graph, device, schedule):
+    """Buffers of NORMAL nodes' outputs on their own device."""
+    n = graph.num_nodes
+    src, dst = graph.edge_src, graph.edge_dst
+    data = graph.edge_slot >= 0
+    local = np.flatnonzero(data & (device[src] == device[dst]))
+    consumer_free, owner = _last_consumer(n, src[local].astype(np.int64),
+                                          schedule.finish[dst[local]], dst[local].astype(np.int64))
+    sent_free = np.full(n, -np.inf)
+    moved = np.flatnonzero(schedule.edge_transfer >= 0)
+    moved = moved[data[moved]]
+    np.maximum.at(sent_free, src[moved], schedule.transfer_arrival[schedule.edge_transfer[moved]])
+    other = np.maximum(schedule.finish, sent_free)
+    owner = np.where(consumer_free > other, owner, -1)
+    free = np.maximum(consumer_free, other)
+    normal = np.flatnonzero(graph.kind == NORMAL)
+    return (device[normal], schedule.start[normal], free[normal], graph.out_bytes[normal],
+            normal.astype(np.int64), owner[normal], schedule.finish[normal])
+
+
+def _received_copies(graph, schedule):
+    """Buffers of transferred tensors on their destination devices."""
+    m = len(schedule.transfer_edge)
+    moved = np.flatnonzero(schedule.edge_transfer >= 0)
+    moved = moved[graph.edge_slot[moved] >= 0]
+    consumer = graph.edge_dst[moved].astype(np.int64)
+    free, owner = _last_consumer(m, schedule.edge_transfer[moved], schedule.finish[consumer], consumer)
+    nbytes = np.where(graph.edge_slot[schedule.transfer_edge] >= 0, schedule.transfer_bytes, 0)
+    return (schedule.transfer_dst.astype(np.int64), schedule.transfer_arrival, free, nbytes,
+            graph.edge_src[schedule.transfer_edge].astype(np.int64), owner, schedule.transfer_arrival)
+
+
+def _timelines(k, resident, dev, alloc, free, nbytes):
+    """Per-device step functions of bytes in use, one point per distinct event time."""
+    ev_dev = np.concatenate([np.arange(k), dev, dev])
+    ev_time = np.concatenate([np.zeros(k), alloc, free])
+    ev_delta = np.concatenate([resident, nbytes, -nbytes])
+    order = np.lexsort((ev_delta > 0, ev_time, ev_dev))     # frees before allocations
+    ev_dev, ev_time = ev_dev[order], ev_time[order]
+    level = np.cumsum(ev_delta[order])
+    last = np.ones(len(order), bool)                        # last event of each (device, time)
+    last[:-1] = (ev_dev[1:] != ev_dev[:-1]) | (ev_time[1:] != ev_time[:-1])
+    ev_dev, ev_time, level = ev_dev[last], ev_time[last], level[last]
+    time_ptr = np.zeros(k + 1, np.int64)
+    np.cumsum(np.bincount(ev_dev, minlength=k), out=time_ptr[1:])
+    # cumsum ran across devices; subtract what the devices before each one left over
+    carry = np.concatenate([[0], level[time_ptr[1:-1] - 1]])
+    level = level - np.repeat(carry, np.diff(time_ptr))
+    return time_ptr, ev_time, level.astype(np.int64)
+
+
+def _peaks(k, time_ptr, times, levels):
+    peak = np.maximum.reduceat(levels, time_ptr[:-1])
+    at = np.empty(k)
+    for d in range(k):
+        seg = levels[time_ptr[d]:time_ptr[d + 1]]
+        at[d] = times[time_ptr[d] + int(np.argmax(seg == peak[d]))]
+    return peak.astype(np.int64), at
