@@ -14,6 +14,12 @@ from pardnn.errors import UserError
 ALGORITHMS = {
     "round-robin": ("pardnn.baselines.round_robin:place",
                     "colocation groups dealt to devices in topological order"),
+    "single": ("pardnn.baselines.single:place", "everything on device 0, TensorFlow's default"),
+    "topo": ("pardnn.baselines.topo:place", "Baechi m-TOPO: fill devices in topological order up to a memory share"),
+    "etf": ("pardnn.baselines.etf:place", "Baechi m-ETF: earliest-task-first list scheduling with memory tracking"),
+    "heft": ("pardnn.baselines.heft:place", "HEFT: upward rank, earliest finish time with insertion"),
+    "linear": ("pardnn.baselines.linear:place", "linear clustering + Guided Load Balancing (thesis 6.4.2)"),
+    "metis": ("pardnn.baselines.metis_cut:place", "METIS balanced min-cut of the undirected graph (pymetis)"),
 }
 
 
