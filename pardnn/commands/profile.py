@@ -1,0 +1,55 @@
+"""`pardnn profile MODEL [--size NAME] [--set k=v ...] [--steps S] [--devices cpu:K|gpu] -o DIR`.
+
+MODEL is a built-in family (`pardnn models` lists them) or a path to a script
+defining build(**knobs) (protocol in pardnn.models). Writes the profile dir of
+DESIGN.md (graph.pb, run_metadata_<i>.pb, profile.json) all or nothing.
+"""
+
+import os
+
+from pardnn.errors import UserError
+from pardnn.models import load_module, resolve_knobs
+
+
+def add_parser(sub):
+    p = sub.add_parser("profile", help="run a model for a few traced steps and write a profile dir",
+                       description="Profile a built-in model family or a script defining build(**knobs).")
+    p.add_argument("model", metavar="MODEL", help="built-in family (see `pardnn models`) or path/to/script.py")
+    p.add_argument("--size", metavar="NAME", help="named knob set of the model (e.g. tiny)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a knob (repeatable)")
+    p.add_argument("--steps", type=int, default=5, metavar="S", help="traced steps after one warm-up step (default 5)")
+    p.add_argument("--devices", default="cpu:1", metavar="cpu:K|gpu",
+                   help="where to profile: K virtual CPU devices or the visible GPUs (default cpu:1)")
+    p.add_argument("-o", "--out", required=True, metavar="PROFILE_DIR", help="output directory")
+    p.set_defaults(run=run)
+
+
+def run(args):
+    from pardnn.tf.profile import profile_model
+    from pardnn.tf.session import parse_profile_devices
+
+    parse_profile_devices(args.devices)      # reject a bad flag before building anything
+    if args.steps < 1:
+        raise UserError(f"--steps: need at least 1 traced step, got {args.steps}")
+    module = load_module(args.model)
+    knobs = resolve_knobs(module, args.size, args.set)
+    model = _build(module, args.model, knobs)
+    is_script = args.model.endswith(".py") or os.sep in args.model
+    doc = profile_model(model, args.steps, args.devices, args.out, meta={
+        "model": os.path.abspath(args.model) if is_script else args.model,
+        "size": args.size, "knobs": knobs})
+    nodes = len(model.graph.as_graph_def().node)
+    print(f"profiled {args.model} ({nodes} nodes) for {doc['steps']} steps on {args.devices}; wrote {args.out}")
+    return 0
+
+
+def _build(module, name, knobs):
+    """module.build(**knobs); a user script's exception becomes a one-line UserError."""
+    try:
+        return module.build(**knobs)
+    except UserError:
+        raise
+    except Exception as exc:
+        if module.__name__.startswith("pardnn."):
+            raise
+        raise UserError(f"MODEL: {name}: build() failed ({type(exc).__name__}: {exc})") from None

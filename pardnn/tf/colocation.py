@@ -1,0 +1,95 @@
+"""Colocation groups: the nodes TensorFlow insists on running on one device.
+
+Union-find over three kinds of ties (DESIGN.md "Where TensorFlow's rules meet the
+algorithm"):
+- `_class: loc:@x` attributes (what `colocate_with` and optimizer slots write);
+- ref- and resource-typed edges: TF's placer colocates every consumer of a ref or
+  a resource handle with its producer, so a VarHandleOp joins its readers
+  (ReadVariableOp), its updaters (ResourceApplyAdam, AssignVariableOp) and any
+  Identity/Enter the handle flows through;
+- TF1 while-loop frames: every node inside an Enter..Exit frame (at any nesting
+  depth) joins its frame's group, so a loop is never split across devices. Nested
+  frames end up in their outermost frame's group.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from pardnn.tf.graphdef import DT_RESOURCE
+
+_ENTER = ("Enter", "RefEnter")
+_EXIT = ("Exit", "RefExit")
+
+
+def colocation_groups(table) -> np.ndarray:
+    """Group label (a representative node id) for every node of the GraphTable."""
+    parent = list(range(table.num_nodes))
+    for a, b in _class_ties(table):
+        _union(parent, a, b)
+    gslot = table.edge_global_slot()
+    data = gslot >= 0
+    tied = np.zeros(len(gslot), bool)
+    tied[data] = table.slot_ref[gslot[data]] | (table.slot_dtype[gslot[data]] == DT_RESOURCE)
+    for a, b in zip(table.edge_src[tied].tolist(), table.edge_dst[tied].tolist()):
+        _union(parent, a, b)
+    if any(op in _ENTER for op in table.ops):
+        depth = frame_depths(table)
+        inner = (depth[table.edge_src] > 0) & (depth[table.edge_dst] > 0)
+        for a, b in zip(table.edge_src[inner].tolist(), table.edge_dst[inner].tolist()):
+            _union(parent, a, b)
+    return np.fromiter((_find(parent, i) for i in range(table.num_nodes)), np.int64, table.num_nodes)
+
+
+def _class_ties(table):
+    index = table.index
+    for i, node in enumerate(table.graph_def.node):
+        if "_class" in node.attr:
+            for entry in node.attr["_class"].list.s:
+                j = index.get(entry.decode(errors="replace").removeprefix("loc:@"))
+                if j is not None:
+                    yield i, j
+
+
+def frame_depths(table) -> np.ndarray:
+    """Loop-frame nesting depth each node executes in (0 = outside every loop).
+
+    An Enter runs one frame deeper than its input; the consumers of an Exit run one
+    frame shallower than the Exit; everything else runs in its input's frame. All
+    inputs of a well-formed node agree, so a breadth-first sweep from the sources
+    (over the DAG without back edges) sets each depth on first visit: O(V + E)."""
+    n = table.num_nodes
+    order = np.argsort(table.edge_src, kind="stable")
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(table.edge_src, minlength=n), out=ptr[1:])
+    succ, ptr = table.edge_dst[order].tolist(), ptr.tolist()
+    ops = table.ops
+    depth = [-1] * n
+    has_input = np.zeros(n, bool)
+    has_input[table.edge_dst] = True
+    queue = deque(int(i) for i in np.flatnonzero(~has_input))
+    for i in queue:
+        depth[i] = 1 if ops[i] in _ENTER else 0
+    while queue:
+        u = queue.popleft()
+        out = depth[u] - 1 if ops[u] in _EXIT else depth[u]
+        for v in succ[ptr[u]:ptr[u + 1]]:
+            if depth[v] < 0:
+                depth[v] = out + 1 if ops[v] in _ENTER else out
+                queue.append(v)
+    return np.maximum(np.asarray(depth, np.int64), 0)
+
+
+def _find(parent, i):
+    while parent[i] != i:
+        parent[i] = parent[parent[i]]
+        i = parent[i]
+    return i
+
+
+def _union(parent, a, b):
+    ra, rb = _find(parent, a), _find(parent, b)
+    if ra != rb:
+        parent[max(ra, rb)] = min(ra, rb)

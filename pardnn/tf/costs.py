@@ -1,0 +1,138 @@
+"""Profile directory -> CostGraph: `load_profile(path)`.
+
+graph.pb (GraphDef) gives the nodes, edges and output dtypes (pardnn.tf.graphdef);
+run_metadata_<i>.pb (one traced step each) give median compute times and measured
+output sizes (pardnn.tf.stepstats); colocation groups come from pardnn.tf.colocation.
+Every edge carries the bytes of the output slot it reads (control edges 0, slot -1).
+A slot the profile did not measure falls back to its static size (shape x dtype).
+
+Node kinds, thesis §4.1.2 "Tracking Memory Consumption":
+- RESIDUAL: variables whose state survives iterations — VarHandleOp (resource
+  variables, incl. optimizer slots such as Adam's m and v, which are variables too),
+  VariableV2 and Variable; persist_bytes = shape x dtype from their attributes.
+- REFERENCE: ops that work on a variable's own buffer and allocate nothing: any op
+  with a ref-typed output (Assign, ApplyAdam, StridedSliceAssign: the thesis' example),
+  an Identity reading a ref (it forwards the buffer), and ops with no outputs that
+  take a ref or resource input (AssignVariableOp, ResourceApplyAdam,
+  ResourceStridedSliceAssign). Their out_bytes are 0.
+- NORMAL: everything else, including ReadVariableOp: TF's copy-on-write resource
+  variables may copy on read when an update is pending, so its output is counted.
+out_bytes is the sum of a node's output slots, leaving out ref-typed slots (they
+alias a variable, not a new allocation); persist_bytes holds the variable itself.
+
+Pinning: an op with no GPU kernel (none registered for "GPU" or "DEFAULT") is pinned
+to "CPU", where TF would run it. This needs a TF build that registers GPU kernels
+(the standard pip wheel does, even on machines without a GPU); with a CPU-only build
+nothing is pinned, since nothing can be known. Pins matter only when placing on GPUs;
+on a cpu:K cluster every device is a CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import numpy as np
+from tensorflow.python.framework import kernels
+
+from pardnn.errors import UserError
+from pardnn.graph import NORMAL, REFERENCE, RESIDUAL, CostGraph
+from pardnn.tf.colocation import colocation_groups
+from pardnn.tf.graphdef import (DT_RESOURCE, graph_table, profile_files, read_graph_def,
+                                shape_bytes)
+from pardnn.tf.stepstats import read_step_stats
+
+VARIABLE_OPS = ("VarHandleOp", "VariableV2", "Variable")
+
+
+def load_profile(path):
+    """(CostGraph, info) for a profile directory.
+
+    info: nodes, edges, steps, untimed_nodes (absent from every step's step_stats:
+    zero time, static sizes), unknown_stats_records, dropped_back_edges, pinned_cpu,
+    load_seconds and, when present, the profile.json written by `pardnn profile`."""
+    start = time.perf_counter()
+    graph_pb, steps = profile_files(path)
+    table = graph_table(read_graph_def(graph_pb), source=graph_pb)
+    stats = read_step_stats(steps, table)
+    slot_bytes = np.where(stats.slot_bytes >= 0, stats.slot_bytes, table.static_bytes)
+    kind, persist = node_kinds(table)
+    out_bytes = _out_bytes(table, slot_bytes, kind)
+    gslot = table.edge_global_slot()
+    edge_bytes = np.where(gslot >= 0, slot_bytes[np.maximum(gslot, 0)], 0)
+    pinned = cpu_pins(table.ops)
+    graph = CostGraph.build(
+        names=table.names, ops=table.ops, comp_us=stats.comp_us, out_bytes=out_bytes,
+        persist_bytes=persist, kind=kind, group=colocation_groups(table).tolist(), pinned=pinned,
+        edge_src=table.edge_src, edge_dst=table.edge_dst, edge_bytes=edge_bytes,
+        edge_slot=table.edge_slot)
+    info = {"nodes": graph.num_nodes, "edges": graph.num_edges, "steps": len(steps),
+            "untimed_nodes": int((~stats.timed).sum()),
+            "unknown_stats_records": stats.unknown_records,
+            "dropped_back_edges": table.back_edges,
+            "pinned_cpu": sum(1 for p in pinned if p),
+            "load_seconds": time.perf_counter() - start}
+    meta = _profile_json(path)
+    if meta is not None:
+        info["profile"] = meta
+    return graph, info
+
+
+def node_kinds(table):
+    """(kind, persist_bytes) per node; see the module docstring for the rules."""
+    n = table.num_nodes
+    kind = np.full(n, NORMAL, np.int8)
+    persist = np.zeros(n, np.int64)
+    nslots = table.slot_ptr[1:] - table.slot_ptr[:-1]
+    owner = np.repeat(np.arange(n), nslots)
+    ref_out = np.bincount(owner[table.slot_ref], minlength=n) > 0
+    gslot = table.edge_global_slot()
+    data = gslot >= 0
+    ref_in = np.zeros(n, bool)
+    res_in = np.zeros(n, bool)
+    ref_in[table.edge_dst[data][table.slot_ref[gslot[data]]]] = True
+    res_in[table.edge_dst[data][table.slot_dtype[gslot[data]] == DT_RESOURCE]] = True
+    ops = np.asarray(table.ops, dtype=object)
+    kind[ref_out | ((ops == "Identity") & ref_in) | ((nslots == 0) & (ref_in | res_in))] = REFERENCE
+    for i in np.flatnonzero(np.isin(ops, VARIABLE_OPS)).tolist():
+        kind[i] = RESIDUAL
+        attr = table.graph_def.node[i].attr
+        if "shape" in attr and "dtype" in attr:
+            persist[i] = shape_bytes(attr["shape"].shape, attr["dtype"].type % 100)
+    return kind, persist
+
+
+def _out_bytes(table, slot_bytes, kind):
+    n = table.num_nodes
+    owner = np.repeat(np.arange(n), table.slot_ptr[1:] - table.slot_ptr[:-1])
+    keep = ~table.slot_ref
+    out = np.bincount(owner[keep], weights=slot_bytes[keep], minlength=n).astype(np.int64)
+    out[kind == REFERENCE] = 0
+    return out
+
+
+def cpu_pins(ops) -> list:
+    """"CPU" for nodes whose op has kernels but none for GPU; "" otherwise."""
+    if not _has_gpu_kernels("MatMul"):
+        return [""] * len(ops)
+    verdict = {}
+    for op in set(ops):
+        devices = {k.device_type for k in kernels.get_registered_kernels_for_op(op).kernel}
+        verdict[op] = "CPU" if devices and not devices & {"GPU", "DEFAULT"} else ""
+    return [verdict[op] for op in ops]
+
+
+def _has_gpu_kernels(op):
+    return any(k.device_type == "GPU" for k in kernels.get_registered_kernels_for_op(op).kernel)
+
+
+def _profile_json(path):
+    meta_path = os.path.join(path, "profile.json")
+    if not os.path.isfile(meta_path):
+        return None
+    try:
+        with open(meta_path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{meta_path}: not readable JSON ({exc})") from None

@@ -1,0 +1,269 @@
+"""Analytical op costs for a device you don't have: an estimated profile dir.
+
+`pardnn profile MODEL --estimate PRESET` builds the model's training graph and,
+instead of running it, asks TensorFlow's Grappler virtual cluster what each op of
+one training step would cost on one GPU of the preset (pardnn.gpu_specs):
+
+1. The model's GraphDef goes into a MetaGraphDef whose `train_op` collection holds
+   the ops a profiled step fetches (train op and loss), every node placed on the
+   target device (Grappler costs only nodes that carry a device), placeholders
+   given the shapes the model's feed function produces (else unknown batch
+   dimensions would be costed as 1).
+2. `Cluster(devices=[NamedDevice(...)]).MeasureCosts(item)` runs Grappler's
+   VirtualScheduler with its OpLevelCostEstimator (compute time + memory time per
+   op, pardnn.gpu_specs) and returns StepStats with per-node times in ns and
+   output sizes; `DeterminePeakMemoryUsage` estimates the step's peak memory.
+3. Ops of the step that Grappler did not schedule ("dropped") or has no cost model
+   for ("unmodelled", pardnn.tf.grappler_ops) are costed by the documented
+   fallback, bytes touched / memory bandwidth, and counted.
+4. The StepStats go into a RunMetadata and the profile dir is written in the
+   format of a measured one (graph.pb, run_metadata_0.pb, profile.json), so the
+   same loader (pardnn.tf.costs) reads it and place/emulate/compare work unchanged.
+   profile.json says the costs are estimated, for which device, with which figures,
+   and how many nodes took the fallback.
+
+Limits, by Grappler's design: one device (no ops pinned to the host CPU), a
+while-loop body costed once, tensor cores not modelled (see pardnn.gpu_specs).
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.framework import step_stats_pb2
+from tensorflow.core.protobuf import config_pb2, device_properties_pb2, meta_graph_pb2
+from tensorflow.python.grappler import cluster as gcluster
+from tensorflow.python.grappler import item as gitem
+
+from pardnn import gpu_specs
+from pardnn.cluster import LOCAL_PREFIX
+from pardnn.outputs import OutputDir
+from pardnn.report import write_json
+from pardnn.tf import grappler_ops
+
+
+@dataclass(frozen=True)
+class Target:
+    """The one device ops are costed for."""
+
+    label: str               # preset name, or "host-cpu"
+    kind: str                # "GPU" or "CPU"
+    properties: dict         # DeviceProperties fields (pardnn.gpu_specs units)
+    bandwidth_gbs: float     # memory bandwidth used by the fallback
+    description: dict        # what profile.json records about the device
+
+    @property
+    def device(self) -> str:
+        return f"{LOCAL_PREFIX}{self.kind}:0"
+
+
+def gpu_target(spec: str, flag: str = "--estimate") -> Target:
+    """The Target for a GPU preset name (UserError listing the presets otherwise)."""
+    label, gpu = gpu_specs.resolve(spec, flag)
+    return Target(label, "GPU", gpu.device_properties(), gpu.bandwidth_gbs, gpu.to_dict())
+
+
+def host_cpu_target(bandwidth_gbs: float, peak_gflops: float | None = None) -> Target:
+    """This machine's CPU as TensorFlow describes it (clock, cores, caches), with a
+    memory bandwidth the caller measured (TF leaves it unset).
+
+    Grappler rates a CPU at one FLOP per cycle per core, ignoring SIMD units; given
+    a measured `peak_gflops`, the core count handed to Grappler is scaled so that its
+    rate equals it (the same correction pardnn.gpu_specs makes for Hopper GPUs)."""
+    local = gcluster.Cluster()
+    try:
+        props = next(d for d in local.ListDevices() if d.properties.type == "CPU").properties
+    finally:
+        local.Shutdown()
+    cores = props.num_cores
+    if peak_gflops is not None:
+        cores = max(1, int(round(peak_gflops / (props.frequency * 1e-3))))
+    fields = {"type": "CPU", "vendor": props.vendor, "model": props.model,
+              "frequency": props.frequency, "num_cores": cores,
+              "bandwidth": int(bandwidth_gbs * 1e6), "l1_cache_size": props.l1_cache_size,
+              "l2_cache_size": props.l2_cache_size, "l3_cache_size": props.l3_cache_size,
+              "environment": dict(props.environment)}
+    description = {"name": f"host CPU ({props.vendor} model {props.model})",
+                   "clock_mhz": props.frequency, "cores": props.num_cores, "grappler_cores": cores,
+                   "peak_gflops": props.frequency * 1e-3 * cores, "bandwidth_gbs": bandwidth_gbs,
+                   "source": "TensorFlow's description of the local CPU; bandwidth"
+                             + (" and peak rate" if peak_gflops is not None else "") + " measured"}
+    return Target("host-cpu", "CPU", fields, bandwidth_gbs, description)
+
+
+def estimate_model(model, target: Target, out_dir: str, meta=None) -> dict:
+    """Write an estimated profile dir for `model` on `target`; returns profile.json.
+
+    profile.json carries the keys of a measured profile (pardnn.tf.profile) and
+    `costs`: source "estimated", the target device and its figures, Grappler's step
+    time and peak memory, the fallback counts and names, and the seconds taken."""
+    run_metadata, info = estimate_step(model, target)
+    doc = {
+        "tf_version": tf.__version__,
+        "devices": [target.device],
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "steps": 1, "warmup_steps": 0,
+        "fetches": [model.train_op, model.loss],
+        "feeds": sorted(model.feed(0)) if model.feed is not None else [],
+        "train_op": model.train_op, "loss": model.loss, "init": model.init, "seed": model.seed,
+        **(meta or {}),
+        "costs": {"source": "estimated", "estimator": "grappler-virtual-cluster",
+                  "target": target.label, "device": target.description,
+                  "fallback_rule": "bytes touched / memory bandwidth (pardnn.tf.grappler_ops)",
+                  **info},
+    }
+    with OutputDir(out_dir) as out:
+        with open(out.temp("graph.pb"), "wb") as f:
+            f.write(model.graph.as_graph_def(add_shapes=True).SerializeToString())
+        with open(out.temp("run_metadata_0.pb"), "wb") as f:
+            f.write(run_metadata.SerializeToString())
+        write_json(doc, out.temp("profile.json"))
+    return doc
+
+
+def fetch_names(model) -> list:
+    """Node names a profiled training step fetches: the train op and the loss."""
+    return [name.split(":")[0] for name in (model.train_op, model.loss)]
+
+
+def estimate_step(model, target: Target):
+    """(RunMetadata, info) for one training step of `model` costed on `target`.
+
+    info: grappler_seconds, fallback_seconds, run_time_us (Grappler's makespan),
+    peak_memory_bytes, scheduled, dropped, unmodelled (node counts),
+    unmodelled_ops {op: count}, fallback_nodes [names]."""
+    t0 = time.perf_counter()
+    meta = _metagraph(model, target.device)
+    step_stats, run_time_s, peak = _grappler_costs(meta, target)
+    _fill_micros(step_stats)
+    t1 = time.perf_counter()
+    info = _apply_fallbacks(model.graph, step_stats, _step_nodes(meta.graph_def, fetch_names(model)),
+                            target.bandwidth_gbs)
+    info.update(grappler_seconds=t1 - t0, fallback_seconds=time.perf_counter() - t1,
+                run_time_us=run_time_s * 1e6, peak_memory_bytes=peak)
+    return config_pb2.RunMetadata(step_stats=step_stats), info
+
+
+def _metagraph(model, device: str):
+    meta = meta_graph_pb2.MetaGraphDef(graph_def=model.graph.as_graph_def())
+    meta.collection_def["train_op"].node_list.value.extend(fetch_names(model))
+    shapes = {}
+    if model.feed is not None:
+        shapes = {name.split(":")[0]: np.shape(value) for name, value in model.feed(0).items()}
+    for node in meta.graph_def.node:
+        node.device = device
+        if node.op == "Placeholder" and node.name in shapes:
+            shape = node.attr["shape"].shape
+            shape.Clear()
+            for size in shapes[node.name]:
+                shape.dim.add(size=int(size))
+    return meta
+
+
+def _grappler_costs(meta, target: Target):
+    """(StepStats, Grappler's step time in s, peak memory bytes) from the virtual cluster."""
+    props = dict(target.properties)
+    environment = props.pop("environment", {})
+    device = device_properties_pb2.NamedDevice(
+        name=target.device, properties=device_properties_pb2.DeviceProperties(**props))
+    device.properties.environment.update(environment)
+    item = gitem.Item(meta)
+    cluster = gcluster.Cluster(disable_detailed_stats=False, disable_timeline=False, devices=[device])
+    try:
+        _, run_time, step_stats = cluster.MeasureCosts(item)
+        peak = cluster.DeterminePeakMemoryUsage(item)
+    finally:
+        cluster.Shutdown()
+    return step_stats, float(run_time), int(sum(v[0] for v in peak.values()))
+
+
+def _step_nodes(graph_def, fetches) -> set:
+    """Names of the nodes a session runs to fetch `fetches`: their transitive inputs
+    (data and control, loop back edges included)."""
+    inputs = {node.name: node.input for node in graph_def.node}
+    seen, stack = set(), list(fetches)
+    while stack:
+        name = stack.pop()
+        if name not in seen:
+            seen.add(name)
+            stack.extend(text.lstrip("^").split(":")[0] for text in inputs[name])
+    return seen
+
+
+def _apply_fallbacks(graph, step_stats, step_nodes: set, bandwidth_gbs: float) -> dict:
+    """Re-cost unmodelled ops and add dropped ones, in place; counts for profile.json."""
+    stats = {ns.node_name: ns for dev in step_stats.dev_stats for ns in dev.node_stats}
+    dropped = sorted(step_nodes - stats.keys())
+    unmodelled = sorted(name for name, ns in stats.items()
+                        if not grappler_ops.is_modelled(graph.get_operation_by_name(name).type))
+    device_stats = step_stats.dev_stats[0]
+    for name in dropped:
+        ns = device_stats.node_stats.add(node_name=name, timeline_label=graph.get_operation_by_name(name).type)
+        stats[name] = ns
+    ops = {}
+    for name in dropped + unmodelled:
+        op = graph.get_operation_by_name(name)
+        ops[op.type] = ops.get(op.type, 0) + (name in unmodelled)
+        _set_time(stats[name], _fallback_ns(op, stats, bandwidth_gbs))
+    return {"scheduled": len(stats) - len(dropped), "dropped": len(dropped),
+            "unmodelled": len(unmodelled), "unmodelled_ops": dict(sorted(ops.items())),
+            "fallback_nodes": dropped + unmodelled}
+
+
+def _fallback_ns(op, stats, bandwidth_gbs) -> float:
+    inputs = resources = 0
+    for tensor in op.inputs:
+        if tensor.dtype.name == "resource":
+            resources += _variable_bytes(tensor)
+        else:
+            inputs += _tensor_bytes(tensor, stats)
+    outputs = sum(_tensor_bytes(t, stats) for t in op.outputs)
+    return grappler_ops.fallback_ns(inputs, outputs, resources, op.type, bandwidth_gbs)
+
+
+def _tensor_bytes(tensor, stats) -> int:
+    """Size Grappler inferred for the tensor, else its static size, else 0."""
+    ns = stats.get(tensor.op.name)
+    if ns is not None and tensor.value_index < len(ns.output):
+        size = ns.output[tensor.value_index].tensor_description.allocation_description.requested_bytes
+        if size > 0:
+            return int(size)
+    count = tensor.shape.num_elements()
+    try:
+        return int(count * tensor.dtype.size) if count is not None else 0
+    except TypeError:         # string/variant tensors have no fixed element size
+        return 0
+
+
+def _variable_bytes(handle) -> int:
+    """Bytes of the variable behind a resource tensor (through Identity/Enter/...)."""
+    op = handle.op
+    while op.type != "VarHandleOp" and op.inputs:
+        op = op.inputs[0].op
+    if op.type != "VarHandleOp":
+        return 0
+    count = tf.TensorShape(op.get_attr("shape")).num_elements()
+    return int(count * op.get_attr("dtype").size) if count is not None else 0
+
+
+def _set_time(ns, nanos: float) -> None:
+    whole = int(round(nanos))
+    ns.op_start_rel_nanos = 0
+    ns.op_end_rel_nanos = ns.all_end_rel_nanos = whole
+    ns.op_start_rel_micros = 0
+    ns.op_end_rel_micros = ns.all_end_rel_micros = int(round(nanos / 1e3))
+
+
+def _fill_micros(step_stats) -> None:
+    """Grappler fills only the nanosecond fields; mirror them in the microsecond ones
+    for readers that use those (rounded: sub-microsecond GPU ops read as 0 there)."""
+    for dev in step_stats.dev_stats:
+        for ns in dev.node_stats:
+            ns.all_start_micros = ns.all_start_nanos // 1000
+            ns.op_start_rel_micros = int(round(ns.op_start_rel_nanos / 1e3))
+            ns.op_end_rel_micros = int(round(ns.op_end_rel_nanos / 1e3))
+            ns.all_end_rel_micros = int(round(ns.all_end_rel_nanos / 1e3))

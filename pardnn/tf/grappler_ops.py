@@ -1,0 +1,60 @@
+"""The op types Grappler's analytical cost model knows, and the fallback for the rest.
+
+Grappler's OpLevelCostEstimator (tensorflow/core/grappler/costs/
+op_level_cost_estimator.cc, TF 2.21) has a cost function for the op types listed
+below: FLOP counts for MatMul/convolution/pooling/batch-norm, element counts for
+element-wise ops, bytes moved for data-movement ops, a nominal 1 ns for metadata
+ops. Any other op type gets `PredictCostOfAnUnknownOp`: zero FLOPs and the bytes of
+its statically shaped inputs and outputs over memory bandwidth, flagged inaccurate.
+TensorFlow exposes no way to ask which ops it modelled, so the list is mirrored here;
+an op missing from it is merely re-costed by the fallback below, never dropped.
+
+Fallback (used for those ops and for ops of the step Grappler did not schedule at
+all): time = bytes touched / memory bandwidth, with bytes touched = input bytes +
+output bytes. It is Grappler's own unknown-op rule with one correction that serves
+the objective: an in-place dense update (`ResourceApply*`: the optimizer step) reads
+and writes its variables, which Grappler sees only as scalar resource handles, so
+each resource input counts twice the variable's bytes. Other resource inputs
+(ResourceGather and the like touch a few rows) count zero.
+"""
+
+MODELLED = frozenset("""
+Conv2D Conv2DBackpropFilter Conv2DBackpropInput FusedConv2DBiasActivation
+DepthwiseConv2dNative DepthwiseConv2dNativeBackpropFilter DepthwiseConv2dNativeBackpropInput
+MatMul SparseMatMul SparseTensorDenseMatMul BatchMatMul BatchMatMulV2 QuantizedMatMul
+QuantizedMatMulV2 XlaEinsum Einsum NoOp GuaranteeConst Gather GatherNd GatherV2
+ScatterAdd ScatterDiv ScatterMax ScatterMin ScatterMul ScatterSub ScatterUpdate
+Slice StridedSlice Placeholder Identity IdentityN RefIdentity StopGradient PreventGradient
+Reshape _Recv _Send Switch Merge Enter Exit NextIteration BitCast
+ConcatV2 DataFormatVecPermute DepthToSpace ExpandDims Fill OneHot Pack Range SpaceToDepth
+Split Squeeze Transpose Tile Unpack Rank Shape ShapeN Size MaxPool MaxPoolGrad AvgPool
+AvgPoolGrad FusedBatchNorm FusedBatchNormGrad Softmax ResizeBilinear CropAndResize
+AssignVariableOp AssignAddVariableOp AssignSubVariableOp AddN
+Const Variable VariableV2 AutoReloadVariable VarHandleOp _VarHandlesOp ReadVariableOp
+_ReadVariablesOp
+Acos All ArgMax Asin Atan Atan2 Cast Ceil Cos Dequantize Erf Erfc Exp Expm1 Floor Inv
+InvGrad Lgamma Log Log1p Max Min Neg Prod QuantizeAndDequantizeV2 QuantizeAndDequantizeV4
+QuantizedSigmoid QuantizeV2 Reciprocal Relu Relu6 Rint Round Rsqrt Sigmoid Sign Sin Sqrt
+Square Sum Tan Tanh TopKV2 Add AddV2 ApproximateEqual BiasAdd QuantizedBiasAdd Div Equal
+FloorDiv FloorMod Greater GreaterEqual Less LessEqual LogicalAnd LogicalNot LogicalOr
+Maximum Minimum Mod Mul NotEqual QuantizedAdd QuantizedMul RealDiv ReluGrad Select
+SelectV2 SquaredDifference Sub TruncateDiv TruncateMod Where
+""".split())
+
+DENSE_UPDATE_PREFIX = "ResourceApply"
+
+
+def is_modelled(op: str) -> bool:
+    return op in MODELLED
+
+
+def fallback_ns(input_bytes: int, output_bytes: int, resource_bytes: int, op: str,
+                bandwidth_gbs: float) -> float:
+    """Nanoseconds for an op Grappler does not cost: bytes touched / bandwidth.
+
+    `resource_bytes` is the size of the variables behind the op's resource inputs;
+    it counts twice (read + write) for dense in-place updates, else not at all."""
+    touched = input_bytes + output_bytes
+    if op.startswith(DENSE_UPDATE_PREFIX):
+        touched += 2 * resource_bytes
+    return touched / bandwidth_gbs     # bytes / (GB/s) = ns

@@ -1,0 +1,84 @@
+"""Profile a TF1-style training graph: run it, trace S steps, write a profile dir.
+
+`profile(session, fetches, feed, steps, out_dir)` is the public API for a user's
+own training script; `profile_model(model, steps, devices, out_dir)` profiles a
+`pardnn.models.Model` (what `pardnn profile` does). Both run one untraced warm-up
+step (first-run allocation and kernel set-up would skew the times), then `steps`
+steps traced with RunOptions(trace_level=FULL_TRACE). Each step really trains: the
+fetches (typically the train op) run steps + 1 times.
+
+The profile dir (DESIGN.md), written all or nothing:
+  graph.pb              session.graph.as_graph_def(add_shapes=True) — with the
+                        `_output_shapes` the loader uses for tensors nobody timed
+  run_metadata_<i>.pb   one serialized RunMetadata per traced step, i = 0..S-1
+  profile.json          TF version, devices, date, steps, fetch and feed names, plus
+                        what the caller records (model family, knobs, op names)
+"""
+
+from __future__ import annotations
+
+import datetime
+
+import tensorflow as tf
+
+from pardnn.errors import UserError
+from pardnn.outputs import OutputDir
+from pardnn.report import write_json
+from pardnn.tf.session import parse_profile_devices, session_config
+
+tf1 = tf.compat.v1
+WARMUP_STEPS = 1
+
+
+def profile(session, fetches, feed=None, steps: int = 5, out_dir: str = "profile", meta=None) -> dict:
+    """Trace `steps` steps of `session.run(fetches, feed)` into `out_dir`.
+
+    feed: None, a feed dict, or a function step -> feed dict (step 0 is the
+    warm-up, 1..steps the traced steps). meta: extra fields for profile.json.
+    Returns the profile.json contents."""
+    if steps < 1:
+        raise UserError(f"--steps: need at least 1 traced step, got {steps}")
+    feed_fn = feed if callable(feed) else (lambda step: feed)
+    for step in range(WARMUP_STEPS):
+        session.run(fetches, feed_dict=feed_fn(step))
+    metas = []
+    options = tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE)
+    for step in range(WARMUP_STEPS, WARMUP_STEPS + steps):
+        run_metadata = tf1.RunMetadata()
+        session.run(fetches, feed_dict=feed_fn(step), options=options, run_metadata=run_metadata)
+        metas.append(run_metadata)
+    doc = _describe(session, fetches, feed_fn(WARMUP_STEPS), steps, meta or {})
+    with OutputDir(out_dir) as out:
+        with open(out.temp("graph.pb"), "wb") as f:
+            f.write(session.graph.as_graph_def(add_shapes=True).SerializeToString())
+        for i, run_metadata in enumerate(metas):
+            with open(out.temp(f"run_metadata_{i}.pb"), "wb") as f:
+                f.write(run_metadata.SerializeToString())
+        write_json(doc, out.temp("profile.json"))
+    return doc
+
+
+def profile_model(model, steps: int = 5, devices: str = "cpu:1", out_dir: str = "profile",
+                  meta=None) -> dict:
+    """Profile a pardnn.models.Model: initialise, then `profile` its train op and loss
+    on `devices` ("cpu:K" virtual CPU devices, or "gpu" for the visible GPUs)."""
+    cpu_devices, gpus = parse_profile_devices(devices)
+    with tf1.Session(graph=model.graph, config=session_config(cpu_devices, gpus)) as session:
+        session.run(model.init)
+        return profile(session, [model.train_op, model.loss], model.feed, steps, out_dir, meta={
+            "train_op": model.train_op, "loss": model.loss, "init": model.init,
+            "seed": model.seed, "profile_devices": devices, **(meta or {})})
+
+
+def _describe(session, fetches, feed, steps, meta):
+    fetch_list = fetches if isinstance(fetches, (list, tuple)) else [fetches]
+    return {
+        "tf_version": tf.__version__,
+        "devices": [d.name for d in session.list_devices()],
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "steps": steps,
+        "warmup_steps": WARMUP_STEPS,
+        "fetches": [getattr(x, "name", str(x)) for x in fetch_list],
+        "feeds": sorted(getattr(k, "name", str(k)) for k in (feed or {})),
+        **meta,
+    }

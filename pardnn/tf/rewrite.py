@@ -1,0 +1,115 @@
+"""Placed GraphDefs: write one, import one, and check that TF honoured it.
+
+`write_placed_graph` copies graph.pb with the full device name of its placement on
+every node and nothing else changed. A node pinned to a device kind the cluster
+lacks (a CPU-only op when placing on GPUs) goes to the CPU of the host its group
+was placed on — with its whole colocation group, so TF never has to split a group.
+
+`check_placement` runs a step with RunOptions(output_partition_graphs=True) and
+compares where each node of the graph ran with where it was asked to run. Nodes TF
+adds (send/recv, replicated constants, _Arg/_Retval) are not counted; nodes the
+step does not need (initialisers) do not run and are not counted either.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import tensorflow as tf
+
+from pardnn.errors import UserError
+from pardnn.tf.graphdef import read_graph_def
+
+tf1 = tf.compat.v1
+
+
+def placed_devices(graph, placement) -> list:
+    """Full TF device name per node of `graph` (see the module docstring)."""
+    cluster = placement.cluster
+    kinds = {d.kind.upper() for d in cluster.devices}
+    to_host = np.zeros(graph.num_groups, bool)
+    for i, pin in enumerate(graph.pinned):
+        if pin and pin.upper() not in kinds:
+            to_host[graph.group[i]] = True
+    names = cluster.names
+    hosts = [re.sub(r"device:[^/]*$", "device:CPU:0", name) for name in names]
+    return [hosts[d] if to_host[g] else names[d]
+            for g, d in zip(graph.group.tolist(), placement.device.tolist())]
+
+
+def write_placed_graph(profile_dir, graph, placement, out_path) -> None:
+    """Write graph.pb of `profile_dir` with every node's device set to `out_path`."""
+    graph_def = read_graph_def(os.path.join(str(profile_dir), "graph.pb"))
+    devices = placed_devices(graph, placement)
+    index = graph.index()
+    for node in graph_def.node:
+        i = index.get(node.name)
+        if i is None:
+            raise UserError(f"{profile_dir}/graph.pb: node {node.name!r} is not in the cost graph "
+                            f"(graph.pb changed since it was loaded?)")
+        node.device = devices[i]
+    with open(out_path, "wb") as f:
+        f.write(graph_def.SerializeToString())
+
+
+def import_placed_graph(path_or_graph_def, name="", input_map=None, return_elements=None):
+    """Import a placed GraphDef (a path or a GraphDef) into the default graph.
+
+    With the default name="" the ops keep their original names, so the train op,
+    loss and feeds of the profiled model are found under the same names. Returns
+    what tf.compat.v1.import_graph_def returns for `return_elements`."""
+    graph_def = path_or_graph_def
+    if isinstance(path_or_graph_def, (str, os.PathLike)):
+        graph_def = read_graph_def(path_or_graph_def)
+    return tf1.import_graph_def(graph_def, input_map=input_map,
+                                return_elements=return_elements, name=name)
+
+
+@dataclass
+class PlacementCheck:
+    """Where the nodes of one step ran, and which TF moved from their request."""
+
+    nodes_per_device: dict = field(default_factory=dict)
+    moved: list = field(default_factory=list)     # (node, requested, actual)
+
+    @property
+    def num_run(self) -> int:
+        return sum(self.nodes_per_device.values())
+
+
+def check_placement(session, fetches, feed_dict=None, graph_def=None):
+    """Run `fetches` once, asking for partition graphs; returns (results, PlacementCheck).
+
+    The requested devices are those in `graph_def` (default: the session's graph)."""
+    requested = {n.name: n.device for n in (graph_def or session.graph.as_graph_def()).node}
+    run_metadata = tf1.RunMetadata()
+    results = session.run(fetches, feed_dict=feed_dict, run_metadata=run_metadata,
+                          options=tf1.RunOptions(output_partition_graphs=True))
+    return results, compare_partitions(requested, run_metadata.partition_graphs)
+
+
+def compare_partitions(requested: dict, partition_graphs) -> PlacementCheck:
+    """PlacementCheck of partition graphs against node name -> requested device."""
+    ran = Counter()
+    moved = []
+    for partition in partition_graphs:
+        for node in partition.node:
+            want = requested.get(node.name)
+            if want is None:
+                continue
+            actual = _canonical(node.device)
+            ran[actual] += 1
+            if want and _canonical(want) != actual:
+                moved.append((node.name, _canonical(want), actual))
+    return PlacementCheck(dict(sorted(ran.items())), moved)
+
+
+@functools.lru_cache(maxsize=None)
+def _canonical(name: str) -> str:
+    """The full canonical form of a device name (memoised: few distinct names)."""
+    return tf.DeviceSpec.from_string(name).to_string()

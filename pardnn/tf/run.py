@@ -1,0 +1,91 @@
+"""Train a placed graph: what `pardnn run PLACED_DIR --steps N` does.
+
+A placed dir holds placed_graph.pb and the profile.json of the profile it was
+placed from (`pardnn place` copies it there). profile.json names the model family
+(or the user's script, by absolute path) and its knobs, so the model is rebuilt
+only to get its feed function; the graph that trains is the imported placed
+GraphDef, in a session with as many virtual CPU devices as the placement uses.
+Step i is fed feed(i), as in an unplaced run from the same initial state, so the
+losses of the two can be compared step by step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+
+import tensorflow as tf
+
+from pardnn.errors import UserError
+from pardnn.models import load_module
+from pardnn.tf.graphdef import read_graph_def
+from pardnn.tf.rewrite import PlacementCheck, check_placement, import_placed_graph
+from pardnn.tf.session import session_config
+
+tf1 = tf.compat.v1
+
+
+@dataclass
+class RunResult:
+    losses: list
+    check: PlacementCheck
+
+
+def train(session, train_op, loss, feed, steps: int, start: int = 0) -> list:
+    """Run `steps` training steps fed feed(start), feed(start+1), ...; the losses."""
+    losses = []
+    for step in range(start, start + steps):
+        _, value = session.run([train_op, loss], feed_dict=feed(step) if feed else None)
+        losses.append(float(value))
+    return losses
+
+
+def run_placed(placed_dir, steps: int) -> RunResult:
+    """Import placed_dir/placed_graph.pb into a fresh graph and train `steps` steps;
+    the first step also checks where TF ran each node."""
+    if steps < 1:
+        raise UserError(f"--steps: need at least 1 step, got {steps}")
+    doc = _profile_doc(placed_dir)
+    model = load_module(doc["model"]).build(**doc.get("knobs", {}))
+    graph_def = read_graph_def(os.path.join(str(placed_dir), "placed_graph.pb"))
+    cpus, gpus = device_counts(graph_def)
+    graph = tf.Graph()
+    with graph.as_default():
+        import_placed_graph(graph_def)
+    with tf1.Session(graph=graph, config=session_config(cpus, gpus)) as session:
+        session.run(model.init)
+        feed0 = model.feed(0) if model.feed else None
+        (_, first), check = check_placement(session, [model.train_op, model.loss], feed0, graph_def)
+        losses = [float(first)] + train(session, model.train_op, model.loss, model.feed, steps - 1, start=1)
+    return RunResult(losses, check)
+
+
+def device_counts(graph_def):
+    """(virtual CPU devices needed, whether any GPU is asked for) by a placed graph."""
+    cpus, gpus = 1, False
+    for device in {n.device for n in graph_def.node}:
+        match = re.search(r"device:(CPU|GPU):([0-9]+)$", device, re.IGNORECASE)
+        if match and match.group(1).upper() == "CPU":
+            cpus = max(cpus, int(match.group(2)) + 1)
+        gpus |= bool(match) and match.group(1).upper() == "GPU"
+    return cpus, gpus
+
+
+def _profile_doc(placed_dir):
+    path = os.path.join(str(placed_dir), "profile.json")
+    if not os.path.isdir(str(placed_dir)):
+        raise UserError(f"PLACED_DIR: {placed_dir} is not a directory")
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        raise UserError(f"{path}: missing; `pardnn run` needs a placement of a profile made by "
+                        f"`pardnn profile` (use pardnn.tf.import_placed_graph in your own script)") from None
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: not readable JSON ({exc})") from None
+    if "model" not in doc:
+        raise UserError(f"{path}: names no model (profiled through the Python API?); "
+                        f"train it with pardnn.tf.import_placed_graph in your own script")
+    return doc
