@@ -10,7 +10,7 @@ import sys
 
 from pardnn.errors import UserError
 
-COMMANDS = ["place"]
+COMMANDS = ["models", "profile", "place", "run"]
 
 
 class _Parser(argparse.ArgumentParser):
