@@ -39,6 +39,8 @@ def run(args):
         if info.get("profile_dir"):
             from pardnn.tf.rewrite import write_placed_graph
             write_placed_graph(info["profile_dir"], graph, placement, out.temp("placed_graph.pb"))
+            if "profile" in info:       # lets `pardnn run OUT_DIR` rebuild the model's feeds
+                write_json(info["profile"], out.temp("profile.json"))
         report["stage_seconds"]["write"] = time.perf_counter() - t1
         write_json(report, out.temp("report.json"))
     print_summary(report, out_dir=args.out)
