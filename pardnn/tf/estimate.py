@@ -135,7 +135,7 @@ def estimate_step(model, target: Target):
 
     info: grappler_seconds, fallback_seconds, run_time_us (Grappler's makespan),
     peak_memory_bytes, scheduled, dropped, unmodelled (node counts),
-    unmodelled_ops {op: count}, fallback_nodes [names]."""
+    dropped_ops and unmodelled_ops {op type: count}, fallback_nodes [names]."""
     t0 = time.perf_counter()
     meta = _metagraph(model, target.device)
     step_stats, run_time_s, peak = _grappler_costs(meta, target)
@@ -197,21 +197,26 @@ def _step_nodes(graph_def, fetches) -> set:
 def _apply_fallbacks(graph, step_stats, step_nodes: set, bandwidth_gbs: float) -> dict:
     """Re-cost unmodelled ops and add dropped ones, in place; counts for profile.json."""
     stats = {ns.node_name: ns for dev in step_stats.dev_stats for ns in dev.node_stats}
+    ops = {op.name: op for op in graph.get_operations() if op.name in stats or op.name in step_nodes}
     dropped = sorted(step_nodes - stats.keys())
-    unmodelled = sorted(name for name, ns in stats.items()
-                        if not grappler_ops.is_modelled(graph.get_operation_by_name(name).type))
+    unmodelled = sorted(name for name in stats
+                        if name in ops and not grappler_ops.is_modelled(ops[name].type))
     device_stats = step_stats.dev_stats[0]
     for name in dropped:
-        ns = device_stats.node_stats.add(node_name=name, timeline_label=graph.get_operation_by_name(name).type)
-        stats[name] = ns
-    ops = {}
+        stats[name] = device_stats.node_stats.add(node_name=name, timeline_label=ops[name].type)
     for name in dropped + unmodelled:
-        op = graph.get_operation_by_name(name)
-        ops[op.type] = ops.get(op.type, 0) + (name in unmodelled)
-        _set_time(stats[name], _fallback_ns(op, stats, bandwidth_gbs))
+        _set_time(stats[name], _fallback_ns(ops[name], stats, bandwidth_gbs))
     return {"scheduled": len(stats) - len(dropped), "dropped": len(dropped),
-            "unmodelled": len(unmodelled), "unmodelled_ops": dict(sorted(ops.items())),
+            "unmodelled": len(unmodelled),
+            "dropped_ops": _count_types(ops, dropped), "unmodelled_ops": _count_types(ops, unmodelled),
             "fallback_nodes": dropped + unmodelled}
+
+
+def _count_types(ops, names) -> dict:
+    counts = {}
+    for name in names:
+        counts[ops[name].type] = counts.get(ops[name].type, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def _fallback_ns(op, stats, bandwidth_gbs) -> float:

@@ -1,0 +1,128 @@
+"""Estimated profiles (Grappler's virtual cluster) on small graphs with known costs."""
+
+import json
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from pardnn.graph import RESIDUAL                                  # noqa: E402
+from pardnn.models import Model, load_module, resolve_knobs        # noqa: E402
+from pardnn.tf import estimate                                     # noqa: E402
+from pardnn.tf.costs import load_profile                           # noqa: E402
+from pardnn.tf.graphdef import graph_table, profile_files, read_graph_def   # noqa: E402
+from pardnn.tf.grappler_ops import fallback_ns, is_modelled        # noqa: E402
+from pardnn.tf.profile import profile_model                        # noqa: E402
+from pardnn.tf.stepstats import read_step_stats                    # noqa: E402
+
+pytestmark = pytest.mark.tf
+tf1 = tf.compat.v1
+N = 256
+
+
+def matmul_model():
+    """loss = sum(x @ w) with Adam; x is [None, N] and fed N rows."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, N], name="x")
+        w = tf1.get_variable("w", [N, N], use_resource=True)
+        loss = tf.reduce_sum(tf.matmul(x, w, name="fwd"), name="loss")
+        train = tf1.train.AdamOptimizer().minimize(loss, name="train")
+        init = tf1.global_variables_initializer()
+    feed = lambda step: {"x:0": np.ones((N, N), np.float32)}    # noqa: E731
+    return Model(graph=graph, train_op=train.name, loss=loss.name, init=init.name, feed=feed)
+
+
+def by_name(graph):
+    return {name: i for i, name in enumerate(graph.names)}
+
+
+def test_matmul_and_adam_costs_follow_the_roofline(tmp_path):
+    """H100: N^3 MACs at 66.9 TFLOPS plus 3 N^2 floats at 3350 GB/s, rounded up to ns each;
+    ResourceApplyAdam (no Grappler model): var, m, v read and written, grad and six
+    scalars read, over the bandwidth."""
+    doc = estimate.estimate_model(matmul_model(), estimate.gpu_target("dgx-h100"), str(tmp_path))
+    graph, info = load_profile(str(tmp_path))
+    ids = by_name(graph)
+    flops_ns = np.ceil(2 * N**3 / (132 * 128 * 2 * 1980 * 1e-3))
+    bytes_ns = np.ceil(3 * N * N * 4 / 3350.0)
+    assert graph.comp_us[ids["fwd"]] == pytest.approx((flops_ns + bytes_ns) / 1e3)
+    adam = ids["train/update_w/ResourceApplyAdam"]
+    assert graph.comp_us[adam] == pytest.approx(round((7 * N * N * 4 + 6 * 4) / 3350.0) / 1e3)
+    assert doc["costs"]["unmodelled_ops"]["ResourceApplyAdam"] == 1
+    assert "train/update_w/ResourceApplyAdam" in doc["costs"]["fallback_nodes"]
+
+
+def test_estimated_mlp_profile_loads_with_costs_and_variable_bytes(tmp_path):
+    module = load_module("mlp")
+    knobs = resolve_knobs(module, "tiny")
+    doc = estimate.estimate_model(module.build(**knobs), estimate.gpu_target("dgx1-v100"), str(tmp_path),
+                                  meta={"model": "mlp", "knobs": knobs})
+    graph, info = load_profile(str(tmp_path))
+    matmuls = [i for i, op in enumerate(graph.ops) if op == "MatMul"]
+    assert len(matmuls) == 9 and all(graph.comp_us[i] > 0 for i in matmuls)
+    ids = by_name(graph)
+    w = ids["layer0/w"]
+    assert graph.kind[w] == RESIDUAL and graph.persist_bytes[w] == knobs["inputs"] * knobs["hidden"] * 4
+    assert graph.persist_bytes[ids["layer0/w/Adam"]] == graph.persist_bytes[w]
+    costs = json.loads((tmp_path / "profile.json").read_text())["costs"]
+    assert costs == doc["costs"] and info["profile"]["costs"]["source"] == "estimated"
+    assert costs["target"] == "dgx1-v100" and costs["device"]["name"] == "Tesla V100-SXM2-32GB"
+    assert costs["unmodelled"] + costs["dropped"] == len(costs["fallback_nodes"])
+    assert costs["peak_memory_bytes"] > 0
+
+
+def _timed_names(profile_dir):
+    graph_pb, steps = profile_files(profile_dir)
+    table = graph_table(read_graph_def(graph_pb))
+    timed = read_step_stats(steps, table).timed
+    return {name for name, t in zip(table.names, timed) if t}
+
+
+def test_estimated_and_measured_profiles_time_the_same_nodes(tmp_path):
+    module = load_module("mlp")
+    knobs = resolve_knobs(module, "tiny")
+    profile_model(module.build(**knobs), steps=1, out_dir=str(tmp_path / "measured"))
+    doc = estimate.estimate_model(module.build(**knobs), estimate.gpu_target("dgx-a100"), str(tmp_path / "est"))
+    measured, estimated = _timed_names(tmp_path / "measured"), _timed_names(tmp_path / "est")
+    assert estimated == measured and len(measured) > 100
+    assert doc["costs"]["dropped"] == 0 and doc["costs"]["scheduled"] == len(estimated)
+
+
+def _two_op_graph():
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [4, 8], name="x")
+        tf.reduce_mean(x, axis=1, name="mean")            # Mean: no Grappler model
+        tf.nn.log_softmax(x, name="logsm")                 # LogSoftmax: no Grappler model
+    return graph
+
+
+def test_dropped_and_unmodelled_nodes_take_the_fallback():
+    """x has a Grappler record (128 bytes out); logsm has one too (unmodelled: re-costed);
+    mean has none (dropped: added). Bandwidth 2 GB/s."""
+    graph = _two_op_graph()
+    stats = tf1.RunMetadata().step_stats
+    dev = stats.dev_stats.add(device="/device:GPU:0")
+    for name in ("x", "logsm"):
+        ns = dev.node_stats.add(node_name=name, all_end_rel_nanos=1, op_end_rel_nanos=1)
+        ns.output.add(slot=0).tensor_description.allocation_description.requested_bytes = 128
+    info = estimate._apply_fallbacks(graph, stats, {"x", "logsm", "mean", "mean/reduction_indices"}, 2.0)
+    record = {ns.node_name: ns for ns in dev.node_stats}
+    # mean: x (128) + axis const (4, static) in, [4] floats (16, static) out
+    assert record["mean"].all_end_rel_nanos == round(fallback_ns(132, 16, 0, "Mean", 2.0)) == 74
+    assert record["mean"].timeline_label == "Mean"
+    assert record["logsm"].all_end_rel_nanos == 128          # (128 + 128) / 2
+    assert record["x"].all_end_rel_nanos == 1                # modelled: Grappler's time kept
+    assert info["dropped_ops"] == {"Const": 1, "Mean": 1}     # mean and its axis constant
+    assert info["unmodelled_ops"] == {"LogSoftmax": 1}
+    assert info["fallback_nodes"] == ["mean", "mean/reduction_indices", "logsm"]
+
+
+def test_fallback_rule():
+    # 3000 bytes at 1.5 GB/s = 2000 ns; a non-updating op ignores its resource inputs
+    assert fallback_ns(1000, 2000, 4096, "Mean", 1.5) == pytest.approx(2000.0)
+    # a dense in-place update reads and writes its variables: + 2 x 4096 bytes
+    assert fallback_ns(1000, 0, 4096, "ResourceApplyAdam", 1.0) == pytest.approx(1000 + 8192)
+    assert is_modelled("MatMul") and is_modelled("Conv2D") and not is_modelled("ResourceApplyAdam")

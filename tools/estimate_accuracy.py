@@ -1,0 +1,162 @@
+"""How close do Grappler's analytical op costs come to measured ones? And how long
+does estimating the thesis-size graphs take?
+
+    python tools/estimate_accuracy.py                       # tiny configs, host CPU
+    python tools/estimate_accuracy.py --thesis /tmp/est    # + thesis-size estimates
+
+Accuracy: for each built-in family's `tiny` config (or `--size NAME`), profile it on this CPU
+(pardnn.tf.profile_model, cpu:1) and estimate it for this CPU (a Grappler CPU
+device with TensorFlow's description of the host: clock, cores, caches, plus the
+memory bandwidth measured here with a numpy copy). Over the nodes the measured step
+timed, print the Spearman rank correlation of per-op times and the ratio of total
+step time (sum of op times, estimated / measured), plus the per-op-type ratios of the
+op types that dominate the measured step. No GPU comparison is made on a machine
+without one.
+
+Thesis sizes (`--thesis DIR`): estimate every family's `thesis*` configs for
+`--target` (default dgx-h100) into DIR/<family>-<size>/ (the large graphs for the
+speed benchmarks) and print node count and build / estimate / load seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from pardnn.models import FAMILIES, load_module, resolve_knobs
+from pardnn.tf import estimate
+from pardnn.tf.costs import load_profile
+from pardnn.tf.profile import profile_model
+
+
+def host_bandwidth_gbs(mib: int = 128, repeats: int = 5) -> float:
+    """Memory bandwidth of this machine, GB/s: best numpy copy (read + write)."""
+    src = np.ones(mib * 2**20 // 8)
+    dst = np.empty_like(src)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - start)
+    return 2 * src.nbytes / best / 1e9
+
+
+def host_matmul_gflops(n: int = 1024, repeats: int = 5) -> float:
+    """FP32 rate of this machine, GFLOP/s: best numpy n x n matmul."""
+    a = np.ones((n, n), np.float32)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ a
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best / 1e9
+
+
+def spearman(a, b) -> float:
+    """Spearman rank correlation (average ranks for ties)."""
+    return float(np.corrcoef(_ranks(a), _ranks(b))[0, 1])
+
+
+def _ranks(x):
+    x = np.asarray(x, float)
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(len(x))
+    ranks[order] = np.arange(len(x))
+    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse, weights=ranks)
+    return sums[inverse] / counts[inverse]
+
+
+def compare(family: str, size: str, targets: dict, steps: int, work: str) -> list:
+    """Measured vs estimated per-op times of one family's config, one row per target."""
+    module = load_module(family)
+    knobs = resolve_knobs(module, size)
+    measured_dir = os.path.join(work, f"{family}-measured")
+    profile_model(module.build(**knobs), steps=steps, devices="cpu:1", out_dir=measured_dir)
+    measured, _ = load_profile(measured_dir)
+    timed = measured.comp_us > 0
+    meas, ops = measured.comp_us[timed], np.asarray(measured.ops)[timed]
+    rows = []
+    for label, target in targets.items():
+        estimated_dir = os.path.join(work, f"{family}-{target.label}-{len(rows)}")
+        doc = estimate.estimate_model(module.build(**knobs), target, estimated_dir)
+        estimated, _ = load_profile(estimated_dir)
+        index = estimated.index()
+        est = estimated.comp_us[[index[name] for name in measured.names]][timed]
+        rows.append({"family": family, "label": label, "nodes": measured.num_nodes, "timed": int(timed.sum()),
+                     "fallback": len(doc["costs"]["fallback_nodes"]), "spearman": spearman(meas, est),
+                     "measured_ms": meas.sum() / 1e3, "estimated_ms": est.sum() / 1e3,
+                     "by_op": _by_op(ops, meas, est)})
+    return rows
+
+
+def _by_op(ops, meas, est, top=4):
+    """(op, share of measured time, estimated / measured) for the heaviest op types."""
+    kinds, inverse = np.unique(ops, return_inverse=True)
+    m, e = np.bincount(inverse, weights=meas), np.bincount(inverse, weights=est)
+    heavy = np.argsort(-m, kind="stable")[:top]
+    return [(str(kinds[k]), m[k] / meas.sum(), e[k] / m[k]) for k in heavy]
+
+
+def accuracy_table(families, size, steps) -> None:
+    bandwidth, gflops = host_bandwidth_gbs(), host_matmul_gflops()
+    targets = {"as TF describes it": estimate.host_cpu_target(bandwidth),
+               "measured peak": estimate.host_cpu_target(bandwidth, gflops)}
+    d = targets["as TF describes it"].description
+    print(f"host: {d['name']}, {d['cores']} cores at {d['clock_mhz']} MHz; measured {bandwidth:.1f} GB/s "
+          f"(numpy copy), {gflops:.0f} GFLOP/s (numpy matmul). Measured profile: {size} config, cpu:1, "
+          f"median of {steps} steps. CPU rate given to Grappler: as TF describes it "
+          f"({d['peak_gflops']:.1f} GFLOP/s, 1 FLOP/cycle/core) or the measured peak.")
+    print("| family | CPU rate | nodes | timed | fallback | Spearman | measured ms | estimated ms | est/meas "
+          "| heaviest op types: share of measured, est/meas |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as work:
+        for family in families:
+            for r in compare(family, size, targets, steps, work):
+                ops = "; ".join(f"{op} {share:.0%} x{ratio:.2f}" for op, share, ratio in r["by_op"])
+                print(f"| {family} | {r['label']} | {r['nodes']} | {r['timed']} | {r['fallback']} | "
+                      f"{r['spearman']:.3f} | {r['measured_ms']:.3f} | {r['estimated_ms']:.3f} | "
+                      f"{r['estimated_ms'] / r['measured_ms']:.3f} | {ops} |", flush=True)
+
+
+def thesis_table(families, target_spec, out_root) -> None:
+    target = estimate.gpu_target(target_spec)
+    print(f"\nthesis-size estimates for {target.label} ({target.description['name']}) in {out_root}")
+    print("| family | size | nodes | build s | estimate s (grappler + fallback + write) | load s | fallback nodes |")
+    print("|---|---|---|---|---|---|---|")
+    for family in families:
+        module = load_module(family)
+        for size in [s for s in getattr(module, "SIZES", {}) if s.startswith("thesis")]:
+            start = time.perf_counter()
+            model = module.build(**resolve_knobs(module, size))
+            built = time.perf_counter()
+            out = os.path.join(out_root, f"{family}-{size}")
+            doc = estimate.estimate_model(model, target, out, meta={"family": family, "size": size})
+            estimated = time.perf_counter()
+            graph, _ = load_profile(out)
+            print(f"| {family} | {size} | {graph.num_nodes} | {built - start:.1f} | {estimated - built:.1f} | "
+                  f"{time.perf_counter() - estimated:.1f} | {len(doc['costs']['fallback_nodes'])} |", flush=True)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--families", default=",".join(FAMILIES), help="comma-separated families")
+    parser.add_argument("--size", default="tiny", help="named config for the accuracy table (default tiny)")
+    parser.add_argument("--steps", type=int, default=5, help="traced steps of the measured profiles")
+    parser.add_argument("--thesis", metavar="DIR", help="also estimate the thesis-size configs into DIR")
+    parser.add_argument("--target", default="dgx-h100", help="GPU preset for the thesis-size estimates")
+    args = parser.parse_args(argv)
+    families = [f for f in args.families.split(",") if f]
+    accuracy_table(families, args.size, args.steps)
+    if args.thesis:
+        thesis_table(families, args.target, args.thesis)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
