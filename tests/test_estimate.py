@@ -7,6 +7,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
+from pardnn.cli import main                                        # noqa: E402
 from pardnn.graph import RESIDUAL                                  # noqa: E402
 from pardnn.models import Model, load_module, resolve_knobs        # noqa: E402
 from pardnn.tf import estimate                                     # noqa: E402
@@ -126,3 +127,22 @@ def test_fallback_rule():
     # a dense in-place update reads and writes its variables: + 2 x 4096 bytes
     assert fallback_ns(1000, 0, 4096, "ResourceApplyAdam", 1.0) == pytest.approx(1000 + 8192)
     assert is_modelled("MatMul") and is_modelled("Conv2D") and not is_modelled("ResourceApplyAdam")
+
+
+def test_cli_unknown_preset_exits_2_with_the_list(tmp_path, capsys):
+    out = tmp_path / "prof"
+    assert main(["profile", "mlp", "--estimate", "tpu-v4", "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--estimate: unknown GPU preset 'tpu-v4'" in err
+    assert "gpu:K, dgx1-v100, dgx2, dgx-a100, dgx-h100" in err
+    assert not out.exists()
+
+
+def test_cli_estimated_profile_places_unchanged(tmp_path, capsys):
+    prof, placed = tmp_path / "prof", tmp_path / "placed"
+    assert main(["profile", "mlp", "--size", "tiny", "--estimate", "dgx-a100:4", "-o", str(prof)]) == 0
+    assert "A100-SXM4-40GB" in capsys.readouterr().out
+    assert json.loads((prof / "profile.json").read_text())["costs"]["target"] == "dgx-a100"
+    assert main(["place", str(prof), "--devices", "dgx-a100:2", "--algorithm", "round-robin",
+                 "-o", str(placed)]) == 0
+    assert (placed / "placed_graph.pb").is_file() and (placed / "placement.csv").is_file()

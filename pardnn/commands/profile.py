@@ -3,6 +3,8 @@
 MODEL is a built-in family (`pardnn models` lists them) or a path to a script
 defining build(**knobs) (protocol in pardnn.models). Writes the profile dir of
 DESIGN.md (graph.pb, run_metadata_<i>.pb, profile.json) all or nothing.
+With `--estimate PRESET` nothing runs: op costs are estimated for one GPU of the
+preset by Grappler's analytical cost model (pardnn.tf.estimate, docs/estimates.md).
 """
 
 import os
@@ -20,6 +22,9 @@ def add_parser(sub):
     p.add_argument("--steps", type=int, default=5, metavar="S", help="traced steps after one warm-up step (default 5)")
     p.add_argument("--devices", default="cpu:1", metavar="cpu:K|gpu",
                    help="where to profile: K virtual CPU devices or the visible GPUs (default cpu:1)")
+    p.add_argument("--estimate", metavar="PRESET",
+                   help="don't run the model: estimate its op costs for one GPU of PRESET "
+                        "(gpu:K, dgx1-v100, dgx2, dgx-a100, dgx-h100)")
     p.add_argument("-o", "--out", required=True, metavar="PROFILE_DIR", help="output directory")
     p.set_defaults(run=run)
 
@@ -29,15 +34,21 @@ def run(args):
     from pardnn.tf.session import parse_profile_devices
 
     parse_profile_devices(args.devices)      # reject a bad flag before building anything
+    target = None
+    if args.estimate is not None:
+        from pardnn.tf.estimate import estimate_model, gpu_target, summary_line
+        target = gpu_target(args.estimate)
     if args.steps < 1:
         raise UserError(f"--steps: need at least 1 traced step, got {args.steps}")
     module = load_module(args.model)
     knobs = resolve_knobs(module, args.size, args.set)
     model = _build(module, args.model, knobs)
     is_script = args.model.endswith(".py") or os.sep in args.model
-    doc = profile_model(model, args.steps, args.devices, args.out, meta={
-        "model": os.path.abspath(args.model) if is_script else args.model,
-        "size": args.size, "knobs": knobs})
+    meta = {"model": os.path.abspath(args.model) if is_script else args.model, "size": args.size, "knobs": knobs}
+    if target is not None:
+        print(summary_line(args.model, estimate_model(model, target, args.out, meta), args.out))
+        return 0
+    doc = profile_model(model, args.steps, args.devices, args.out, meta=meta)
     nodes = len(model.graph.as_graph_def().node)
     print(f"profiled {args.model} ({nodes} nodes) for {doc['steps']} steps on {args.devices}; wrote {args.out}")
     return 0

@@ -125,6 +125,17 @@ def estimate_model(model, target: Target, out_dir: str, meta=None) -> dict:
     return doc
 
 
+def summary_line(model_name: str, doc: dict, out_dir: str) -> str:
+    """What `pardnn profile --estimate` prints."""
+    costs = doc["costs"]
+    return (f"estimated {model_name} for one {costs['device']['name']} ({costs['target']}): Grappler "
+            f"scheduled {costs['scheduled']} ops; the bytes/bandwidth fallback costed "
+            f"{len(costs['fallback_nodes'])} ({costs['unmodelled']} without a Grappler model, "
+            f"{costs['dropped']} dropped by it); step {costs['run_time_us']:.1f} us, peak memory "
+            f"{costs['peak_memory_bytes'] / 2**20:.2f} MiB; took "
+            f"{costs['grappler_seconds'] + costs['fallback_seconds']:.1f} s; wrote {out_dir}")
+
+
 def fetch_names(model) -> list:
     """Node names a profiled training step fetches: the train op and the loss."""
     return [name.split(":")[0] for name in (model.train_op, model.loss)]
