@@ -94,7 +94,8 @@ def check_placement(session, fetches, feed_dict=None, graph_def=None):
 
 
 def compare_partitions(requested: dict, partition_graphs) -> PlacementCheck:
-    """PlacementCheck of partition graphs against node name -> requested device."""
+    """PlacementCheck of partition graphs against node name -> requested device.
+    A partial request ("/device:CPU:1") is honoured by any device matching it."""
     ran = Counter()
     moved = []
     for partition in partition_graphs:
@@ -104,8 +105,8 @@ def compare_partitions(requested: dict, partition_graphs) -> PlacementCheck:
                 continue
             actual = _canonical(node.device)
             ran[actual] += 1
-            if want and _canonical(want) != actual:
-                moved.append((node.name, _canonical(want), actual))
+            if want and not _honours(actual, want):
+                moved.append((node.name, want, actual))
     return PlacementCheck(dict(sorted(ran.items())), moved)
 
 
@@ -113,3 +114,11 @@ def compare_partitions(requested: dict, partition_graphs) -> PlacementCheck:
 def _canonical(name: str) -> str:
     """The full canonical form of a device name (memoised: few distinct names)."""
     return tf.DeviceSpec.from_string(name).to_string()
+
+
+@functools.lru_cache(maxsize=None)
+def _honours(actual: str, want: str) -> bool:
+    """Whether device `actual` has every field the request `want` sets."""
+    got, asked = tf.DeviceSpec.from_string(actual), tf.DeviceSpec.from_string(want)
+    return all(getattr(asked, f) is None or getattr(asked, f) == getattr(got, f)
+               for f in ("job", "replica", "task", "device_type", "device_index"))

@@ -1,0 +1,62 @@
+"""End to end on stock TF: profile mlp on cpu:1, place on cpu:4, train the placed graph
+on 4 virtual CPU devices with the losses of the unplaced run."""
+
+import json
+
+import pytest
+
+import pardnn.tf  # noqa: F401  (quiet TensorFlow import first)
+import tensorflow as tf
+
+from pardnn.cli import main
+from pardnn.models import load_module
+from pardnn.tf import check_placement, import_placed_graph, session_config
+from pardnn.tf.run import train
+
+pytestmark = [pytest.mark.slow, pytest.mark.tf]
+tf1 = tf.compat.v1
+STEPS = 3
+
+
+@pytest.fixture(scope="module")
+def placed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("e2e")
+    assert main(["profile", "mlp", "--size", "tiny", "--devices", "cpu:1", "--steps", "2",
+                 "-o", str(root / "prof")]) == 0
+    assert main(["place", str(root / "prof"), "--devices", "cpu:4", "--algorithm", "round-robin",
+                 "-o", str(root / "placed")]) == 0
+    return root / "placed"
+
+
+def _unplaced_losses(model):
+    with tf1.Session(graph=model.graph, config=session_config(1)) as session:
+        session.run(model.init)
+        return train(session, model.train_op, model.loss, model.feed, STEPS)
+
+
+def test_placed_graph_trains_on_four_devices_like_the_unplaced_one(placed):
+    assert {p.name for p in placed.iterdir()} == {"placement.csv", "placed_graph.pb", "report.json", "profile.json"}
+    assert json.loads((placed / "report.json").read_text())["algorithm"] == "round-robin"
+    model = load_module("mlp").build(**json.loads((placed / "profile.json").read_text())["knobs"])
+    expected = _unplaced_losses(model)
+
+    graph = tf.Graph()
+    with graph.as_default():
+        import_placed_graph(str(placed / "placed_graph.pb"))
+    with tf1.Session(graph=graph, config=session_config(4)) as session:
+        session.run(model.init)
+        (_, first), check = check_placement(session, [model.train_op, model.loss], model.feed(0))
+        losses = [float(first)] + train(session, model.train_op, model.loss, model.feed, STEPS - 1, start=1)
+
+    assert len(check.nodes_per_device) == 4 and min(check.nodes_per_device.values()) > 0
+    assert check.moved == []
+    assert losses == pytest.approx(expected, abs=1e-5)
+    assert expected[0] != expected[-1]                 # it trained
+
+
+def test_run_command_prints_losses_devices_and_moves(placed, capsys):
+    assert main(["run", str(placed), "--steps", str(STEPS)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("loss ") == STEPS
+    assert sum(f"device:CPU:{k}: " in out for k in range(4)) == 4
+    assert "moved from their requested device: 0" in out

@@ -1,0 +1,117 @@
+"""Bad profile dirs and bad flags: exit 2, one line on stderr naming the file or flag,
+nothing written."""
+
+import shutil
+
+import pytest
+
+import pardnn.tf  # noqa: F401  (quiet TensorFlow import first)
+from tensorflow.core.protobuf import config_pb2
+
+from pardnn.cli import main
+from pardnn.models import load_module
+from pardnn.tf import profile_model
+
+pytestmark = pytest.mark.tf
+
+
+@pytest.fixture(scope="module")
+def good_profile(tmp_path_factory):
+    out = tmp_path_factory.mktemp("good") / "prof"
+    model = load_module("mlp").build(layers=1, hidden=4, inputs=4, classes=2, batch=2)
+    profile_model(model, steps=1, out_dir=str(out))
+    return out
+
+
+def _copy(good, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(good, bad)
+    return bad
+
+
+def _place_fails(capsys, profile_dir, tmp_path, needle):
+    out = tmp_path / "out"
+    code = main(["place", str(profile_dir), "--devices", "cpu:2", "--algorithm", "round-robin", "-o", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and needle in err, err
+    assert not out.exists()
+
+
+def test_missing_graph_pb(good_profile, tmp_path, capsys):
+    bad = _copy(good_profile, tmp_path)
+    (bad / "graph.pb").unlink()
+    _place_fails(capsys, bad, tmp_path, "no graph.pb")
+
+
+def test_missing_run_metadata(good_profile, tmp_path, capsys):
+    bad = _copy(good_profile, tmp_path)
+    (bad / "run_metadata_0.pb").unlink()
+    _place_fails(capsys, bad, tmp_path, "no run_metadata_<i>.pb")
+
+
+@pytest.mark.parametrize("content", [b"", b"this is a text file, not a protobuf\n", b"\x0a\xff\xff\xff\x0f"])
+def test_graph_pb_that_is_not_a_graph_def(good_profile, tmp_path, capsys, content):
+    bad = _copy(good_profile, tmp_path)
+    (bad / "graph.pb").write_bytes(content)
+    _place_fails(capsys, bad, tmp_path, "graph.pb: not a serialized GraphDef")
+
+
+def test_truncated_run_metadata(good_profile, tmp_path, capsys):
+    bad = _copy(good_profile, tmp_path)
+    data = (bad / "run_metadata_0.pb").read_bytes()
+    (bad / "run_metadata_0.pb").write_bytes(data[: len(data) // 2])
+    _place_fails(capsys, bad, tmp_path, "run_metadata_0.pb: not a serialized RunMetadata")
+
+
+def test_run_metadata_from_another_graph(good_profile, tmp_path, capsys):
+    bad = _copy(good_profile, tmp_path)
+    meta = config_pb2.RunMetadata()
+    dev = meta.step_stats.dev_stats.add(device="/job:localhost/replica:0/task:0/device:CPU:0")
+    for name in ["_SOURCE", "x"] + [f"other_model/op_{i}" for i in range(9)]:
+        dev.node_stats.add(node_name=name, all_end_rel_micros=3)
+    (bad / "run_metadata_0.pb").write_bytes(meta.SerializeToString())
+    _place_fails(capsys, bad, tmp_path, "run_metadata_0.pb: 9 of 10 step_stats nodes are not in graph.pb")
+
+
+def test_untraced_run_metadata(good_profile, tmp_path, capsys):
+    bad = _copy(good_profile, tmp_path)
+    (bad / "run_metadata_0.pb").write_bytes(config_pb2.RunMetadata().SerializeToString())
+    _place_fails(capsys, bad, tmp_path, "run_metadata_0.pb: no step_stats")
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["mlp", "--devices", "tpu:1"], "--devices"),
+    (["mlp", "--devices", "cpu:0"], "--devices"),
+    (["mlp", "--steps", "0"], "--steps"),
+    (["mlp", "--set", "depth=3"], "unknown knob 'depth'"),
+    (["mlp", "--set", "layers=two"], "takes int"),
+    (["mlp", "--set", "hidden=0"], "'hidden' must be at least 1"),
+    (["mlp", "--size", "huge"], "--size"),
+    (["resnet9000"], "unknown model family"),
+    (["no/such/script.py"], "does not exist"),
+])
+def test_profile_bad_arguments(tmp_path, capsys, argv, needle):
+    out = tmp_path / "prof"
+    assert main(["profile", *argv, "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and needle in err, err
+    assert not out.exists()
+
+
+def test_profile_script_whose_build_fails(tmp_path, capsys):
+    script = tmp_path / "broken.py"
+    script.write_text("KNOBS = {'n': 1}\n\ndef build(n=1):\n    raise RuntimeError('no GPU here')\n")
+    out = tmp_path / "prof"
+    assert main(["profile", str(script), "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "build() failed (RuntimeError: no GPU here)" in err and len(err.splitlines()) == 1
+    assert not out.exists()
+
+
+def test_run_needs_a_placed_dir_with_profile_json(good_profile, tmp_path, capsys):
+    assert main(["run", str(tmp_path / "nowhere")]) == 2
+    assert "is not a directory" in capsys.readouterr().err
+    assert main(["run", str(good_profile), "--steps", "1"]) == 2   # a profile dir, not placed
+    err = capsys.readouterr().err.strip()
+    assert "names no model" in err and len(err.splitlines()) == 1

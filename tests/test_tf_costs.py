@@ -1,0 +1,122 @@
+"""load_profile on small real TF graphs: an MLP trained with Adam, TF1 while loops."""
+
+import numpy as np
+import pytest
+
+import pardnn.tf  # noqa: F401  (quiet TensorFlow import first)
+import tensorflow as tf
+
+from pardnn.graph import NORMAL, REFERENCE, RESIDUAL
+from pardnn.models import load_module
+from pardnn.tf import load_profile, profile, profile_model, session_config
+from pardnn.tf.costs import _has_gpu_kernels, cpu_pins
+
+pytestmark = pytest.mark.tf
+tf1 = tf.compat.v1
+TINY = {"layers": 2, "hidden": 16, "inputs": 8, "classes": 4, "batch": 4}
+
+
+@pytest.fixture(scope="module")
+def mlp_profile(tmp_path_factory):
+    model = load_module("mlp").build(**TINY)
+    out = tmp_path_factory.mktemp("mlp") / "prof"
+    profile_model(model, steps=3, devices="cpu:1", out_dir=str(out), meta={"model": "mlp", "knobs": TINY})
+    graph, info = load_profile(str(out))
+    return graph, info, graph.index(), model
+
+
+def _out_edges(graph, node):
+    e = np.arange(graph.succ_ptr[node], graph.succ_ptr[node + 1])
+    return graph.edge_dst[e], graph.edge_bytes[e], graph.edge_slot[e]
+
+
+def test_variables_and_adam_slots_are_residual_with_shape_bytes(mlp_profile):
+    graph, _, ix, _ = mlp_profile
+    for name, shape in [("layer0/w", (8, 16)), ("layer1/b", (16,)), ("logits/w", (16, 4))]:
+        for var in (name, f"{name}/Adam", f"{name}/Adam_1"):
+            assert graph.kind[ix[var]] == RESIDUAL, var
+            assert graph.persist_bytes[ix[var]] == 4 * np.prod(shape), var
+    assert graph.kind[ix["beta1_power"]] == RESIDUAL and graph.persist_bytes[ix["beta1_power"]] == 4
+    assert graph.persist_bytes[graph.kind != RESIDUAL].sum() == 0
+
+
+def test_variable_readers_and_updaters_share_its_group(mlp_profile):
+    graph, _, ix, _ = mlp_profile
+    group = graph.group[ix["layer0/w"]]
+    members = {graph.names[i] for i in graph.group_members(group)}
+    assert {"layer0/w/Adam", "layer0/w/Adam_1", "layer0/MatMul/ReadVariableOp",
+            "train/update_layer0/w/ResourceApplyAdam"} <= members
+    assert graph.group[ix["layer1/w"]] != group            # another variable, another group
+    assert "layer0/MatMul" not in members                  # reads a value, not the handle
+
+
+def test_kinds_of_updaters_and_readers(mlp_profile):
+    graph, _, ix, _ = mlp_profile
+    apply = ix["train/update_layer0/w/ResourceApplyAdam"]
+    assert graph.kind[apply] == REFERENCE and graph.out_bytes[apply] == 0
+    assert graph.kind[ix["layer0/w/Assign"]] == REFERENCE
+    assert graph.kind[ix["layer0/MatMul/ReadVariableOp"]] == NORMAL
+    assert graph.kind[ix["layer0/MatMul"]] == NORMAL
+
+
+def test_edges_carry_the_bytes_of_the_slot_they_read(mlp_profile):
+    graph, _, ix, _ = mlp_profile
+    dst, nbytes, slot = _out_edges(graph, ix["layer0/MatMul"])
+    assert list(slot) == [0] and list(nbytes) == [4 * 16 * 4]          # batch x hidden floats
+    xent = ix["softmax_cross_entropy_with_logits"]                      # outputs: loss [4], backprop [4, 4]
+    dst, nbytes, slot = _out_edges(graph, xent)
+    assert {(s, b) for s, b in zip(slot.tolist(), nbytes.tolist())} == {(0, 16), (1, 64)}
+    assert graph.out_bytes[xent] == 16 + 64
+    control = graph.edge_slot == -1
+    assert control.any() and graph.edge_bytes[control].sum() == 0
+    assert graph.out_bytes[ix["x"]] == 4 * 8 * 4                        # fed placeholder (_arg_x_0_0)
+
+
+def test_times_and_untimed_nodes(mlp_profile):
+    graph, info, ix, _ = mlp_profile
+    assert info["steps"] == 3 and info["nodes"] == graph.num_nodes
+    assert graph.comp_us[ix["layer0/MatMul"]] > 0 and graph.comp_us[ix["x"]] > 0
+    untimed = graph.comp_us == 0
+    assert graph.comp_us[ix["layer0/w/Initializer/random_uniform/RandomUniform"]] == 0   # init only
+    assert 0 < info["untimed_nodes"] <= untimed.sum() < graph.num_nodes
+    assert info["profile"]["model"] == "mlp" and info["profile"]["feeds"] == ["x:0", "y:0"]
+    assert np.all(graph.edge_src < graph.edge_dst)                      # topological ids
+
+
+def test_profile_of_a_graph_with_nested_while_loops_is_a_dag_with_one_group_per_frame(tmp_path):
+    previous = tf1.control_flow_v2_enabled()
+    tf1.disable_control_flow_v2()
+    try:
+        graph = tf.Graph()
+        with graph.as_default():
+            x = tf1.placeholder(tf.float32, [4], name="x")
+            v = tf1.get_variable("v", [4], use_resource=True, initializer=tf1.ones_initializer())
+
+            def outer(i, acc):
+                inner = tf1.while_loop(lambda j, a: j < 2, lambda j, a: (j + 1, a * 0.5 + v), (0, acc))
+                return i + 1, inner[1]
+
+            result = tf1.while_loop(lambda i, a: i < 3, outer, (tf.constant(0), x))
+            out = tf.reduce_sum(result[1], name="out")
+            init = tf1.global_variables_initializer()
+    finally:
+        if previous:
+            tf1.enable_control_flow_v2()
+    with tf1.Session(graph=graph, config=session_config()) as session:
+        session.run(init)
+        profile(session, out, lambda step: {"x:0": np.full(4, step, np.float32)}, steps=2,
+                out_dir=str(tmp_path / "loop"))
+    cost, info = load_profile(str(tmp_path / "loop"))
+    ix = cost.index()
+    loop_ops = ("Enter", "Merge", "Switch", "NextIteration", "Exit", "LoopCond")
+    frame = {cost.group[i] for i in range(cost.num_nodes) if cost.ops[i] in loop_ops}
+    assert len(frame) == 1 and info["dropped_back_edges"] == 4             # 2 loop vars x 2 loops
+    assert cost.group[ix["v"]] in frame                                    # handle read in the body
+    assert cost.group[ix["x"]] not in frame and cost.group[ix["out"]] not in frame
+    assert info["untimed_nodes"] < cost.num_nodes and cost.comp_us[ix["out"]] > 0
+
+
+def test_ops_without_gpu_kernels_are_pinned_to_cpu():
+    if not _has_gpu_kernels("MatMul"):
+        pytest.skip("this TensorFlow build registers no GPU kernels: nothing can be pinned")
+    assert cpu_pins(["MatMul", "SaveV2", "NoOp", "NotARegisteredOp"]) == ["", "CPU", "", ""]
