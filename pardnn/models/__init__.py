@@ -28,6 +28,11 @@ from pardnn.errors import UserError
 
 FAMILIES = {
     "mlp": "pardnn.models.mlp",
+    "word-rnn": "pardnn.models.word_rnn",
+    "char-crn": "pardnn.models.char_crn",
+    "wrn": "pardnn.models.wrn",
+    "transformer": "pardnn.models.transformer",
+    "e3d": "pardnn.models.e3d",
 }
 
 
