@@ -61,37 +61,45 @@ def read_step_stats(paths, table) -> StepStats:
 
 
 def _records(path, table):
-    """(node ids, durations in us, [[global slot, bytes]], unknown count) of one step."""
+    """(node ids, durations in us, [[global slot, bytes]], unknown count) of one step.
+
+    A tight loop over the protobuf records (a 200k-node step has 200k of them);
+    slot bookkeeping is done afterwards on arrays."""
     meta = _parse(path)
-    records = [ns for dev in meta.step_stats.dev_stats for ns in dev.node_stats]
-    ids, us, outs, unknown, known = [], [], [], 0, 0
-    slot_ptr, nslots = table.slot_ptr, table.slot_ptr[1:] - table.slot_ptr[:-1]
-    for ns in records:
-        i = _resolve(ns.node_name, table.index)
-        if i is None:
-            unknown += not _INTERNAL.match(ns.node_name)
-            continue
-        known += 1
-        ids.append(i)
-        us.append(ns.all_end_rel_nanos / 1e3 if ns.all_end_rel_nanos else float(ns.all_end_rel_micros))
-        for out in ns.output:
-            size = out.tensor_description.allocation_description.requested_bytes
-            if 0 <= out.slot < nslots[i] and size > 0:
-                outs.append((slot_ptr[i] + out.slot, size))
-    if not records:
+    index = table.index
+    get = index.get
+    ids, us, out_node, out_slot, out_size = [], [], [], [], []
+    unknown = 0
+    for dev in meta.step_stats.dev_stats:
+        for ns in dev.node_stats:
+            name = ns.node_name
+            i = get(name)
+            if i is None:
+                i = _resolve(name, index)
+                if i is None:
+                    unknown += not _INTERNAL.match(name)
+                    continue
+            ids.append(i)
+            nanos = ns.all_end_rel_nanos
+            us.append(nanos / 1e3 if nanos else ns.all_end_rel_micros)
+            for out in ns.output:
+                out_node.append(i)
+                out_slot.append(out.slot)
+                out_size.append(out.tensor_description.allocation_description.requested_bytes)
+    if not ids and not unknown:
         raise UserError(f"{path}: no step_stats (trace the step with RunOptions(trace_level=FULL_TRACE))")
-    if unknown > MAX_UNKNOWN_FRACTION * (unknown + known):
-        raise UserError(f"{path}: {unknown} of {unknown + known} step_stats nodes are not in graph.pb "
+    if unknown > MAX_UNKNOWN_FRACTION * (unknown + len(ids)):
+        raise UserError(f"{path}: {unknown} of {unknown + len(ids)} step_stats nodes are not in graph.pb "
                         f"(RunMetadata from another graph?)")
-    return (np.asarray(ids, np.int64), np.asarray(us, float),
-            np.asarray(outs, np.int64).reshape(-1, 2), unknown)
+    node, slot, size = (np.asarray(x, np.int64) for x in (out_node, out_slot, out_size))
+    nslots = table.slot_ptr[node + 1] - table.slot_ptr[node]
+    ok = (slot >= 0) & (slot < nslots) & (size > 0)
+    outs = np.stack([table.slot_ptr[node[ok]] + slot[ok], size[ok]], axis=1)
+    return np.asarray(ids, np.int64), np.asarray(us, float), outs, unknown
 
 
 def _resolve(name, index):
-    """GraphDef node id of a step_stats record name, or None."""
-    i = index.get(name)
-    if i is not None:
-        return i
+    """GraphDef node id of a step_stats record name that is not a node name, or None."""
     match = _ARG.fullmatch(name)
     if match:
         return index.get(match.group(1))
