@@ -120,3 +120,27 @@ def test_ops_without_gpu_kernels_are_pinned_to_cpu():
     if not _has_gpu_kernels("MatMul"):
         pytest.skip("this TensorFlow build registers no GPU kernels: nothing can be pinned")
     assert cpu_pins(["MatMul", "SaveV2", "NoOp", "NotARegisteredOp"]) == ["", "CPU", "", ""]
+
+
+def test_ref_variables_their_aliases_and_updaters(tmp_path):
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [2, 3], name="x")
+        w = tf1.Variable(tf1.ones([3, 5]), name="w", use_resource=False)      # VariableV2 + w/read
+        loss = tf.reduce_sum(tf.matmul(x, w, name="mm"), name="loss")
+        train = tf1.train.GradientDescentOptimizer(0.1).minimize(loss, name="train")
+        init = tf1.global_variables_initializer()
+    with tf1.Session(graph=graph, config=session_config()) as session:
+        session.run(init)
+        profile(session, train, {x: np.ones((2, 3), np.float32)}, steps=1, out_dir=str(tmp_path / "p"))
+    cost, _ = load_profile(str(tmp_path / "p"))
+    ix = cost.index()
+    assert cost.ops[ix["w"]] == "VariableV2" and cost.kind[ix["w"]] == RESIDUAL
+    assert cost.persist_bytes[ix["w"]] == 3 * 5 * 4 and cost.out_bytes[ix["w"]] == 0   # ref output: an alias
+    apply = ix["train/update_w/ApplyGradientDescent"]
+    for name in ("w/read", "w/Assign"):
+        assert cost.kind[ix[name]] == REFERENCE and cost.out_bytes[ix[name]] == 0, name
+    assert cost.kind[apply] == REFERENCE
+    assert len({cost.group[ix[n]] for n in ("w", "w/read", "w/Assign")} | {cost.group[apply]}) == 1
+    dst, nbytes, _ = _out_edges(cost, ix["w/read"])
+    assert nbytes[list(dst).index(ix["mm"])] == 3 * 5 * 4        # the tensor still crosses devices whole
