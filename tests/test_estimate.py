@@ -109,7 +109,7 @@ def test_dropped_and_unmodelled_nodes_take_the_fallback():
     for name in ("x", "logsm"):
         ns = dev.node_stats.add(node_name=name, all_end_rel_nanos=1, op_end_rel_nanos=1)
         ns.output.add(slot=0).tensor_description.allocation_description.requested_bytes = 128
-    info = estimate._apply_fallbacks(graph, stats, {"x", "logsm", "mean", "mean/reduction_indices"}, 2.0)
+    info = estimate._apply_fallbacks(graph, stats, {"x", "logsm", "mean", "mean/reduction_indices"}, 2.0, 1.0)
     record = {ns.node_name: ns for ns in dev.node_stats}
     # mean: x (128) + axis const (4, static) in, [4] floats (16, static) out
     assert record["mean"].all_end_rel_nanos == round(fallback_ns(132, 16, 0, "Mean", 2.0)) == 74
@@ -121,11 +121,34 @@ def test_dropped_and_unmodelled_nodes_take_the_fallback():
     assert info["fallback_nodes"] == ["mean", "mean/reduction_indices", "logsm"]
 
 
+def test_conv3d_fallback_adds_flops_over_peak():
+    """[1,4,4,4,2] * [3,3,3,2,3] SAME -> [1,4,4,4,3]: 2 x 192 outputs x 27 taps x 2 channels
+    = 20736 FLOPs at 20.736 GFLOP/s = 1000 ns; 512 + 648 + 768 bytes at 1.928 GB/s = 1000 ns.
+    Both gradients do the same multiply-adds."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [1, 4, 4, 4, 2], name="x")
+        k = tf1.placeholder(tf.float32, [3, 3, 3, 2, 3], name="k")
+        y = tf.nn.conv3d(x, k, [1] * 5, "SAME", name="conv")
+        tf.gradients(tf.reduce_sum(y), [x, k])
+    names = {"conv": "Conv3D", "gradients/conv_grad/Conv3DBackpropInputV2": "Conv3DBackpropInputV2",
+             "gradients/conv_grad/Conv3DBackpropFilterV2": "Conv3DBackpropFilterV2"}
+    for name, op_type in names.items():
+        op = graph.get_operation_by_name(name)
+        assert op.type == op_type and estimate._conv3d_flops(op) == 20736
+    stats = tf1.RunMetadata().step_stats
+    stats.dev_stats.add(device="/device:GPU:0")
+    estimate._apply_fallbacks(graph, stats, {"x", "k", "conv"}, 1.928, 20.736)
+    record = {ns.node_name: ns for ns in stats.dev_stats[0].node_stats}
+    assert record["conv"].all_end_rel_nanos == 2000
+
+
 def test_fallback_rule():
     # 3000 bytes at 1.5 GB/s = 2000 ns; a non-updating op ignores its resource inputs
     assert fallback_ns(1000, 2000, 4096, "Mean", 1.5) == pytest.approx(2000.0)
     # a dense in-place update reads and writes its variables: + 2 x 4096 bytes
     assert fallback_ns(1000, 0, 4096, "ResourceApplyAdam", 1.0) == pytest.approx(1000 + 8192)
+    assert fallback_ns(1000, 0, 0, "Conv3D", 1.0, flops=5000, peak_gflops=2.5) == pytest.approx(3000)
     assert is_modelled("MatMul") and is_modelled("Conv2D") and not is_modelled("ResourceApplyAdam")
 
 

@@ -54,6 +54,7 @@ class Target:
     kind: str                # "GPU" or "CPU"
     properties: dict         # DeviceProperties fields (pardnn.gpu_specs units)
     bandwidth_gbs: float     # memory bandwidth used by the fallback
+    peak_gflops: float       # FP32 rate used by the fallback (3-D convolutions)
     description: dict        # what profile.json records about the device
 
     @property
@@ -64,7 +65,8 @@ class Target:
 def gpu_target(spec: str, flag: str = "--estimate") -> Target:
     """The Target for a GPU preset name (UserError listing the presets otherwise)."""
     label, gpu = gpu_specs.resolve(spec, flag)
-    return Target(label, "GPU", gpu.device_properties(), gpu.bandwidth_gbs, gpu.to_dict())
+    return Target(label, "GPU", gpu.device_properties(), gpu.bandwidth_gbs, gpu.peak_fp32_gflops,
+                  gpu.to_dict())
 
 
 def host_cpu_target(bandwidth_gbs: float, peak_gflops: float | None = None) -> Target:
@@ -92,7 +94,7 @@ def host_cpu_target(bandwidth_gbs: float, peak_gflops: float | None = None) -> T
                    "peak_gflops": props.frequency * 1e-3 * cores, "bandwidth_gbs": bandwidth_gbs,
                    "source": "TensorFlow's description of the local CPU; bandwidth"
                              + (" and peak rate" if peak_gflops is not None else "") + " measured"}
-    return Target("host-cpu", "CPU", fields, bandwidth_gbs, description)
+    return Target("host-cpu", "CPU", fields, bandwidth_gbs, description["peak_gflops"], description)
 
 
 def estimate_model(model, target: Target, out_dir: str, meta=None) -> dict:
@@ -153,7 +155,7 @@ def estimate_step(model, target: Target):
     _fill_micros(step_stats)
     t1 = time.perf_counter()
     info = _apply_fallbacks(model.graph, step_stats, _step_nodes(meta.graph_def, fetch_names(model)),
-                            target.bandwidth_gbs)
+                            target.bandwidth_gbs, target.peak_gflops)
     info.update(grappler_seconds=t1 - t0, fallback_seconds=time.perf_counter() - t1,
                 run_time_us=run_time_s * 1e6, peak_memory_bytes=peak)
     return config_pb2.RunMetadata(step_stats=step_stats), info
@@ -205,7 +207,7 @@ def _step_nodes(graph_def, fetches) -> set:
     return seen
 
 
-def _apply_fallbacks(graph, step_stats, step_nodes: set, bandwidth_gbs: float) -> dict:
+def _apply_fallbacks(graph, step_stats, step_nodes: set, bandwidth_gbs: float, peak_gflops: float) -> dict:
     """Re-cost unmodelled ops and add dropped ones, in place; counts for profile.json."""
     stats = {ns.node_name: ns for dev in step_stats.dev_stats for ns in dev.node_stats}
     ops = {op.name: op for op in graph.get_operations() if op.name in stats or op.name in step_nodes}
@@ -216,7 +218,7 @@ def _apply_fallbacks(graph, step_stats, step_nodes: set, bandwidth_gbs: float) -
     for name in dropped:
         stats[name] = device_stats.node_stats.add(node_name=name, timeline_label=ops[name].type)
     for name in dropped + unmodelled:
-        _set_time(stats[name], _fallback_ns(ops[name], stats, bandwidth_gbs))
+        _set_time(stats[name], _fallback_ns(ops[name], stats, bandwidth_gbs, peak_gflops))
     return {"scheduled": len(stats) - len(dropped), "dropped": len(dropped),
             "unmodelled": len(unmodelled),
             "dropped_ops": _count_types(ops, dropped), "unmodelled_ops": _count_types(ops, unmodelled),
@@ -230,7 +232,7 @@ def _count_types(ops, names) -> dict:
     return dict(sorted(counts.items()))
 
 
-def _fallback_ns(op, stats, bandwidth_gbs) -> float:
+def _fallback_ns(op, stats, bandwidth_gbs, peak_gflops) -> float:
     inputs = resources = 0
     for tensor in op.inputs:
         if tensor.dtype.name == "resource":
@@ -238,7 +240,20 @@ def _fallback_ns(op, stats, bandwidth_gbs) -> float:
         else:
             inputs += _tensor_bytes(tensor, stats)
     outputs = sum(_tensor_bytes(t, stats) for t in op.outputs)
-    return grappler_ops.fallback_ns(inputs, outputs, resources, op.type, bandwidth_gbs)
+    return grappler_ops.fallback_ns(inputs, outputs, resources, op.type, bandwidth_gbs,
+                                    _conv3d_flops(op), peak_gflops)
+
+
+def _conv3d_flops(op) -> int:
+    """FLOPs of a 3-D convolution op from static shapes (0 for other ops or unknown shapes)."""
+    if op.type not in grappler_ops.CONV3D_OPS:
+        return 0
+    forward_output = op.outputs[0] if op.type == "Conv3D" else op.inputs[2]
+    kernel = op.outputs[0] if op.type.startswith("Conv3DBackpropFilter") else op.inputs[1]
+    count = forward_output.shape.num_elements()
+    if count is None or not kernel.shape.is_fully_defined():
+        return 0
+    return grappler_ops.conv3d_flops(count, kernel.shape.as_list())
 
 
 def _tensor_bytes(tensor, stats) -> int:

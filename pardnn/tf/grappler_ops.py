@@ -11,11 +11,16 @@ an op missing from it is merely re-costed by the fallback below, never dropped.
 
 Fallback (used for those ops and for ops of the step Grappler did not schedule at
 all): time = bytes touched / memory bandwidth, with bytes touched = input bytes +
-output bytes. It is Grappler's own unknown-op rule with one correction that serves
-the objective: an in-place dense update (`ResourceApply*`: the optimizer step) reads
-and writes its variables, which Grappler sees only as scalar resource handles, so
-each resource input counts twice the variable's bytes. Other resource inputs
-(ResourceGather and the like touch a few rows) count zero.
+output bytes. It is Grappler's own unknown-op rule with two corrections that serve
+the objective:
+- an in-place dense update (`ResourceApply*`: the optimizer step) reads and writes
+  its variables, which Grappler sees only as scalar resource handles, so each
+  resource input counts twice the variable's bytes. Other resource inputs
+  (ResourceGather and the like touch a few rows) count zero;
+- 3-D convolutions (Conv3D and its two gradients; the E3D family is made of them)
+  have no Grappler model although their FLOPs dominate, so they add FLOPs / peak
+  FP32 rate, the compute term Grappler uses for Conv2D (compute and memory time
+  added, no overlap, as Grappler does by default).
 """
 
 MODELLED = frozenset("""
@@ -42,6 +47,8 @@ SelectV2 SquaredDifference Sub TruncateDiv TruncateMod Where
 """.split())
 
 DENSE_UPDATE_PREFIX = "ResourceApply"
+CONV3D_OPS = frozenset(["Conv3D", "Conv3DBackpropInput", "Conv3DBackpropInputV2",
+                        "Conv3DBackpropFilter", "Conv3DBackpropFilterV2"])
 
 
 def is_modelled(op: str) -> bool:
@@ -49,12 +56,20 @@ def is_modelled(op: str) -> bool:
 
 
 def fallback_ns(input_bytes: int, output_bytes: int, resource_bytes: int, op: str,
-                bandwidth_gbs: float) -> float:
-    """Nanoseconds for an op Grappler does not cost: bytes touched / bandwidth.
+                bandwidth_gbs: float, flops: int = 0, peak_gflops: float = float("inf")) -> float:
+    """Nanoseconds for an op Grappler does not cost: bytes touched / bandwidth, plus
+    flops / peak rate (nonzero only for 3-D convolutions).
 
     `resource_bytes` is the size of the variables behind the op's resource inputs;
     it counts twice (read + write) for dense in-place updates, else not at all."""
     touched = input_bytes + output_bytes
     if op.startswith(DENSE_UPDATE_PREFIX):
         touched += 2 * resource_bytes
-    return touched / bandwidth_gbs     # bytes / (GB/s) = ns
+    return touched / bandwidth_gbs + flops / peak_gflops     # bytes / (GB/s) = ns, FLOP / GFLOP/s = ns
+
+
+def conv3d_flops(forward_output_elements: int, filter_shape) -> int:
+    """FLOPs of a 3-D convolution or either gradient: one multiply-add (2 FLOPs) per
+    element of the forward output per filter tap per input channel."""
+    depth, height, width, in_channels, _ = filter_shape
+    return 2 * forward_output_elements * depth * height * width * in_channels
