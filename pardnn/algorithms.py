@@ -12,6 +12,8 @@ import importlib
 from pardnn.errors import UserError
 
 ALGORITHMS = {
+    "pardnn": ("pardnn.partition.pardnn:place",
+               "ParDNN Step 1: critical-path slicing, initial merging + LALB, refinement"),
     "round-robin": ("pardnn.baselines.round_robin:place",
                     "colocation groups dealt to devices in topological order"),
     "single": ("pardnn.baselines.single:place", "everything on device 0, TensorFlow's default"),

@@ -20,15 +20,21 @@ def scenarios(draw):
     return np.reshape(init, (k, size)), updates, queries
 
 
-@settings(max_examples=200, deadline=None)
-@given(scenarios())
-def test_range_sums_match_naive_prefix_sums(scenario):
-    init, updates, queries = scenario
+def updated(init, updates):
+    """The tree and a plain array after the same updates."""
     tree = FenwickTree(init)
     naive = init.copy()
     for level, device, amount in updates:
         tree.add([level], device, [amount])
         naive[device, level] += amount
+    return tree, naive
+
+
+@settings(max_examples=200, deadline=None)
+@given(scenarios())
+def test_range_sums_match_naive_prefix_sums(scenario):
+    init, updates, queries = scenario
+    tree, naive = updated(init, updates)
     scale = 1e-6 * (np.abs(naive).sum() + sum(abs(u[2]) for u in updates) + 1)
     for lo, hi in queries:
         expect = naive[:, lo:hi].sum(axis=1) if hi > lo else np.zeros(len(naive))
@@ -43,3 +49,10 @@ def test_batched_update_hits_each_level_once():
     assert tree.range_sum(3, 4).tolist() == [0.0, 6.0]
     assert tree.range_sum(4, 7).tolist() == [0.0, 0.0]
     assert tree.range_sum(5, 2).tolist() == [0.0, 0.0]
+
+
+@settings(max_examples=50, deadline=None)
+@given(scenarios())
+def test_values_undoes_the_build_and_updates(scenario):
+    tree, naive = updated(*scenario[:2])
+    assert np.allclose(tree.values(), naive.T, rtol=0, atol=1e-6 * (np.abs(naive).sum() + 1))

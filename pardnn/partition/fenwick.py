@@ -2,11 +2,11 @@
 §4.1.1, "Mapping": "We use binary-indexed-trees [Fenwick, 1994] ... where the tree
 nodes store the weights per level").
 
-One Fenwick tree per device, stored side by side as a (K, L+1) array, so that one
-query answers for all K devices at once: the O(log L) tree positions of a prefix
-are computed once and gathered from every device's row in one numpy call. An
-update touches a single device: its tree positions are collected in Python and
-added to that device's row in one numpy call.
+One Fenwick tree per device, stored side by side as an (L+1, K) array whose row i
+is tree position i of every device. A range query computes the O(log L) positions
+of its two prefixes once and answers for all K devices with one gather and one
+signed sum. An update touches one device: its positions are collected in Python
+and added in one numpy call.
 """
 
 import numpy as np
@@ -18,44 +18,63 @@ class FenwickTree:
     def __init__(self, values):
         """values: (K, L) initial value of each level on each device."""
         values = np.asarray(values, float)
-        k, size = values.shape
-        self.size = size
-        tree = np.zeros((k, size + 1))
-        tree[:, 1:] = values
+        self.k, self.size = values.shape
+        tree = np.zeros((self.size + 1, self.k))
+        tree[1:] = values.T
         step = 1
-        while step <= size:                       # linear-time build, one bit at a time
-            child = np.arange(step, size + 1, 2 * step)
+        while step <= self.size:                  # linear-time build, one bit at a time
+            child = np.arange(step, self.size + 1, 2 * step)
             parent = child + step
-            ok = parent <= size
-            tree[:, parent[ok]] += tree[:, child[ok]]
+            ok = parent <= self.size
+            tree[parent[ok]] += tree[child[ok]]
             step *= 2
         self._tree = tree
+        self._flat = tree.reshape(-1)
+
+    def values(self) -> np.ndarray:
+        """(L, K): the current value of every level on every device (the build,
+        undone one bit at a time from the top)."""
+        tree = self._tree.copy()
+        step = 1 << max(self.size.bit_length() - 1, 0)
+        while step >= 1:
+            child = np.arange(step, self.size + 1, 2 * step)
+            parent = child + step
+            ok = parent <= self.size
+            tree[parent[ok]] -= tree[child[ok]]
+            step //= 2
+        return tree[1:]
 
     def add(self, levels, device: int, amounts) -> None:
         """Add amounts[i] to level levels[i] of `device`."""
-        size = self.size
+        size, k = self.size, self.k
         where, what = [], []
         for level, amount in zip(levels, amounts):
             i = int(level) + 1
             while i <= size:
-                where.append(i)
+                where.append(i * k + device)
                 what.append(amount)
                 i += i & -i
-        np.add.at(self._tree[device], where, what)
+        np.add.at(self._flat, where, what)
 
     def prefix(self, end: int) -> np.ndarray:
         """Per device: the sum of levels 0..end-1."""
-        return self._tree[:, _chain(end)].sum(axis=1)
+        return self._tree[_chain(end)].sum(axis=0)
 
     def range_sum(self, lo: int, hi: int) -> np.ndarray:
         """Per device: the sum of levels lo..hi-1 (zeros when hi <= lo)."""
         if hi <= lo:
-            return np.zeros(self._tree.shape[0])
-        return self.prefix(hi) - self.prefix(lo)
+            return np.zeros(self.k)
+        up, down = _chain(hi), _chain(lo)
+        while up and down and up[-1] == down[-1]:    # shared high bits cancel
+            up.pop()
+            down.pop()
+        sign = np.ones(len(up) + len(down))
+        sign[len(up):] = -1.0
+        return sign @ self._tree[up + down]
 
 
 def _chain(end: int) -> list:
-    """Tree positions whose sum is the prefix of length `end`."""
+    """Tree positions whose sum is the prefix of length `end`, highest bit last."""
     out = []
     while end > 0:
         out.append(end)

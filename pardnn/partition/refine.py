@@ -1,0 +1,166 @@
+"""Refinement of the mapping (thesis §4.1.1, "Refinement"): cluster swapping, then
+critical-path node switching, each judged by the emulator.
+
+The thesis accepts a change when its own estimate improves. Here every batch of
+changes is also emulated (pardnn.emulator.scheduler.simulate) and kept only when
+the emulated makespan is not worse, so refinement can never hurt. Emulating each
+candidate move alone would cost a full emulation per move (about 1 s at 200k
+nodes), so candidates are chosen by the thesis' local estimates and verified
+once per batch: once for all swaps, once per node-switching round.
+
+1. Cluster swapping: a secondary cluster sc on device a whose span is better
+   balanced elsewhere (device b has less work in span(sc) even with sc added)
+   looks for a secondary sc' on b whose first node starts within span(sc); the pair
+   swaps devices when that lowers the Eq. 4.2 costs of both (work of the device
+   within the cluster's span, other than the cluster itself, plus the cluster's
+   communication there). Each cluster swaps at most once (as in the thesis). The
+   search for sc' scans at most SCAN clusters in start order (binary search into
+   the clusters sorted by first-node level), which keeps it O(C log C).
+2. Critical-path node switching, up to K rounds (thesis: "we choose to do it at
+   most K times"): the critical path of the partitioned graph (levels with each
+   edge costed on its devices' link, 0 within a device) is walked as in slicing;
+   for each of its edges that crosses devices, the endpoint whose move to the
+   other end's device shortens the longest path through it most (with its
+   neighbours' levels held fixed) moves, with its whole colocation group and only
+   to an allowed device. A round whose emulated makespan is worse is undone and
+   ends the search; so does a round that finds no move or no improvement.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pardnn.emulator.scheduler import simulate
+from pardnn.partition.switching import critical_moves
+
+SCAN = 32
+
+
+@dataclass
+class Refined:
+    device: np.ndarray
+    mapped_makespan_us: float       # emulated, before refinement
+    makespan_us: float              # emulated, after
+    swaps: int                      # cluster pairs swapped (and kept)
+    switches: int                   # nodes moved by critical-path switching (and kept)
+
+
+def refine(graph, cluster, slices, mapping, allowed, rounds: int) -> Refined:
+    """Refine `mapping` (from map_clusters); `allowed` is (groups x devices)."""
+    device = mapping.device
+    schedule = simulate(graph, cluster, device)
+    start = schedule.makespan
+    swaps = swap_clusters(graph, slices, mapping)
+    if swaps:
+        trial = np.asarray(mapping.links.dev, np.int32)
+        swapped = simulate(graph, cluster, trial)
+        if swapped.makespan <= schedule.makespan:
+            device, schedule = trial, swapped
+        else:
+            swaps = 0
+    switches = 0
+    for _ in range(rounds):
+        moves = critical_moves(graph, cluster, device, schedule, allowed)
+        kept = _first_improving(graph, cluster, device, schedule.makespan, [moves, moves[:1]])
+        if kept is None:
+            break
+        device, schedule, moved = kept
+        switches += moved
+    return Refined(device, start, schedule.makespan, swaps, switches)
+
+
+def _first_improving(graph, cluster, device, makespan, batches):
+    """(device, schedule, nodes moved) for the first batch of moves that shortens
+    the emulated makespan; None if none does."""
+    tried = set()
+    for batch in batches:
+        if not batch or len(batch) in tried:
+            continue
+        tried.add(len(batch))
+        trial = device.copy()
+        groups = [g for _, g, _ in batch]
+        for _, g, d in batch:
+            trial[graph.group_members(g)] = d
+        schedule = simulate(graph, cluster, trial)
+        if schedule.makespan < makespan:
+            moved = int(sum(graph.group_ptr[g + 1] - graph.group_ptr[g] for g in groups))
+            return trial, schedule, moved
+    return None
+
+
+# ------------------------------------------------------------ cluster swapping
+def swap_clusters(graph, slices, mapping) -> int:
+    """Swap pairs of secondary clusters within spans (updates mapping.links and
+    mapping.work in place); returns the number of swaps."""
+    links, span, weight, ok = mapping.links, mapping.span, mapping.weight, mapping.allowed
+    lalb = np.setdiff1d(np.arange(slices.num_primary, slices.num_clusters), mapping.merged)
+    if len(lalb) < 2:
+        return 0
+    head_level = mapping.level[slices.head[lalb]]
+    by_start = lalb[np.argsort(head_level, kind="stable")].tolist()
+    starts = np.sort(head_level)
+    swapped = np.zeros(slices.num_clusters, bool)
+    comp, level, cdev = graph.comp_us.tolist(), mapping.level.tolist(), links.cdev
+    count = 0
+    for c, target in _unbalanced(mapping, lalb):
+        if swapped[c]:
+            continue
+        lo, hi = np.searchsorted(starts, span[c], side="left").tolist()
+        best_gain, partner = 0.0, -1
+        for c2 in by_start[lo:min(hi, lo + SCAN)]:
+            if (cdev[c2] != target or swapped[c2] or weight[c2] >= weight[c]
+                    or not ok[c2, cdev[c]]):
+                continue
+            gain = _swap_gain(mapping, c, c2, comp, level)
+            if gain > best_gain:
+                best_gain, partner = gain, c2
+        if partner >= 0:
+            _swap(mapping, c, partner, comp, level)
+            swapped[[c, partner]] = True
+            count += 1
+    return count
+
+
+def _unbalanced(mapping, clusters) -> list:
+    """(cluster, device) pairs, heaviest cluster first, where the allowed device
+    with least work in the cluster's span would still have less with the cluster
+    added (a snapshot of the loads after mapping)."""
+    work = mapping.work
+    cum = np.vstack([np.zeros(work.k), np.cumsum(work.values(), axis=0)])
+    lo, hi = mapping.span[clusters].T
+    loads = np.where(mapping.allowed[clusters], cum[hi] - cum[lo], np.inf)
+    here = loads[np.arange(len(clusters)), mapping.links.cdev[clusters]]
+    target = np.argmin(loads, axis=1)
+    pick = np.flatnonzero(loads[np.arange(len(clusters)), target] + mapping.weight[clusters] < here)
+    pick = pick[np.argsort(-mapping.weight[clusters[pick]], kind="stable")]
+    return list(zip(clusters[pick].tolist(), target[pick].tolist()))
+
+
+def _swap_gain(mapping, c, c2, comp, level) -> float:
+    """Eq. 4.2 costs of c on a and c2 on b, minus those after swapping them."""
+    links, span = mapping.links, mapping.span
+    a, b = links.cdev[c], links.cdev[c2]
+    s1, s2 = span[c].tolist(), span[c2].tolist()
+    load1, load2 = mapping.work.range_sum(*s1), mapping.work.range_sum(*s2)
+    comm1, comm2 = links.comm_cost(c), links.comm_cost(c2)
+    before = (load1[a] - _work_in(links.members[c], s1, comp, level) + comm1[a]
+              + load2[b] - _work_in(links.members[c2], s2, comp, level) + comm2[b])
+    after = (load1[b] - _work_in(links.members[c2], s1, comp, level) + comm1[b]
+             + load2[a] - _work_in(links.members[c], s2, comp, level) + comm2[a])
+    return float(before - after)
+
+
+def _work_in(nodes, span, comp, level) -> float:
+    lo, hi = span
+    return sum(comp[n] for n in nodes if lo <= level[n] < hi)
+
+
+def _swap(mapping, c, c2, comp, level):
+    links = mapping.links
+    a, b = int(links.cdev[c]), int(links.cdev[c2])
+    for x, old, new in ((c, a, b), (c2, b, a)):
+        nodes = links.members[x]
+        levels, amounts = [level[n] for n in nodes], [comp[n] for n in nodes]
+        mapping.work.add(levels, old, [-v for v in amounts])
+        mapping.work.add(levels, new, amounts)
+        links.assign(x, new)
