@@ -33,6 +33,9 @@ SIZES = {
     "thesis-2": {"layers": 32, "hidden": 32, "seq": 35},
 }
 
+# Graph nodes of the thesis configs (Table 5.1) that the named configs reproduce.
+THESIS_NODES = {"thesis": 22748, "thesis-2": 86663}
+
 _CHARS = 13   # padding 0, begin-of-word 1, end-of-word 2, digits 3..12
 
 

@@ -37,6 +37,9 @@ SIZES = {
     "thesis-2": {"layers": 6, "hidden": 8, "patch": 8, "image": 32},
 }
 
+# Graph nodes of the thesis configs (Table 5.1) that the named configs reproduce.
+THESIS_NODES = {"thesis": 55756, "thesis-2": 55756}
+
 _WINDOW = 2   # frames per cell input (the authors' window_length; stride 1)
 
 

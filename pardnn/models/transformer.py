@@ -38,6 +38,9 @@ SIZES = {
     "thesis-2": {"layers": 99, "filter": 48},
 }
 
+# Graph nodes of the thesis configs (Table 5.1) that the named configs reproduce.
+THESIS_NODES = {"thesis": 80550, "thesis-2": 160518}
+
 
 def _positions(length, model):
     """The paper's sinusoidal position encodings, [length, model]."""

@@ -26,6 +26,9 @@ SIZES = {
     "thesis-2": {"layers": 8, "hidden": 64, "seq": 25, "vocab": 64, "batch": 4},
 }
 
+# Graph nodes of the thesis configs (Table 5.1) that the named configs reproduce.
+THESIS_NODES = {"thesis": 10578, "thesis-2": 10578}
+
 
 def build(layers, hidden, seq, vocab, batch, learning_rate, grad_clip, seed):
     """The training graph; feeds "inputs" and "targets" ([batch, seq] int32)."""

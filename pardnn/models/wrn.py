@@ -33,6 +33,9 @@ SIZES = {
     "thesis-2": {"units": 95, "widen": 28, "width": 1, "classes": 100},
 }
 
+# Graph nodes of the thesis configs (Table 5.1) that the named configs reproduce.
+THESIS_NODES = {"thesis": 187742, "thesis-2": 79742}
+
 
 def _conv(x, channels, size, stride, name):
     """A bias-free convolution whose kernel joins the weight-decay collection."""
