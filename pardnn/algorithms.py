@@ -14,6 +14,8 @@ from pardnn.errors import UserError
 ALGORITHMS = {
     "pardnn": ("pardnn.partition.pardnn:place",
                "ParDNN Step 1: critical-path slicing, initial merging + LALB, refinement"),
+    "pardnn-hier": ("pardnn.hierarchical:place",
+                    "hosts first, then ParDNN within each host (or one host alone, if faster)"),
     "round-robin": ("pardnn.baselines.round_robin:place",
                     "colocation groups dealt to devices in topological order"),
     "single": ("pardnn.baselines.single:place", "everything on device 0, TensorFlow's default"),
