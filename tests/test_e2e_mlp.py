@@ -18,12 +18,12 @@ tf1 = tf.compat.v1
 STEPS = 3
 
 
-@pytest.fixture(scope="module")
-def placed(tmp_path_factory):
+@pytest.fixture(scope="module", params=["round-robin", "pardnn"])
+def placed(tmp_path_factory, request):
     root = tmp_path_factory.mktemp("e2e")
     assert main(["profile", "mlp", "--size", "tiny", "--devices", "cpu:1", "--steps", "2",
                  "-o", str(root / "prof")]) == 0
-    assert main(["place", str(root / "prof"), "--devices", "cpu:4", "--algorithm", "round-robin",
+    assert main(["place", str(root / "prof"), "--devices", "cpu:4", "--algorithm", request.param,
                  "-o", str(root / "placed")]) == 0
     return root / "placed"
 
@@ -36,7 +36,7 @@ def _unplaced_losses(model):
 
 def test_placed_graph_trains_on_four_devices_like_the_unplaced_one(placed):
     assert {p.name for p in placed.iterdir()} == {"placement.csv", "placed_graph.pb", "report.json", "profile.json"}
-    assert json.loads((placed / "report.json").read_text())["algorithm"] == "round-robin"
+    algorithm = json.loads((placed / "report.json").read_text())["algorithm"]
     model = load_module("mlp").build(**json.loads((placed / "profile.json").read_text())["knobs"])
     expected = _unplaced_losses(model)
 
@@ -48,7 +48,8 @@ def test_placed_graph_trains_on_four_devices_like_the_unplaced_one(placed):
         (_, first), check = check_placement(session, [model.train_op, model.loss], model.feed(0))
         losses = [float(first)] + train(session, model.train_op, model.loss, model.feed, STEPS - 1, start=1)
 
-    assert len(check.nodes_per_device) == 4 and min(check.nodes_per_device.values()) > 0
+    if algorithm == "round-robin":            # pardnn may rightly leave a device idle
+        assert len(check.nodes_per_device) == 4 and min(check.nodes_per_device.values()) > 0
     assert check.moved == []
     assert losses == pytest.approx(expected, abs=1e-5)
     assert expected[0] != expected[-1]                 # it trained
@@ -58,5 +59,5 @@ def test_run_command_prints_losses_devices_and_moves(placed, capsys):
     assert main(["run", str(placed), "--steps", str(STEPS)]) == 0
     out = capsys.readouterr().out
     assert out.count("loss ") == STEPS
-    assert sum(f"device:CPU:{k}: " in out for k in range(4)) == 4
+    assert sum(f"device:CPU:{k}: " in out for k in range(4)) >= 2
     assert "moved from their requested device: 0" in out
