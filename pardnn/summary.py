@@ -1,5 +1,6 @@
 """The short summary printed after a placement: makespan, speedup over one device,
-per-device nodes and peak memory against capacity, and time taken. Only the report
+per-device nodes and peak memory against capacity (and, for the devices the memory
+repair had to fix, their peak before it), and time taken. Only the report
 fields that were computed are shown."""
 
 from pardnn.units import format_size, format_time
@@ -21,10 +22,15 @@ def print_summary(report, out_dir=None, file=None):
         line = f"  {name}: {report['nodes_per_device'][i]} nodes"
         if peaks is not None:
             line += f", peak {format_size(peaks[i])} of {format_size(caps[i])}"
+        if name in report.get("repaired_devices", ()):
+            line += f" (repaired: was {format_size(report['peak_memory_before_repair_bytes'][i])})"
         lines.append(line)
     if "feasible" in report:
         lines.append(f"  memory: {'fits' if report['feasible'] else 'DOES NOT FIT'} "
                      f"(reserve {report['reserve']:.0%})")
+    if report.get("repaired_devices"):
+        lines.append(f"  memory repair: {len(report['repaired_devices'])} device(s) overflowed; moved "
+                     f"{report['moved_nodes']} nodes ({report['moved_nodes'] / report['num_nodes']:.1%})")
     lines.append(f"  communication {format_size(report['comm_bytes'])} per step; "
                  f"placed in {report['placement_seconds']:.2f} s")
     if out_dir:

@@ -1,0 +1,223 @@
+"""What moving a colocation group changes in memory and communication, read from one
+emulation; the raw material of the overflow repair (pardnn.emulator.repair).
+
+The repair moves whole colocation groups (a variable with its reads, updaters and
+optimizer slots: TF would refuse to split them), so the thesis' per-node quantities are
+summed over a group's members:
+
+- move cost (Eq. 4.5): comp(n) plus the communication of n's edges to nodes on its own
+  device, both directions. The extracted Eq. 4.5 reads "comp(n) 8 sum comm(u, n) + sum
+  comm(n, v)"; the "8" is a garbled "+" (the text explains the cost as computation plus
+  the communication with ancestors *and* descendants on the same pe). Edges inside the
+  group are never cut and do not count. The target is not known yet when the cost is
+  needed, so an edge costs latency + bytes / bandwidth over the cluster's mean link.
+- potential at time t: what leaving the device frees there at t. Per buffer of the
+  memory profile (pardnn.emulator.memory) the group frees, on an interval:
+  * an input buffer whose last local consumer is in the group (the thesis' M_pot,
+    Table 4.2): from when it is complete until it is freed;
+  * a member's own output: while the member runs (M_pot's "st(n) <= t < ft(n)"); for
+    its whole life when no node outside the group reads it on this device (the thesis
+    counts only the running part, but nothing keeps such a buffer here once the
+    producer has gone);
+  * the group's resident state (variables, optimizer slots, persistent bytes) for the
+    whole step. Table 4.2 has no term for it, yet moving a variable frees exactly that,
+    and it is what makes most large models fit.
+  For a group of one NORMAL node with a local consumer this is M_pot(n, t) exactly.
+- need on a target device: the resident state for the whole step, the members' own
+  outputs for their lifetime, and a copy of each input tensor produced elsewhere for
+  the interval the group's buffers above hold it. Inputs the group reads but does not
+  free last are left out: an approximation the next emulation corrects.
+
+Intervals are kept as ranges of positions on a time grid (segment i holds from
+grid[i] to grid[i + 1]): on the source, the segments that start inside the interval,
+so the bytes freed at a segment's start are exactly the potential there.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pardnn.baselines.common import resident_bytes
+from pardnn.graph import NORMAL
+
+
+def distinct(sorted_keys) -> np.ndarray:
+    """Mask of the first of each run of equal keys in a sorted array. (np.unique hashes
+    in numpy 2 and is two orders of magnitude slower than a sort on large int arrays.)"""
+    first = np.ones(len(sorted_keys), bool)
+    first[1:] = sorted_keys[1:] != sorted_keys[:-1]
+    return first
+
+
+def sum_by_key(keys, values):
+    """(distinct keys in increasing order, sum of values per key)."""
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order]
+    starts = np.flatnonzero(distinct(keys))
+    if len(starts) == 0:
+        return keys, values[:0]
+    return keys[starts], np.add.reduceat(values[order], starts)
+
+
+def _csr_ptr(sorted_keys, n):
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(sorted_keys, minlength=n), out=ptr[1:])
+    return ptr
+
+
+class GroupLinks:
+    """Per colocation group: compute time, resident bytes and the edges crossing its
+    boundary (neighbour node and cost over the mean link). Fixed for a graph and cluster."""
+
+    def __init__(self, graph, cluster):
+        ng = graph.num_groups
+        latency, bandwidth = cluster.mean_link()
+        ecost = (latency + graph.edge_bytes / bandwidth) if cluster.num_devices > 1 \
+            else np.zeros(graph.num_edges)
+        gs, gd = graph.group[graph.edge_src], graph.group[graph.edge_dst]
+        cut = np.flatnonzero(gs != gd)
+        owner = np.concatenate([gs[cut], gd[cut]]).astype(np.int64)
+        order = np.argsort(owner, kind="stable")
+        self.owner = owner[order]
+        self.nbr = np.concatenate([graph.edge_dst[cut], graph.edge_src[cut]])[order]
+        self.ecost = np.concatenate([ecost[cut], ecost[cut]])[order]
+        self.ptr = _csr_ptr(self.owner, ng)
+        self.comp = np.bincount(graph.group, graph.comp_us, minlength=ng)
+        self.resident = np.bincount(graph.group, resident_bytes(graph), minlength=ng).astype(np.int64)
+
+    def move_cost(self, group_dev, node_dev) -> np.ndarray:
+        """Eq. 4.5 per group under placement node_dev (see the module docstring)."""
+        local = node_dev[self.nbr] == group_dev[self.owner]
+        return self.comp + np.bincount(self.owner[local], self.ecost[local], minlength=len(self.comp))
+
+    def affinity(self, g: int, node_dev, k: int) -> np.ndarray:
+        """Communication time between group g and the nodes on each device."""
+        lo, hi = self.ptr[g], self.ptr[g + 1]
+        return np.bincount(node_dev[self.nbr[lo:hi]], self.ecost[lo:hi], minlength=k)
+
+
+class Footprints:
+    """Per group, from one emulation: the intervals of memory it frees on its device
+    (signed: a copy that must come back costs bytes) and of the buffers it needs on
+    another (see the module docstring), each in CSR by group."""
+
+    def __init__(self, graph, profile, k, grid):
+        pairs = _buffer_pairs(graph, profile, k)
+        rows = [_freed_rows(profile, pairs), _returned_rows(graph, profile)]
+        g, dev, lo, hi, nbytes = (np.concatenate(col) for col in zip(*rows))
+        order = np.flatnonzero(hi > lo)
+        order = order[np.argsort(g[order], kind="stable")]
+        self.group, self.dev, self.bytes = g[order], dev[order], nbytes[order]
+        self.ptr = _csr_ptr(self.group, graph.num_groups)
+        self.i0 = np.searchsorted(grid, lo[order], side="left")
+        self.i1 = np.searchsorted(grid, hi[order], side="left")
+        self._index_needed(graph, profile, pairs)
+
+    def _index_needed(self, graph, profile, pairs):
+        p, (g, b, produced, tail, _) = profile, pairs
+        needed = np.flatnonzero(produced | tail)
+        self.need_group, self.need_buf = g[needed], b[needed]
+        self.need_lo = np.where(produced, p.buf_alloc[b], p.buf_ready[b])[needed]
+        self.need_ready = p.buf_ready[b][needed]
+        self.need_hi, self.need_bytes = p.buf_free[b][needed], p.buf_bytes[b][needed]
+        self.need_prod = np.where(produced, -1, p.buf_node[b])[needed]
+        self.need_ptr = _csr_ptr(self.need_group, graph.num_groups)
+
+    def freed(self, g: int):
+        """(first segment, end segment, bytes) of what group g frees on its device."""
+        s = slice(self.ptr[g], self.ptr[g + 1])
+        return self.i0[s], self.i1[s], self.bytes[s]
+
+    def needed(self, g: int):
+        """Rows (start, end, bytes, producer, buffer, ready) of the buffers group g would
+        need on another device; producer is -1 for a member's own output, else the node
+        whose output it is (no copy is needed where that node already runs)."""
+        s = slice(self.need_ptr[g], self.need_ptr[g + 1])
+        return (self.need_lo[s], self.need_hi[s], self.need_bytes[s], self.need_prod[s],
+                self.need_buf[s], self.need_ready[s])
+
+    def on_device(self, d: int):
+        """Arrays (group, first segment, end segment, bytes) of the freed rows on device d."""
+        m = np.flatnonzero(self.dev == d)
+        return self.group[m], self.i0[m], self.i1[m], self.bytes[m]
+
+
+def _held_by_others(graph, profile, k, owner_group):
+    """Per buffer: the latest finish of a consumer on its device outside its owner's
+    group (-inf if none): until then the buffer stays even if the owner's group leaves.
+    A received copy is matched to all of its producer's consumers on that device."""
+    p = profile
+    data = np.flatnonzero(graph.edge_slot >= 0)
+    src, dst = graph.edge_src[data].astype(np.int64), graph.edge_dst[data]
+    ekey = src * k + p.node_device[dst]
+    fin, grp = p.node_running[1][dst], graph.group[dst]
+    order = np.lexsort((dst, fin, ekey))
+    ekey, fin, grp = ekey[order], fin[order], grp[order]
+    last = np.ones(len(ekey), bool)
+    last[:-1] = ekey[1:] != ekey[:-1]
+    keys = ekey[last]
+    pos = np.searchsorted(keys, ekey)
+    top_group, top_fin = grp[last], fin[last]
+    second = np.full(len(keys), -np.inf)
+    other = grp != top_group[pos]
+    np.maximum.at(second, pos[other], fin[other])
+    bkey = p.buf_node * k + p.buf_device
+    at = np.minimum(np.searchsorted(keys, bkey), max(len(keys) - 1, 0))
+    if len(keys) == 0:
+        return np.full(len(bkey), -np.inf)
+    found = keys[at] == bkey
+    held = np.where(owner_group == top_group[at], second[at], top_fin[at])
+    return np.where(found, held, -np.inf)
+
+
+def _buffer_pairs(graph, profile, k):
+    """(group, buffer) pairs: each group's members' own outputs and the buffers a member
+    frees last; flags `produced` (a member wrote it), `tail` (the group's leaving frees it
+    after it is complete) and `held` (until when others on the device still read it)."""
+    p = profile
+    nbuf = len(p.buf_bytes)
+    own = p.buf_device == p.node_device[p.buf_node]      # received copies live elsewhere
+    has_owner = p.buf_owner >= 0
+    group = graph.group.astype(np.int64)
+    owner_group = np.where(has_owner, group[np.maximum(p.buf_owner, 0)], -1)
+    buf = np.arange(nbuf, dtype=np.int64)
+    key = np.sort(np.concatenate([group[p.buf_node[own]] * nbuf + buf[own],
+                                  owner_group[has_owner] * nbuf + buf[has_owner]]))
+    key = key[distinct(key)]
+    g, b = key // nbuf, key % nbuf
+    produced = own[b] & (group[p.buf_node[b]] == g)
+    tail = (owner_group[b] == g) | (produced & ~has_owner[b])
+    return g, b, produced, tail, _held_by_others(graph, p, k, owner_group)[b]
+
+
+def _freed_rows(profile, pairs):
+    """(group, device, start, end, bytes) freed: a member's output while it runs, and
+    a buffer's tail from when nobody outside the group reads it any more."""
+    p, (g, b, produced, tail, held) = profile, pairs
+    run, tail = np.flatnonzero(produced), np.flatnonzero(tail)
+    rows = np.concatenate([run, tail])
+    return (g[rows], p.buf_device[b[rows]],
+            np.concatenate([p.buf_alloc[b[run]], np.maximum(p.buf_ready[b[tail]], held[tail])]),
+            np.concatenate([p.buf_ready[b[run]], p.buf_free[b[tail]]]), p.buf_bytes[b[rows]])
+
+
+def _returned_rows(graph, profile):
+    """(group, device, start, end, -bytes): a variable or reference member read by a
+    node outside the group on the same device holds no buffer there (the variable is
+    resident); once the group leaves, that node needs a received copy, from the
+    producer's finish to the last such reader's finish."""
+    p = profile
+    u, v = graph.edge_src, graph.edge_dst
+    m = np.flatnonzero((graph.edge_slot >= 0) & (graph.kind[u] != NORMAL)
+                       & (graph.group[u] != graph.group[v]) & (p.node_device[u] == p.node_device[v]))
+    tensor = u[m].astype(np.int64) * (int(graph.edge_slot.max(initial=0)) + 1) + graph.edge_slot[m]
+    order = np.argsort(tensor, kind="stable")
+    starts = distinct(tensor[order])
+    first, inv = order[starts], np.empty(len(m), np.int64)
+    inv[order] = np.cumsum(starts) - 1
+    hi = np.full(len(first), -np.inf)
+    np.maximum.at(hi, inv, p.node_running[1][v[m]])
+    nbytes = np.zeros(len(first), np.int64)
+    np.maximum.at(nbytes, inv, graph.edge_bytes[m])
+    src = u[m][first]
+    return (graph.group[src].astype(np.int64), p.node_device[src], p.node_running[1][src], hi, -nbytes)

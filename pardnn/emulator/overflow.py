@@ -1,0 +1,176 @@
+"""One round of overflow repair between two emulations (thesis §4.1.2, "Addressing
+Overflow"): on every overflowing device, cover each overflow with the greedy two-heap
+min-knapsack and move the chosen colocation groups to devices that can absorb them.
+
+Re-emulating after every move would cost O(V + E) per move (the thesis' O(V^2)), so a
+round works on the memory timelines of one emulation and updates them approximately as
+it moves groups (pardnn.emulator.footprint says what a move frees and needs, and
+pardnn.emulator.rangemax keeps the levels): subtract what a group frees on its device,
+add what it needs on the target, then take the device's new highest point. The caller
+re-emulates once per round.
+
+Choices the thesis leaves open:
+- Devices are repaired in decreasing order of relative overflow; on a device the
+  highest point of its (updated) timeline is covered first, so one knapsack can lower a
+  whole plateau.
+- The target: among the devices the group's pins allow, those whose timeline can take
+  the group's need without passing their capacity at any point ("only to a device whose
+  emulated memory can absorb it"); of those, the one with the least compute time minus
+  the communication the group has with nodes already there (keeps load balanced and
+  turns cut edges back into local ones). Ties go to the lower device index.
+- A candidate no device can absorb is dropped for the rest of the round, as the thesis
+  drops it ("the node is not considered again"); it may be tried again after the next
+  emulation. A group moved in any round never moves again.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pardnn.emulator.footprint import Footprints, distinct, sum_by_key
+from pardnn.emulator.knapsack import TwoHeaps
+from pardnn.emulator.rangemax import RangeMax
+
+
+class RepairRound:
+    """Moves chosen in one round: `moves` (group, target) pairs; `stuck` holds
+    (device, time_us, overflow_bytes) for each device whose overflow nothing could cover."""
+
+    def __init__(self, graph, cluster, links, allowed, device, schedule, profile, frozen):
+        self.graph, self.links, self.allowed = graph, links, allowed
+        self.k = cluster.num_devices
+        self.cap = cluster.capacity
+        self.node_dev = np.array(device, np.int64)
+        self.group_dev = self.node_dev[graph.group_nodes[graph.group_ptr[:-1]]]
+        self.cost = links.move_cost(self.group_dev, self.node_dev)
+        self.times = _grid(profile.times)
+        self.fp = Footprints(graph, profile, self.k, self.times)
+        self.tl = [RangeMax(_on_grid(profile, d, self.times)) for d in range(self.k)]
+        self.peak = profile.peak_bytes
+        self.busy = np.array(schedule.busy_us, float)
+        self.taken = np.array(frozen, bool)
+        self.moves, self.stuck = [], []
+        self.copies = set()         # (buffer, device): copies this round added to a device
+
+    def run(self):
+        over = (self.peak - self.cap) / np.maximum(self.cap, 1)
+        for d in np.lexsort((np.arange(self.k), -over)):
+            if over[d] > 0:
+                self._drain(int(d))
+        return self
+
+    def _drain(self, d):
+        """Cover device d's highest point until its timeline fits, or it is stuck."""
+        pairs = self.fp.on_device(d)
+        resident = np.flatnonzero((self.group_dev == d) & (self.links.resident > 0))
+        while True:
+            i, level = self.tl[d].argmax()
+            overflow = level - int(self.cap[d])
+            if overflow <= 0:
+                return
+            if not self._cover(d, i, overflow, pairs, resident):
+                self.stuck.append((d, float(self.times[i]), overflow))
+                return
+
+    def _cover(self, d, i, overflow, pairs, resident):
+        """Move groups whose potentials at segment i of device d add up to `overflow`."""
+        cand, pot = self._potentials(i, pairs, resident)
+        heaps = TwoHeaps(self.cost[cand], pot)
+        while overflow > 0:
+            j = heaps.pop(overflow)
+            if j < 0:
+                return False
+            g = int(cand[j])
+            self.taken[g] = True
+            if self._move(g, d):
+                overflow -= int(pot[j])
+        return True
+
+    def _potentials(self, i, pairs, resident):
+        """(groups, bytes) that leaving the device would free at segment i."""
+        group, i0, i1, nbytes = pairs
+        live = (i0 <= i) & (i < i1)
+        groups = np.concatenate([group[live], resident])
+        freed = np.concatenate([nbytes[live], self.links.resident[resident]])
+        keep = ~self.taken[groups]
+        cand, pot = sum_by_key(groups[keep], freed[keep])
+        return cand[pot > 0], pot[pot > 0]
+
+    def _move(self, g, d) -> bool:
+        """Move group g off device d to the best device that can absorb it."""
+        options = np.flatnonzero(self.allowed[g])
+        options = options[options != d]
+        if len(options) == 0:
+            return False
+        score = self.busy[options] - self.links.affinity(g, self.node_dev, self.k)[options]
+        resident = int(self.links.resident[g])
+        for e in options[np.lexsort((options, score))]:
+            need = self._fit(g, int(e), resident)
+            if need is not None:
+                self._apply(g, d, int(e), resident, need)
+                return True
+        return False
+
+    def _need(self, g, e):
+        """(start, end, bytes, buffer, is copy) of what group g would add on device e.
+
+        An input whose producer already runs on e needs no copy. A member's output
+        that an earlier move of this round already copied to e (for a consumer that
+        went there first) is only added for the part before the copy: while it runs."""
+        lo, hi, nbytes, prod, buf, ready = self.fp.needed(g)
+        copy = prod >= 0
+        keep = ~copy | (self.node_dev[np.maximum(prod, 0)] != e)
+        hi = hi.copy()
+        for r in np.flatnonzero(~copy).tolist():
+            if (int(buf[r]), e) in self.copies:
+                hi[r] = ready[r]
+        keep &= hi > lo
+        return lo[keep], hi[keep], nbytes[keep], buf[keep], copy[keep]
+
+    def _fit(self, g, e, resident):
+        """Segment ranges and bytes group g would add on device e, or None if e cannot take them."""
+        tl, cap = self.tl[e], int(self.cap[e])
+        if resident and tl.max() + resident > cap:
+            return None
+        lo, hi, nbytes, buf, copy = self._need(g, e)
+        times = self.times
+        j0 = np.maximum(np.searchsorted(times, lo, side="right") - 1, 0)
+        j1 = np.maximum(np.searchsorted(times, hi, side="left"), j0 + 1)
+        cuts = np.sort(np.concatenate([j0, j1]))
+        cuts = cuts[distinct(cuts)]
+        step = np.zeros(len(cuts), np.int64)
+        np.add.at(step, np.searchsorted(cuts, j0), nbytes)
+        np.add.at(step, np.searchsorted(cuts, j1), -nbytes)
+        level = np.cumsum(step)
+        for a, b, x in zip(cuts[:-1].tolist(), cuts[1:].tolist(), level[:-1].tolist()):
+            if x > 0 and tl.max(a, b) + x + resident > cap:
+                return None
+        return j0, j1, nbytes, buf[copy]
+
+    def _apply(self, g, d, e, resident, need):
+        j0, j1, nbytes, copied = need
+        for a, b, x in zip(*self.fp.freed(g)):
+            self.tl[d].add(int(a), int(b), -int(x))
+        for a, b, x in zip(j0.tolist(), j1.tolist(), nbytes.tolist()):
+            self.tl[e].add(a, b, x)
+        self.copies.update((int(b), e) for b in copied)
+        self.tl[d].add(0, self.tl[d].n, -resident)
+        self.tl[e].add(0, self.tl[e].n, resident)
+        self.busy[d] -= self.links.comp[g]
+        self.busy[e] += self.links.comp[g]
+        self.node_dev[self.graph.group_members(g)] = e
+        self.moves.append((g, e))
+
+
+def _grid(times):
+    """The event times of all devices, sorted and distinct: one grid for every device,
+    so what a move adds to a device keeps its timing even where that device had no
+    event of its own."""
+    grid = np.sort(times)
+    return grid[distinct(grid)]
+
+
+def _on_grid(profile, d, grid):
+    """Device d's memory level on each segment of the grid."""
+    times, levels = profile.timeline(d)
+    return levels[np.maximum(np.searchsorted(times, grid, side="right") - 1, 0)]

@@ -1,0 +1,227 @@
+"""Overflow repair (thesis §4.1.2, "Addressing Overflow") on hand-made graphs whose
+right answer is known, through the function and through `pardnn place`."""
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pardnn import placer
+from pardnn.cli import main
+from pardnn.cluster import Cluster, Device, parse_devices
+from pardnn.constraints import violations
+from pardnn.emulator import evaluate
+from pardnn.emulator import repair as repair_module
+from pardnn.emulator.repair import least_memory, repair
+from pardnn.errors import UserError
+from pardnn.graph import NORMAL, REFERENCE, RESIDUAL, CostGraph
+
+
+def cluster(k, memory, reserve=0.0):
+    """k devices of `memory` bytes; links of 1 us + bytes / (1 MB/us)."""
+    return parse_devices(f"cpu:{k}").with_options(memory=memory, reserve=reserve, latency=1.0, bandwidth=1e6)
+
+
+def build(nodes, edges):
+    """nodes: name -> (comp_us, out_bytes[, persist, kind, group]); edges: (src, dst[, bytes]);
+    an edge carries its producer's out_bytes unless given."""
+    rows = {k: (*v, 0, NORMAL, k)[:5] if len(v) == 2 else v for k, v in nodes.items()}
+    edges = [e if len(e) == 3 else (*e, rows[e[0]][1]) for e in edges]
+    col = lambda i: [r[i] for r in rows.values()]       # noqa: E731
+    return CostGraph.build(names=list(rows), comp_us=col(0), out_bytes=col(1), persist_bytes=col(2),
+                           kind=col(3), group=col(4), edge_src=[e[0] for e in edges],
+                           edge_dst=[e[1] for e in edges], edge_bytes=[e[2] for e in edges])
+
+
+def placed(g, r):
+    return dict(zip(g.names, r.device.tolist()))
+
+
+def branch_graph():
+    # s forks into a slow trunk x1 -> x2 (30 B outputs) and a branch b1 -> b2 whose
+    # 100 B intermediate tensor is what overflows; j joins them.
+    return build({"s": (1, 1), "x1": (50, 30), "x2": (50, 30), "b1": (1, 100), "b2": (1, 1), "j": (1, 1)},
+                 [("s", "x1"), ("x1", "x2"), ("x2", "j"), ("s", "b1"), ("b1", "b2"), ("b2", "j")])
+
+
+def test_the_branch_whose_tensor_overflows_is_the_one_moved():
+    g = branch_graph()
+    on_one = np.zeros(g.num_nodes, int)
+    assert evaluate(g, cluster(2, 10**6), on_one)["peak_memory_bytes"] == [160, 0]
+    r = repair(g, cluster(2, 120), on_one)
+    # only moving both b1 and b2 gets the 100 B tensor off device 0 (moving b1 alone
+    # leaves a received copy for b2; b2 alone leaves b1's output while b1 runs)
+    assert placed(g, r) == {"s": 0, "x1": 0, "x2": 0, "b1": 1, "b2": 1, "j": 0}
+    assert r.peak_before.tolist() == [160, 0]
+    assert np.all(r.profile.peak_bytes <= 120)
+    assert r.moved.tolist() == [False, False, False, True, True, False]
+
+
+def variable_graph():
+    # variable v (100 B resident) with its read r and its update a: one colocation
+    # group spanning the whole step. y1 -> y2 are expensive ops with 60 B outputs.
+    return build({"v": (0, 0, 100, RESIDUAL, "w"), "r": (0, 0, 0, REFERENCE, "w"), "x": (1, 10),
+                  "m": (1, 10), "y1": (1000, 60), "y2": (1000, 60), "a": (1, 0, 0, NORMAL, "w")},
+                 [("v", "r", 100), ("r", "m", 100), ("x", "m"), ("m", "y1"), ("y1", "y2"), ("y2", "a"),
+                  ("v", "a", 100)])
+
+
+def test_a_variable_moves_with_its_read_and_its_update():
+    g = variable_graph()
+    r = repair(g, cluster(2, 170), np.zeros(g.num_nodes, int))
+    assert r.peak_before.tolist() == [220, 0]              # v + y1 + y2 while y2 runs
+    assert placed(g, r) == {"v": 1, "r": 1, "x": 0, "m": 0, "y1": 0, "y2": 0, "a": 1}
+    assert violations(g, cluster(2, 170), r.device) == []
+    assert np.all(r.profile.peak_bytes <= 170)
+
+
+def test_a_placement_that_fits_is_left_alone():
+    g = variable_graph()
+    start = np.array([0, 0, 1, 1, 0, 1, 0])
+    r = repair(g, cluster(2, 10**6), start)
+    assert r.device.tolist() == start.tolist() and r.rounds == 0 and not r.moved.any()
+    assert r.report_fields(cluster(2, 10**6))["repaired_devices"] == []
+
+
+def test_the_reserve_is_respected():
+    g = branch_graph()
+    on_one = np.zeros(g.num_nodes, int)
+    assert not repair(g, cluster(2, 200, reserve=0.0), on_one).moved.any()      # 160 <= 200
+    tight = cluster(2, 200, reserve=0.25)
+    assert tight.capacity.tolist() == [150, 150]
+    r = repair(g, tight, on_one)
+    assert r.moved.any() and np.all(r.profile.peak_bytes <= 150)
+
+
+def pinned_case(pins):
+    # GPU:0 holds the branch graph; GPU:1 is busy with an independent 500 us op w;
+    # CPU:0 is idle, so an unpinned branch would go there
+    g = branch_graph()
+    names = list(g.names) + ["w"]
+    g = CostGraph.build(names=names, comp_us=[*g.comp_us, 500], out_bytes=[*g.out_bytes, 1],
+                        pinned=[*pins, ""], edge_src=g.edge_src, edge_dst=g.edge_dst,
+                        edge_bytes=g.edge_bytes)
+    devs = tuple(Device(f"/device:{n}", n.split(":")[0], 120) for n in ("GPU:0", "GPU:1", "CPU:0"))
+    c = Cluster(devices=devs, latency_us=np.ones((3, 3)), bandwidth=np.full((3, 3), 1e6), reserve=0.0)
+    r = repair(g, c, np.array([0, 0, 0, 0, 0, 0, 1]))
+    assert violations(g, c, r.device) == []
+    return dict(zip(g.names, r.device.tolist()))
+
+
+def test_pinned_nodes_stay_on_their_device_kind_when_moved():
+    assert pinned_case([""] * 6) == {"s": 0, "x1": 0, "x2": 0, "b1": 2, "b2": 2, "j": 0, "w": 1}
+    gpu = ["", "", "", "GPU", "GPU", ""]
+    assert pinned_case(gpu) == {"s": 0, "x1": 0, "x2": 0, "b1": 1, "b2": 1, "j": 0, "w": 1}
+
+
+def test_an_impossible_limit_names_device_time_overflow_and_least_memory():
+    g = branch_graph()
+    # b1 needs its 1 B input and its 100 B output at once: no 100 B device can run it.
+    # On one device the peak is 160 B at t=52, when x2 starts (x1's and x2's 30 B,
+    # b1's 100 B waiting for b2)
+    assert least_memory(g, 2) == {"largest colocation group": 0, "total resident / K": 0,
+                                  "largest op working set": 101}
+    with pytest.raises(UserError) as err:
+        repair(g, cluster(2, 100), np.zeros(g.num_nodes, int))
+    msg = str(err.value)
+    assert "device:CPU:0 overflows by 60 bytes" in msg and "at t=52.0 us" in msg
+    assert "at least 101 B per device" in msg and len(msg.splitlines()) == 1
+
+
+def test_when_nothing_can_move_the_last_overflow_is_reported():
+    g = branch_graph()           # fits 150 B by its working sets, but one device has no way out
+    with pytest.raises(UserError, match=r"CPU:0 overflows by 10 bytes .* at t=52.0 us .* at least 101 B"):
+        repair(g, cluster(1, 150), np.zeros(g.num_nodes, int))
+
+
+def test_resident_state_beyond_all_devices_fails_before_moving_anything(monkeypatch):
+    g = variable_graph()
+    monkeypatch.setattr(repair_module, "RepairRound", None)          # must not be reached
+    with pytest.raises(UserError, match=r"overflows by 121 bytes .*\(largest colocation group 100 B"):
+        repair(g, cluster(2, 99), np.zeros(g.num_nodes, int))
+
+
+def test_impossible_limit_through_the_cli_exits_2_with_the_numbers(tmp_path, capsys):
+    path = tmp_path / "g.json"
+    branch_graph().to_json(path)
+    out = tmp_path / "out"
+    argv = ["place", str(path), "--devices", "cpu:2", "--memory", "100", "--reserve", "0",
+            "--algorithm", "single", "-o", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("pardnn place: error: memory:")
+    assert "device:CPU:0 overflows by 60 bytes" in err and "at t=52.0 us" in err
+    assert "101 B per device" in err
+    assert not out.exists()
+
+
+def test_place_reports_the_repair(tmp_path, capsys):
+    path = tmp_path / "g.json"
+    branch_graph().to_json(path)
+    out = tmp_path / "out"
+    assert main(["place", str(path), "--devices", "cpu:2", "--memory", "120", "--reserve", "0",
+                 "--algorithm", "single", "-o", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["moved_nodes"] == 2 and report["feasible"]
+    assert report["peak_memory_before_repair_bytes"] == [160, 0]
+    assert max(report["peak_memory_bytes"]) <= 120
+    assert report["repaired_devices"] == [report["devices"][0]]
+    assert report["stage_seconds"]["repair"] >= 0
+    printed = capsys.readouterr().out
+    assert "repaired: was 160 B" in printed and "moved 2 nodes" in printed
+
+
+# ------------------------------------------------------- random graphs, invariants
+@st.composite
+def random_cases(draw):
+    n = draw(st.integers(3, 14))
+    edges = sorted({(a, b) for a, b in draw(st.lists(
+        st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=3 * n)) if a < b})
+    out = draw(st.lists(st.integers(0, 50), min_size=n, max_size=n))
+    comp = draw(st.lists(st.integers(0, 5), min_size=n, max_size=n))
+    group = draw(st.lists(st.integers(0, n - 1), min_size=n, max_size=n))
+    g = CostGraph.build(names=[f"n{i}" for i in range(n)], comp_us=comp, out_bytes=out, group=group,
+                        edge_src=[a for a, _ in edges], edge_dst=[b for _, b in edges],
+                        edge_bytes=[out[a] for a, _ in edges])
+    k = draw(st.integers(1, 4))
+    start = np.asarray(draw(st.lists(st.integers(0, k - 1), min_size=g.num_groups, max_size=g.num_groups)))
+    return g, k, start[g.group], draw(st.floats(0.3, 1.0))
+
+
+@settings(max_examples=60, deadline=None)
+@given(random_cases())
+def test_repair_fits_or_explains_and_never_moves_a_node_twice(case):
+    g, k, start, frac = case
+    peak = int(evaluate(g, cluster(1, 10**9), np.zeros(g.num_nodes, int))["peak_memory_bytes"][0])
+    c = cluster(k, max(int(frac * peak), 1))
+    seen = []
+    real = repair_module.RepairRound.run
+
+    def recording(self):
+        result = real(self)
+        seen.extend(gr for gr, _ in self.moves)
+        return result
+
+    repair_module.RepairRound.run = recording
+    try:
+        r = repair(g, c, start)
+    except UserError as exc:
+        assert "overflows by" in str(exc)
+        return
+    finally:
+        repair_module.RepairRound.run = real
+    assert len(seen) == len(set(seen))                       # no group moved twice
+    assert np.all(r.profile.peak_bytes <= c.capacity)
+    assert violations(g, c, r.device) == []
+    changed = r.device != start
+    assert not np.any(changed & ~r.moved)
+    assert r.moved.sum() == sum(len(g.group_members(x)) for x in seen)
+
+
+def test_placer_runs_repair_after_every_algorithm():
+    g = branch_graph()
+    for name in ("single", "round-robin", "topo"):
+        _, report = placer.place(g, cluster(2, 120), name)
+        assert report["feasible"] and max(report["peak_memory_bytes"]) <= 120, name
