@@ -13,6 +13,9 @@ from pardnn.outputs import OutputDir
 from pardnn.report import write_json
 from pardnn.summary import print_summary
 
+# Loader statistics copied into report.json under "loader".
+LOADER_FIELDS = ("steps", "untimed_nodes", "unknown_stats_records", "dropped_back_edges", "pinned_cpu")
+
 
 def add_parser(sub):
     p = sub.add_parser("place", help="place a profiled graph on devices",
@@ -33,6 +36,9 @@ def run(args):
     load_s = time.perf_counter() - t0
     placement, report = placer.place(graph, cluster, args.algorithm)
     report["stage_seconds"] = {"load": load_s, **report["stage_seconds"]}
+    loader = {key: info[key] for key in LOADER_FIELDS if key in info}
+    if loader:
+        report["loader"] = loader
     with OutputDir(args.out) as out:
         t1 = time.perf_counter()
         placement.write_csv(graph, out.temp("placement.csv"))
@@ -44,4 +50,7 @@ def run(args):
         report["stage_seconds"]["write"] = time.perf_counter() - t1
         write_json(report, out.temp("report.json"))
     print_summary(report, out_dir=args.out)
+    if loader.get("untimed_nodes"):
+        print(f"  note: {loader['untimed_nodes']} nodes had no timing in the profile "
+              f"(zero compute time, static output sizes)")
     return 0
