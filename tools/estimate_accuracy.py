@@ -1,8 +1,8 @@
 """How close do Grappler's analytical op costs come to measured ones? And how long
 does estimating the thesis-size graphs take?
 
-    python tools/estimate_accuracy.py                       # tiny configs, host CPU
-    python tools/estimate_accuracy.py --thesis /tmp/est    # + thesis-size estimates
+    python tools/estimate_accuracy.py                       # accuracy, tiny configs, host CPU
+    python tools/estimate_accuracy.py --thesis /tmp/est    # thesis-size estimates instead
 
 Accuracy: for each built-in family's `tiny` config (or `--size NAME`), profile it on this CPU
 (pardnn.tf.profile_model, cpu:1) and estimate it for this CPU (a Grappler CPU
@@ -148,13 +148,14 @@ def main(argv=None) -> int:
     parser.add_argument("--families", default=",".join(FAMILIES), help="comma-separated families")
     parser.add_argument("--size", default="tiny", help="named config for the accuracy table (default tiny)")
     parser.add_argument("--steps", type=int, default=5, help="traced steps of the measured profiles")
-    parser.add_argument("--thesis", metavar="DIR", help="also estimate the thesis-size configs into DIR")
+    parser.add_argument("--thesis", metavar="DIR", help="estimate the thesis-size configs into DIR instead")
     parser.add_argument("--target", default="dgx-h100", help="GPU preset for the thesis-size estimates")
     args = parser.parse_args(argv)
     families = [f for f in args.families.split(",") if f]
-    accuracy_table(families, args.size, args.steps)
     if args.thesis:
         thesis_table(families, args.target, args.thesis)
+    else:
+        accuracy_table(families, args.size, args.steps)
     return 0
 
 
