@@ -162,3 +162,12 @@ def test_place_cli_defaults_to_pardnn(tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert report["algorithm"] == "pardnn"
     assert {"slicing", "mapping", "refine"} <= set(report["stage_seconds"])
+
+
+def test_never_slower_than_one_device_when_transfers_cannot_pay():
+    g = build({"s": 1, "a": 2, "b": 2, "c": 2, "t": 1},
+              [("s", "a", 8), ("s", "b", 8), ("s", "c", 8), ("a", "t", 8), ("b", "t", 8), ("c", "t", 8)])
+    cluster = link(4, latency=100.0)
+    result = partition(g, cluster)
+    assert result.makespan_us == g.total_work_us() < result.mapped_makespan_us
+    assert len(set(result.device.tolist())) == 1

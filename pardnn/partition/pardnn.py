@@ -26,6 +26,8 @@ class Step1:
     num_secondary: int
     swaps: int
     switches: int
+    followed: int
+    one_device: bool
 
 
 def place(graph, cluster, timings=None) -> np.ndarray:
@@ -48,4 +50,5 @@ def partition(graph, cluster, timings=None) -> Step1:
     timings.update(slicing=t1 - t0, mapping=t2 - t1, refine=time.perf_counter() - t2)
     return Step1(result.device.astype(np.int32), mapping.device, result.mapped_makespan_us,
                  result.makespan_us, len(mapping.merged),
-                 slices.num_clusters - slices.num_primary, result.swaps, result.switches)
+                 slices.num_clusters - slices.num_primary, result.swaps, result.switches,
+                 result.followed, result.one_device)
