@@ -124,6 +124,7 @@ def test_labelled_images_share_prototypes_across_steps():
     (["wrn", "--set", "depth=3"], "unknown knob 'depth' (choose from units,"),
     (["transformer", "--set", "layers=two"], "knob 'layers' takes int, got 'two'"),
     (["word-rnn", "--set", "layers=0"], "knob 'layers' must be at least 1, got 0"),
+    (["wrn", "--set", "seed=-1"], "knob 'seed' must be at least 0, got -1"),
     (["char-crn", "--set", "dropout=1.5"], "knob 'dropout' must be in [0, 1), got 1.5"),
     (["char-crn", "--set", "word_len=4"], "knob 'word_len' (4) must be at least 3 and 'max_width' (6)"),
     (["transformer", "--set", "heads=3"], "knob 'model' (16) must be a multiple of 'heads' (3)"),

@@ -1,9 +1,9 @@
 """Layers shared by the built-in model families (TF1-style graph mode, no Keras).
 
 Every family builds its training graph inside `training_graph(seed)`, makes its
-variables with `weight`, and ends with `finish` (loss, gradients, optimizer, init). Variables are
-resource variables (VarHandleOp + ReadVariableOp), the kind TF 2.x creates in
-graph mode. All randomness is seeded: the graph-level seed set here fixes the
+variables with `weight`, and ends with `finish` (loss, gradients, optimizer,
+init). Variables are resource variables (VarHandleOp + ReadVariableOp), the kind
+TF 2.x creates in graph mode. All randomness is seeded: the graph-level seed set here fixes the
 initialisers and any in-graph random ops, and the feed functions draw from
 `rng(seed, step)`, so two builds with the same knobs train identically.
 """
@@ -44,6 +44,8 @@ def require_fraction(**knobs) -> None:
 @contextlib.contextmanager
 def training_graph(seed: int):
     """A fresh tf.Graph made the default, with its graph-level seed set."""
+    if seed < 0:
+        raise UserError(f"--set: knob 'seed' must be at least 0, got {seed}")
     graph = tf.Graph()
     with graph.as_default():
         v1.set_random_seed(seed)
