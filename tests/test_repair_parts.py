@@ -1,0 +1,111 @@
+"""The pieces of the overflow repair: the two-heap greedy min-knapsack, the range-add /
+range-max timeline, and the per-group footprints read from an emulation."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pardnn.cluster import parse_devices
+from pardnn.emulator.footprint import Footprints, GroupLinks
+from pardnn.emulator.knapsack import TwoHeaps
+from pardnn.emulator.memory import track_memory
+from pardnn.emulator.rangemax import RangeMax
+from pardnn.emulator.scheduler import simulate
+from pardnn.graph import NORMAL, REFERENCE, RESIDUAL, CostGraph
+
+
+def pops(heaps, overflow, pot):
+    out = []
+    while overflow > 0:
+        j = heaps.pop(overflow)
+        if j < 0:
+            break
+        out.append(j)
+        overflow -= pot[j]
+    return out
+
+
+def test_one_candidate_that_covers_the_overflow_beats_cheaper_bytes():
+    cost, pot = [1, 5, 3], [10, 100, 40]
+    # cost per byte: b (0.05) < c (0.075) < a (0.1); candidates covering 35: c (3), b (5)
+    assert pops(TwoHeaps(cost, pot), 35, pot) == [2]
+
+
+def test_without_a_covering_candidate_the_cheapest_bytes_go_first():
+    cost, pot = [1, 5, 3], [10, 100, 40]
+    # 145: nothing covers it, so the best ratio b (100 B); 45 left: still nothing
+    # covers it, so c (40 B); 5 left: a covers it
+    assert pops(TwoHeaps(cost, pot), 145, pot) == [1, 2, 0]
+    assert pops(TwoHeaps(cost, pot), 1000, pot) == [1, 2, 0]      # runs out: -1 ends it
+
+
+def test_ties_go_to_the_lower_index():
+    assert pops(TwoHeaps([2, 2, 2], [10, 10, 10]), 5, [10, 10, 10]) == [0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(-50, 50), min_size=1, max_size=700),
+       st.lists(st.tuples(st.integers(0, 700), st.integers(0, 700), st.integers(-20, 20)), max_size=30))
+def test_rangemax_matches_a_plain_array(levels, ops):
+    tl, ref = RangeMax(levels), np.array(levels, np.int64)
+    n = len(ref)
+    for a, b, x in ops:
+        lo, hi = min(a, b) % (n + 1), max(a, b) % (n + 1)
+        tl.add(lo, hi, x)
+        ref[lo:hi] += x
+        assert tl.levels().tolist() == ref.tolist()
+        if hi > lo:
+            assert tl.max(lo, hi) == ref[lo:hi].max()
+        i, top = tl.argmax()
+        assert top == ref.max() and i == int(np.argmax(ref))
+
+
+def fig43_two_devices():
+    # thesis Fig. 4.3 sizes; A, C, D, E, F on device 0, B and G on device 1
+    mem = {"A": 1, "B": 4, "C": 1, "D": 2, "E": 2, "F": 2, "G": 2}
+    edges = [("A", "C"), ("C", "D"), ("D", "E"), ("C", "F"), ("D", "F"), ("E", "F"), ("B", "G"), ("F", "G")]
+    g = CostGraph.build(names=list(mem), comp_us=[1] * 7, out_bytes=list(mem.values()),
+                        edge_src=[a for a, _ in edges], edge_dst=[b for _, b in edges],
+                        edge_bytes=[mem[a] for a, _ in edges])
+    return g, np.array([0, 1, 0, 0, 0, 0, 1])
+
+
+def freed_at(fp, grid, g, t):
+    i0, i1, nbytes = fp.freed(g)
+    i = np.searchsorted(grid, t)
+    return int(nbytes[(i0 <= i) & (i < i1)].sum())
+
+
+def test_footprint_frees_the_thesis_memory_potential():
+    g, device = fig43_two_devices()
+    c = parse_devices("cpu:2").with_options(latency=0.0, bandwidth=float("inf"))
+    s = simulate(g, c, device)
+    prof = track_memory(g, c, device, s)
+    grid = np.unique(prof.times)
+    fp = Footprints(g, prof, 2, grid)
+    ids = {x: g.names.index(x) for x in "ACDEFG"}
+    # device 0 runs A C D E F at 0..5; at t=4 F runs (own 2) and reads C, D, E last (1+2+2)
+    f_start = s.start[ids["F"]]
+    for name in "CDEF":
+        assert freed_at(fp, grid, g.group[ids[name]], f_start) == prof.potential(ids[name], f_start)
+    assert freed_at(fp, grid, g.group[ids["F"]], f_start) == 7
+
+
+def test_moving_a_variable_frees_its_state_but_brings_back_a_copy_for_its_readers():
+    # v (RESIDUAL 100) and its read r are one group; m reads r on the same device
+    g = CostGraph.build(names=["v", "r", "m", "n"], comp_us=[0, 0, 5, 5], out_bytes=[0, 0, 10, 10],
+                        persist_bytes=[100, 0, 0, 0], kind=[RESIDUAL, REFERENCE, NORMAL, NORMAL],
+                        group=["w", "w", "m", "n"], edge_src=["v", "r", "m"], edge_dst=["r", "m", "n"],
+                        edge_bytes=[100, 100, 10])
+    c = parse_devices("cpu:2")
+    device = np.zeros(4, int)
+    s = simulate(g, c, device)
+    prof = track_memory(g, c, device, s)
+    grid = np.unique(prof.times)
+    fp = Footprints(g, prof, 2, grid)
+    links = GroupLinks(g, c)
+    w = g.group[0]
+    assert links.resident[w] == 100
+    # while m runs (0..5) a copy of v's value (100 B) would have to be on device 0
+    assert freed_at(fp, grid, w, 0.0) == -100
+    assert freed_at(fp, grid, w, 5.0) == 0
