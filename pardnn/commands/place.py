@@ -6,7 +6,7 @@ directory, OUT_DIR/placed_graph.pb, all or nothing.
 
 import time
 
-from pardnn import algorithms, placer
+from pardnn import algorithms, placer, replicas
 from pardnn.commands.common import add_cluster_args, cluster_from_args
 from pardnn.loader import load_cost_graph
 from pardnn.outputs import OutputDir
@@ -24,6 +24,9 @@ def add_parser(sub):
     add_cluster_args(p)
     p.add_argument("--algorithm", default="pardnn", metavar="NAME",
                    help=f"placement algorithm ({', '.join(algorithms.names())}); default pardnn")
+    p.add_argument("--replicas", type=int, metavar="R",
+                   help="data parallelism: place on the first host's devices, replicate on R hosts "
+                        "with gradients averaged (docs/multihost.md)")
     p.add_argument("-o", "--out", required=True, metavar="OUT_DIR", help="output directory")
     p.set_defaults(run=run)
 
@@ -31,11 +34,15 @@ def add_parser(sub):
 def run(args):
     cluster = cluster_from_args(args)
     algorithms.get(args.algorithm)          # reject a bad name before loading anything
+    one_replica = cluster if args.replicas is None else replicas.replica_cluster(cluster, args.replicas)
     t0 = time.perf_counter()
     graph, info = load_cost_graph(args.profile)
     load_s = time.perf_counter() - t0
-    placement, report = placer.place(graph, cluster, args.algorithm)
+    placement, report = placer.place(graph, one_replica, args.algorithm)
     report["stage_seconds"] = {"load": load_s, **report["stage_seconds"]}
+    if args.replicas is not None:
+        report["replicas"] = replicas.estimate(graph, placement.device, cluster, args.replicas,
+                                               report["makespan_us"])
     loader = {key: info[key] for key in LOADER_FIELDS if key in info}
     if loader:
         report["loader"] = loader
@@ -43,13 +50,20 @@ def run(args):
         t1 = time.perf_counter()
         placement.write_csv(graph, out.temp("placement.csv"))
         if info.get("profile_dir"):
-            from pardnn.tf.rewrite import write_placed_graph
-            write_placed_graph(info["profile_dir"], graph, placement, out.temp("placed_graph.pb"))
+            if args.replicas is None:
+                from pardnn.tf.rewrite import write_placed_graph
+                write_placed_graph(info["profile_dir"], graph, placement, out.temp("placed_graph.pb"))
+            else:
+                from pardnn.tf.replicate import write_replicated_graph
+                write_replicated_graph(info["profile_dir"], graph, placement, cluster, args.replicas,
+                                       info.get("profile", {}), out.temp("placed_graph.pb"))
             if "profile" in info:       # lets `pardnn run OUT_DIR` rebuild the model's feeds
                 write_json(info["profile"], out.temp("profile.json"))
         report["stage_seconds"]["write"] = time.perf_counter() - t1
         write_json(report, out.temp("report.json"))
     print_summary(report, out_dir=args.out)
+    if args.replicas is not None:
+        print(replicas.summary_line(report["replicas"]))
     if loader.get("untimed_nodes"):
         print(f"  note: {loader['untimed_nodes']} nodes had no timing in the profile "
               f"(zero compute time, static output sizes)")

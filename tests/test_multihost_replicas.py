@@ -1,0 +1,118 @@
+"""`--replicas R` on the cost graph: what is averaged, the replicated graph, the
+step-time estimate, and bad requests (no TensorFlow)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from pardnn import replicas
+from pardnn.cli import main
+from pardnn.cluster import parse_devices
+from pardnn.errors import UserError
+from pardnn.graph import CostGraph
+
+
+def training_step():
+    """x -> f -> g (the gradient) -> apply <- w, lr; a moving average `ema` whose
+    delta depends on x; a step counter that does not; a control edge from the data."""
+    nodes = {"x": ("Placeholder", 0), "w": ("VariableV2", 0), "lr": ("Const", 0),
+             "f": ("MatMul", 10), "g": ("MatMul", 5), "apply": ("ApplyGradientDescent", 1),
+             "m": ("VariableV2", 0), "delta": ("Sub", 1), "ema": ("AssignSub", 1),
+             "step": ("VarHandleOp", 0), "one": ("Const", 0), "count": ("AssignAddVariableOp", 1)}
+    edges = [("x", "f", 1000, 0), ("w", "f", 400, 0), ("f", "g", 1000, 0), ("g", "apply", 1000, 0),
+             ("w", "apply", 400, 0), ("lr", "apply", 4, 0), ("f", "delta", 1000, 0), ("m", "delta", 400, 0),
+             ("delta", "ema", 400, 0), ("m", "ema", 400, 0), ("step", "count", 8, 0),
+             ("one", "count", 8, 0), ("x", "count", 0, -1)]
+    src, dst, nbytes, slot = zip(*edges)
+    return CostGraph.build(names=list(nodes), ops=[v[0] for v in nodes.values()],
+                           comp_us=[v[1] for v in nodes.values()], edge_src=list(src), edge_dst=list(dst),
+                           edge_bytes=list(nbytes), edge_slot=list(slot))
+
+
+def names_of(graph, ids):
+    return sorted(graph.names[i] for i in ids)
+
+
+def test_data_dependent_inputs_of_updates_are_averaged():
+    g = training_step()
+    dep = replicas.data_dependent(g)
+    assert names_of(g, np.flatnonzero(dep)) == ["apply", "delta", "ema", "f", "g", "x"]
+    a = replicas.averaged_tensors(g)
+    tensors = {g.names[s]: (int(k), int(b)) for s, k, b in zip(a.src, a.slot, a.nbytes)}
+    assert tensors == {"g": (0, 1000), "delta": (0, 400)}        # not lr, w, m, one, step
+    assert names_of(g, g.edge_dst[a.edges]) == ["apply", "ema"]
+    assert {replicas.mean_name(g, a, k) for k in range(2)} == {"allreduce/g/0", "allreduce/delta/0"}
+
+
+def test_replicated_graph_reads_one_mean_per_tensor():
+    g = training_step()
+    a = replicas.averaged_tensors(g)
+    table = replicas.replica_devices(parse_devices("2xcpu:1"), 2)
+    rep, device = replicas.replicated_graph(g, a, np.zeros(g.num_nodes, np.int32), table)
+    assert rep.num_nodes == 2 * g.num_nodes + 2
+    index = rep.index()
+    mean = index["allreduce/g/0"]
+    assert sorted(rep.names[i] for i in rep.predecessors(mean)) == ["replica_0/g", "replica_1/g"]
+    assert sorted(rep.names[i] for i in rep.successors(mean)) == ["replica_0/apply", "replica_1/apply"]
+    assert "replica_1/g" not in [rep.names[i] for i in rep.predecessors(index["replica_1/apply"])]
+    assert device[index["replica_1/apply"]] == 1 and device[index["replica_0/f"]] == 0
+    # tensor k is reduced on replica k mod 2: one mean per replica's host
+    assert sorted(device[[index["allreduce/g/0"], index["allreduce/delta/0"]]].tolist()) == [0, 1]
+
+
+def test_step_time_adds_reduce_and_broadcast_hops():
+    g = CostGraph.build(names=["x", "f", "g", "w", "apply"],
+                        ops=["Placeholder", "MatMul", "MatMul", "VariableV2", "ApplyGradientDescent"],
+                        comp_us=[0, 10, 5, 0, 1], edge_src=["x", "f", "g", "w"],
+                        edge_dst=["f", "g", "apply", "apply"], edge_bytes=[0, 0, 1000, 0])
+    cluster = parse_devices("2xcpu:1").with_options(latency=10, bandwidth=100)   # 1000 B: 20 us
+    block = replicas.estimate(g, np.zeros(5, np.int32), cluster, 2, per_replica_us=16.0)
+    # replica 1's gradient goes to host 0 (20 us), its mean comes back (20 us), then apply
+    assert block["step_time_us"] == pytest.approx(10 + 5 + 20 + 20 + 1)
+    assert block["averaged_tensors"] == 1 and block["allreduce_bytes"] == 1000
+    assert block["hosts"] == ["/job:worker/task:0", "/job:worker/task:1"]
+
+
+def test_more_replicas_than_hosts_is_refused():
+    with pytest.raises(UserError, match="--replicas: 3 replicas need 3 hosts"):
+        replicas.replica_devices(parse_devices("2xcpu:2"), 3)
+
+
+def test_hosts_must_have_host_zeros_devices(tmp_path):
+    doc = {"format": "pardnn-cluster", "version": 1, "hosts": [
+        {"task": "/job:worker/task:0", "devices": [{"name": "CPU:0", "memory": "1GiB"},
+                                                   {"name": "CPU:1", "memory": "1GiB"}]},
+        {"task": "/job:worker/task:1", "devices": [{"name": "CPU:0", "memory": "1GiB"}]}]}
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(UserError, match="task:1 has no CPU:1"):
+        replicas.replica_devices(parse_devices(str(path)), 2)
+
+
+@pytest.fixture
+def step_json(tmp_path):
+    path = tmp_path / "step.json"
+    training_step().to_json(path)
+    return path
+
+
+def test_place_with_replicas_reports_the_step_with_the_allreduce(step_json, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["place", str(step_json), "--devices", "2xcpu:2", "--replicas", "2",
+                 "--algorithm", "round-robin", "-o", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["devices"] == ["/job:worker/task:0/device:CPU:0", "/job:worker/task:0/device:CPU:1"]
+    block = report["replicas"]
+    assert block["count"] == 2 and block["averaged_tensors"] == 2 and block["allreduce_bytes"] == 1400
+    assert block["step_time_us"] > block["per_replica_makespan_us"] == report["makespan_us"]
+    assert "2 replicas on /job:worker/task:0, /job:worker/task:1" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("replicas, message", [("3", "3 replicas need 3 hosts"), ("0", "at least 1")])
+def test_bad_replica_counts_exit_2(step_json, tmp_path, capsys, replicas, message):
+    assert main(["place", str(step_json), "--devices", "2xcpu:2", "--replicas", replicas,
+                 "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
