@@ -126,31 +126,32 @@ def _first_improving(graph, cluster, device, makespan, batches):
 def swap_clusters(graph, slices, mapping) -> int:
     """Swap pairs of secondary clusters within spans (updates mapping.links and
     mapping.work in place); returns the number of swaps."""
-    links, span, weight, ok = mapping.links, mapping.span, mapping.weight, mapping.allowed
+    links, span, ok = mapping.links, mapping.span, mapping.allowed
     lalb = np.setdiff1d(np.arange(slices.num_primary, slices.num_clusters), mapping.merged)
     if len(lalb) < 2:
         return 0
     head_level = mapping.level[slices.head[lalb]]
     by_start = lalb[np.argsort(head_level, kind="stable")].tolist()
     starts = np.sort(head_level)
-    swapped = np.zeros(slices.num_clusters, bool)
-    comp, level, cdev = graph.comp_us.tolist(), mapping.level.tolist(), links.cdev
+    swapped = [False] * slices.num_clusters
+    cdev, weight = links.cdev.tolist(), mapping.weight.tolist()
+    comp, level = graph.comp_us.tolist(), mapping.level.tolist()
     count = 0
     for c, target in _unbalanced(mapping, lalb):
         if swapped[c]:
             continue
         lo, hi = np.searchsorted(starts, span[c], side="left").tolist()
-        best_gain, partner = 0.0, -1
-        for c2 in by_start[lo:min(hi, lo + SCAN)]:
-            if (cdev[c2] != target or swapped[c2] or weight[c2] >= weight[c]
-                    or not ok[c2, cdev[c]]):
-                continue
-            gain = _swap_gain(mapping, c, c2, comp, level)
-            if gain > best_gain:
-                best_gain, partner = gain, c2
-        if partner >= 0:
-            _swap(mapping, c, partner, comp, level)
-            swapped[[c, partner]] = True
+        partners = [c2 for c2 in by_start[lo:min(hi, lo + SCAN)]
+                    if cdev[c2] == target and not swapped[c2] and weight[c2] < weight[c]
+                    and ok[c2, cdev[c]]]
+        if not partners:
+            continue
+        me = _Side(mapping, c, comp, level)
+        gain, partner = max((me.swap_gain(_Side(mapping, c2, comp, level)), -c2) for c2 in partners)
+        if gain > 0.0:
+            _swap(mapping, c, -partner, comp, level)
+            cdev[c], cdev[-partner] = cdev[-partner], cdev[c]
+            swapped[c] = swapped[-partner] = True
             count += 1
     return count
 
@@ -170,23 +171,29 @@ def _unbalanced(mapping, clusters) -> list:
     return list(zip(clusters[pick].tolist(), target[pick].tolist()))
 
 
-def _swap_gain(mapping, c, c2, comp, level) -> float:
-    """Eq. 4.2 costs of c on a and c2 on b, minus those after swapping them."""
-    links, span = mapping.links, mapping.span
-    a, b = links.cdev[c], links.cdev[c2]
-    s1, s2 = span[c].tolist(), span[c2].tolist()
-    load1, load2 = mapping.work.range_sum(*s1), mapping.work.range_sum(*s2)
-    comm1, comm2 = links.comm_cost(c), links.comm_cost(c2)
-    before = (load1[a] - _work_in(links.members[c], s1, comp, level) + comm1[a]
-              + load2[b] - _work_in(links.members[c2], s2, comp, level) + comm2[b])
-    after = (load1[b] - _work_in(links.members[c2], s1, comp, level) + comm1[b]
-             + load2[a] - _work_in(links.members[c], s2, comp, level) + comm2[a])
-    return float(before - after)
+class _Side:
+    """One cluster of a candidate swap: its device, span, the work of every device
+    in its span, and its communication cost on every device (Eq. 4.2 terms)."""
 
+    def __init__(self, mapping, c, comp, level):
+        self.device = int(mapping.links.cdev[c])
+        self.span = mapping.span[c].tolist()
+        self.load = mapping.work.range_sum(*self.span)
+        self.comm = mapping.links.comm_cost(c)
+        self.nodes, self.comp, self.level = mapping.links.members[c], comp, level
+        self.own = self.work_in(self.span)
 
-def _work_in(nodes, span, comp, level) -> float:
-    lo, hi = span
-    return sum(comp[n] for n in nodes if lo <= level[n] < hi)
+    def work_in(self, span) -> float:
+        lo, hi = span
+        return sum(self.comp[n] for n in self.nodes if lo <= self.level[n] < hi)
+
+    def swap_gain(self, other) -> float:
+        """Eq. 4.2 costs of both clusters where they are, minus after swapping."""
+        a, b = self.device, other.device
+        before = self.load[a] - self.own + self.comm[a] + other.load[b] - other.own + other.comm[b]
+        after = (self.load[b] - other.work_in(self.span) + self.comm[b]
+                 + other.load[a] - self.work_in(other.span) + other.comm[a])
+        return float(before - after)
 
 
 def _swap(mapping, c, c2, comp, level):

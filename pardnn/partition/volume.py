@@ -14,59 +14,43 @@ work. The caller emulates the moves and keeps them only if the step gets faster.
 
 import numpy as np
 
-from pardnn.levels import adjacency
 from pardnn.partition.costs import placed_edge_costs
 
 
 def comm_moves(graph, cluster, device, allowed) -> list:
     """[(gain_us, group, device)], largest gain first, one per group."""
     cut = placed_edge_costs(graph, cluster, device)
-    heavy = np.zeros(graph.num_nodes)
-    np.add.at(heavy, graph.edge_src, cut)
-    np.add.at(heavy, graph.edge_dst, cut)
-    group_comp = np.bincount(graph.group, graph.comp_us, minlength=graph.num_groups)
+    heavy = np.bincount(graph.edge_src, cut, graph.num_nodes) + np.bincount(graph.edge_dst, cut, graph.num_nodes)
     groups = np.unique(graph.group[heavy > graph.comp_us])
+    if len(groups) == 0:
+        return []
+    cost = _cost_by_device(graph, cluster, device, groups)
+    cost[~allowed[groups]] = np.inf
+    best = np.argmin(cost, axis=1)
+    here = device[graph.group_nodes[graph.group_ptr[groups]]]
+    rows = np.arange(len(groups))
+    group_comp = np.bincount(graph.group, graph.comp_us, minlength=graph.num_groups)[groups]
+    gain = cost[rows, here] - cost[rows, best] - group_comp
+    keep = np.flatnonzero(gain > 0.0)
+    keep = keep[np.lexsort((groups[keep], -gain[keep]))]
+    return list(zip(gain[keep].tolist(), groups[keep].tolist(), best[keep].tolist()))
+
+
+def _cost_by_device(graph, cluster, device, groups) -> np.ndarray:
+    """(groups x devices): transfer time of each group's edges to nodes outside
+    it if the group ran on each device."""
     k = cluster.num_devices
     lat = np.where(np.eye(k, dtype=bool), 0.0, cluster.latency_us)
     inv = np.where(np.eye(k, dtype=bool), 0.0, 1.0 / cluster.bandwidth)
-    edges = _GroupEdges(graph, device)
-    moves = []
-    for g in groups.tolist():
-        cost = edges.cost_by_device(g, lat, inv)
-        cost[~allowed[g]] = np.inf
-        d = int(np.argmin(cost))
-        gain = cost[edges.device_of(g)] - cost[d] - group_comp[g]
-        if gain > 0.0:
-            moves.append((float(gain), g, d))
-    moves.sort(key=lambda m: (-m[0], m[1]))
-    return moves
-
-
-class _GroupEdges:
-    """Per group: its edges to nodes outside it, by the other end's device."""
-
-    def __init__(self, graph, device):
-        self.graph = graph
-        self.succ_ptr, self.dst, self.pred_ptr, self.pred_src, self.pred_eid = adjacency(graph)
-        self.group, self.dev = graph.group.tolist(), device.tolist()
-        self.nbytes = graph.edge_bytes.tolist()
-
-    def device_of(self, g) -> int:
-        return self.dev[int(self.graph.group_members(g)[0])]
-
-    def cost_by_device(self, g, lat, inv) -> np.ndarray:
-        """Per device d: transfer time of the group's edges if the group ran on d."""
-        k = len(lat)
-        out_count, out_bytes, in_count, in_bytes = (np.zeros(k) for _ in range(4))
-        for x in self.graph.group_members(g).tolist():
-            for e in range(self.succ_ptr[x], self.succ_ptr[x + 1]):
-                y = self.dst[e]
-                if self.group[y] != g:
-                    out_count[self.dev[y]] += 1
-                    out_bytes[self.dev[y]] += self.nbytes[e]
-            for p in range(self.pred_ptr[x], self.pred_ptr[x + 1]):
-                y = self.pred_src[p]
-                if self.group[y] != g:
-                    in_count[self.dev[y]] += 1
-                    in_bytes[self.dev[y]] += self.nbytes[self.pred_eid[p]]
-        return lat @ out_count + inv @ out_bytes + lat.T @ in_count + inv.T @ in_bytes
+    row = np.full(graph.num_groups, -1)
+    row[groups] = np.arange(len(groups))
+    gs, gd = row[graph.group[graph.edge_src]], row[graph.group[graph.edge_dst]]
+    inside = graph.group[graph.edge_src] == graph.group[graph.edge_dst]
+    cost = np.zeros((len(groups), k))
+    out = np.flatnonzero((gs >= 0) & ~inside)          # the group sends to device of dst
+    d = device[graph.edge_dst[out]]
+    np.add.at(cost, gs[out], lat[:, d].T + graph.edge_bytes[out, None] * inv[:, d].T)
+    into = np.flatnonzero((gd >= 0) & ~inside)         # the group receives from device of src
+    d = device[graph.edge_src[into]]
+    np.add.at(cost, gd[into], lat[d] + graph.edge_bytes[into, None] * inv[d])
+    return cost
