@@ -10,8 +10,9 @@ is R times it.
 
 What is averaged: every input of a variable update (an optimizer's Apply op, an
 Assign*, a Scatter*) that depends on the replica's data — reachable from a
-Placeholder (or an input pipeline's IteratorGetNext) along data edges. For an optimizer that is the gradient; for a moving
-average (batch norm) it is the update delta. Each such tensor is summed over the
+Placeholder (or an input pipeline's IteratorGetNext) along data edges. For an
+optimizer that is the gradient; for a moving average (batch norm) it is the update
+delta. Each such tensor is summed over the
 replicas and divided by R once, on the update's device of one replica (tensor k
 on replica k mod R, to spread the work), and every replica's update reads that
 one mean. Reduce at one replica, then broadcast: 2 (R - 1) transfers per tensor,
@@ -150,7 +151,8 @@ def replicated_graph(graph, averaging, device, table):
         out_bytes=np.concatenate([np.tile(graph.out_bytes, replicas), averaging.nbytes]),
         persist_bytes=np.concatenate([np.tile(graph.persist_bytes, replicas), np.zeros(t, np.int64)]),
         kind=np.concatenate([np.tile(graph.kind, replicas), np.zeros(t, np.int8)]),
-        group=np.concatenate([(graph.group + shift).ravel(), replicas * graph.num_groups + np.arange(t)]).tolist(),
+        group=np.concatenate([(graph.group + np.arange(replicas)[:, None] * graph.num_groups).ravel(),
+                              replicas * graph.num_groups + np.arange(t)]).tolist(),
         pinned=list(graph.pinned) * replicas + [""] * t,
         edge_src=np.concatenate(src), edge_dst=np.concatenate(dst),
         edge_bytes=np.concatenate(ebytes), edge_slot=np.concatenate(slots))

@@ -15,7 +15,8 @@ from pardnn.graph import CostGraph
 
 def training_step():
     """x -> f -> g (the gradient) -> apply <- w, lr; a moving average `ema` whose
-    delta depends on x; a step counter that does not; a control edge from the data."""
+    delta depends on x; a step counter that does not; a control edge from the data.
+    Variables share a colocation group with their updates."""
     nodes = {"x": ("Placeholder", 0), "w": ("VariableV2", 0), "lr": ("Const", 0),
              "f": ("MatMul", 10), "g": ("MatMul", 5), "apply": ("ApplyGradientDescent", 1),
              "m": ("VariableV2", 0), "delta": ("Sub", 1), "ema": ("AssignSub", 1),
@@ -25,9 +26,11 @@ def training_step():
              ("delta", "ema", 400, 0), ("m", "ema", 400, 0), ("step", "count", 8, 0),
              ("one", "count", 8, 0), ("x", "count", 0, -1)]
     src, dst, nbytes, slot = zip(*edges)
+    group = {"apply": "w", "ema": "m", "count": "step"}
     return CostGraph.build(names=list(nodes), ops=[v[0] for v in nodes.values()],
                            comp_us=[v[1] for v in nodes.values()], edge_src=list(src), edge_dst=list(dst),
-                           edge_bytes=list(nbytes), edge_slot=list(slot))
+                           edge_bytes=list(nbytes), edge_slot=list(slot),
+                           group=[group.get(name, name) for name in nodes])
 
 
 def names_of(graph, ids):
@@ -50,7 +53,7 @@ def test_replicated_graph_reads_one_mean_per_tensor():
     a = replicas.averaged_tensors(g)
     table = replicas.replica_devices(parse_devices("2xcpu:1"), 2)
     rep, device = replicas.replicated_graph(g, a, np.zeros(g.num_nodes, np.int32), table)
-    assert rep.num_nodes == 2 * g.num_nodes + 2
+    assert rep.num_nodes == 2 * g.num_nodes + 2 and rep.num_groups == 2 * g.num_groups + 2
     index = rep.index()
     mean = index["allreduce/g/0"]
     assert sorted(rep.names[i] for i in rep.predecessors(mean)) == ["replica_0/g", "replica_1/g"]

@@ -61,6 +61,9 @@ def run(args):
     from pardnn.tf import links
 
     target = _target(args, links, memory, timeout_s)
+    if len(target.devices) < 2:
+        raise UserError(f"found {len(target.devices)} device(s) ({', '.join(d.name for d in target.devices)}); "
+                        f"timing links needs at least 2")
     print(f"timing {len(target.devices)} devices on {len(target.hosts)} host(s): "
           f"{', '.join(d.name for d in target.devices)}", file=sys.stderr)
     hop_us = links.measure(target, sizes, args.repeats, args.hops, log=lambda m: print(m, file=sys.stderr))

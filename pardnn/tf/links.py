@@ -23,7 +23,6 @@ import numpy as np
 import tensorflow as tf
 
 from pardnn.cluster import Device, Host, _host_memory
-from pardnn.errors import UserError
 from pardnn.link_model import device_pairs
 from pardnn.tf.distributed import connect, running_devices
 from pardnn.tf.session import parse_profile_devices, session_config
@@ -63,7 +62,8 @@ def cluster_target(hosts, memory=None, timeout_s=10.0, flag="--workers") -> Targ
         prefix = tf.DeviceSpec.from_string(task).replace(replica=0).to_string() + "/"
         mine = [d for d in running if d[0].startswith(prefix)]
         kind = "GPU" if any(d[1] == "GPU" for d in mine) else "CPU"
-        devices += [Device(f"{task}/device:{kind}:{i}", kind, mem, h) for _, kind, i, mem in _pick(mine, kind, memory)]
+        devices += [Device(f"{task}/device:{kind}:{i}", kind, mem, h)
+                    for _, kind, i, mem in _pick(mine, kind, memory)]
     return Target(devices, [Host(task, address) for task, address in hosts],
                   lambda graph: connect(hosts, graph, timeout_s, flag))
 
@@ -82,8 +82,6 @@ def _pick(running, kind, memory) -> list:
 def measure(target: Target, sizes, repeats: int = 7, hops: int = 16, log=None) -> np.ndarray:
     """(pairs, sizes) array: microseconds per transfer for each pair of
     link_model.device_pairs(len(target.devices)) and each size in bytes."""
-    if len(target.devices) < 2:
-        raise UserError(f"found {len(target.devices)} device(s); timing links needs at least 2")
     graph, init, chains = build_chains([d.name for d in target.devices], sizes, hops)
     pairs = device_pairs(len(target.devices))
     hop_us = np.zeros((len(pairs), len(sizes)))
