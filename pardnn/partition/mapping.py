@@ -92,7 +92,10 @@ def _primary_devices(ok) -> np.ndarray:
     out = np.empty(len(ok), np.int64)
     for j, row in enumerate(ok):
         free = np.flatnonzero(row & ~taken)
-        out[j] = j if j < k and row[j] and not taken[j] else (free[0] if len(free) else np.flatnonzero(row)[0])
+        if j < k and row[j] and not taken[j]:
+            out[j] = j
+        else:
+            out[j] = free[0] if len(free) else np.flatnonzero(row)[0]
         taken[out[j]] = True
     return out
 

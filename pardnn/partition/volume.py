@@ -20,7 +20,8 @@ from pardnn.partition.costs import placed_edge_costs
 def comm_moves(graph, cluster, device, allowed) -> list:
     """[(gain_us, group, device)], largest gain first, one per group."""
     cut = placed_edge_costs(graph, cluster, device)
-    heavy = np.bincount(graph.edge_src, cut, graph.num_nodes) + np.bincount(graph.edge_dst, cut, graph.num_nodes)
+    n = graph.num_nodes
+    heavy = np.bincount(graph.edge_src, cut, n) + np.bincount(graph.edge_dst, cut, n)
     groups = np.unique(graph.group[heavy > graph.comp_us])
     if len(groups) == 0:
         return []
