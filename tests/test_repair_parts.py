@@ -71,18 +71,24 @@ def fig43_two_devices():
 
 
 def freed_at(fp, grid, g, t):
-    i0, i1, nbytes = fp.freed(g)
+    """Bytes group g's leaving frees at time t, as things stand."""
+    rows = np.array(fp.rows(g), np.int64)
     i = np.searchsorted(grid, t)
-    return int(nbytes[(i0 <= i) & (i < i1)].sum())
+    live = fp.active[rows] & (fp.i0[rows] <= i) & (i < fp.i1[rows])
+    return int(fp.bytes[rows][live].sum())
+
+
+def footprints(g, device, k=2):
+    c = parse_devices(f"cpu:{k}").with_options(latency=0.0, bandwidth=float("inf"))
+    s = simulate(g, c, device)
+    prof = track_memory(g, c, device, s)
+    grid = np.unique(prof.times)
+    return Footprints(g, prof, k, grid), grid, s, prof
 
 
 def test_footprint_frees_the_thesis_memory_potential():
     g, device = fig43_two_devices()
-    c = parse_devices("cpu:2").with_options(latency=0.0, bandwidth=float("inf"))
-    s = simulate(g, c, device)
-    prof = track_memory(g, c, device, s)
-    grid = np.unique(prof.times)
-    fp = Footprints(g, prof, 2, grid)
+    fp, grid, s, prof = footprints(g, device)
     ids = {x: g.names.index(x) for x in "ACDEFG"}
     # device 0 runs A C D E F at 0..5; at t=4 F runs (own 2) and reads C, D, E last (1+2+2)
     f_start = s.start[ids["F"]]
@@ -97,15 +103,28 @@ def test_moving_a_variable_frees_its_state_but_brings_back_a_copy_for_its_reader
                         persist_bytes=[100, 0, 0, 0], kind=[RESIDUAL, REFERENCE, NORMAL, NORMAL],
                         group=["w", "w", "m", "n"], edge_src=["v", "r", "m"], edge_dst=["r", "m", "n"],
                         edge_bytes=[100, 100, 10])
-    c = parse_devices("cpu:2")
-    device = np.zeros(4, int)
-    s = simulate(g, c, device)
-    prof = track_memory(g, c, device, s)
-    grid = np.unique(prof.times)
-    fp = Footprints(g, prof, 2, grid)
-    links = GroupLinks(g, c)
+    fp, grid, _, _ = footprints(g, np.zeros(4, int))
+    links = GroupLinks(g, parse_devices("cpu:2"))
     w = g.group[0]
     assert links.resident[w] == 100
     # while m runs (0..5) a copy of v's value (100 B) would have to be on device 0
     assert freed_at(fp, grid, w, 0.0) == -100
     assert freed_at(fp, grid, w, 5.0) == 0
+
+
+def test_a_buffer_read_twice_is_freed_by_its_readers_in_turn():
+    # p's 50 B output is read by a (runs 1..2) and by b (runs 2..3) on one device:
+    # until a has run, moving b alone frees nothing of it; once a has left too,
+    # b's row takes over the part before b's turn
+    g = CostGraph.build(names=["p", "a", "b"], comp_us=[1, 1, 1], out_bytes=[50, 1, 1],
+                        edge_src=["p", "p"], edge_dst=["a", "b"], edge_bytes=[50, 50])
+    fp, grid, s, _ = footprints(g, np.zeros(3, int), k=1)
+    assert s.start.tolist() == [0, 1, 2]
+    a, b = g.group[1], g.group[2]
+    assert freed_at(fp, grid, b, 1.0) == 0 and freed_at(fp, grid, b, 2.0) == 51   # + its own
+    assert freed_at(fp, grid, a, 1.0) == 1          # only its own output while it runs
+    (row_b,) = [r for r in fp.rows(b) if fp.bytes[r] == 50]
+    (row_a,) = [r for r in fp.rows(a) if fp.bytes[r] == 50]
+    assert fp.next[row_b] == row_a and not fp.active[row_a]
+    fp.active[row_a] = True                         # b has left: a's part is next
+    assert freed_at(fp, grid, a, 1.0) == 51

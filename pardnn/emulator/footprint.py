@@ -11,18 +11,22 @@ summed over a group's members:
   the communication with ancestors *and* descendants on the same pe). Edges inside the
   group are never cut and do not count. The target is not known yet when the cost is
   needed, so an edge costs latency + bytes / bandwidth over the cluster's mean link.
-- potential at time t: what leaving the device frees there at t. Per buffer of the
-  memory profile (pardnn.emulator.memory) the group frees, on an interval:
-  * an input buffer whose last local consumer is in the group (the thesis' M_pot,
-    Table 4.2): from when it is complete until it is freed;
-  * a member's own output: while the member runs (M_pot's "st(n) <= t < ft(n)"); for
-    its whole life when no node outside the group reads it on this device (the thesis
-    counts only the running part, but nothing keeps such a buffer here once the
-    producer has gone);
+- potential at time t: what leaving the device frees there at t:
+  * the buffers of the memory profile (pardnn.emulator.memory) the group frees, as
+    rows built by pardnn.emulator.chains: an input buffer whose last local consumer
+    is in the group (the thesis' M_pot, Table 4.2), from when it is complete or when
+    the last other reader has finished, until it is freed; then, once that group has
+    left, the next reader's part, and so on down the buffer's chain of readers; a
+    member's own output while it runs (M_pot's "st(n) <= t < ft(n)"), or its whole
+    life when nothing on the device reads it;
   * the group's resident state (variables, optimizer slots, persistent bytes) for the
     whole step. Table 4.2 has no term for it, yet moving a variable frees exactly that,
-    and it is what makes most large models fit.
-  For a group of one NORMAL node with a local consumer this is M_pot(n, t) exactly.
+    and it is what makes most large models fit;
+  * minus the copy that readers outside the group must then receive of a variable or
+    reference member's value, from its producer's finish to the last such reader's:
+    without it, moving a variable away from its readers looks like a saving of its
+    whole size while the emulator then holds a copy of it for most of the step.
+  For a group of one NORMAL node whose inputs have no other reader this is M_pot(n, t).
 - need on a target device: the resident state for the whole step, the members' own
   outputs for their lifetime, and a copy of each input tensor produced elsewhere for
   the interval the group's buffers above hold it. Inputs the group reads but does not
@@ -38,6 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from pardnn.baselines.common import resident_bytes
+from pardnn.emulator.chains import buffer_rows
 from pardnn.graph import NORMAL
 
 
@@ -102,19 +107,25 @@ class Footprints:
     another (see the module docstring), each in CSR by group."""
 
     def __init__(self, graph, profile, k, grid):
-        pairs = _buffer_pairs(graph, profile, k)
-        rows = [_freed_rows(profile, pairs), _returned_rows(graph, profile)]
-        g, dev, lo, hi, nbytes = (np.concatenate(col) for col in zip(*rows))
-        order = np.flatnonzero(hi > lo)
-        order = order[np.argsort(g[order], kind="stable")]
+        returned = _returned_rows(graph, profile)
+        rows = [buffer_rows(graph, profile, k),
+                (*returned, np.ones(len(returned[0]), bool), np.full(len(returned[0]), -1, np.int64))]
+        g, dev, lo, hi, nbytes, active, nxt = (np.concatenate(col) for col in zip(*rows))
+        order = np.argsort(g, kind="stable")
+        where = np.empty(len(order), np.int64)
+        where[order] = np.arange(len(order))
         self.group, self.dev, self.bytes = g[order], dev[order], nbytes[order]
+        self.active = active[order]             # rows whose group's leaving frees them now
+        self.next = np.where(nxt[order] >= 0, where[np.maximum(nxt[order], 0)], -1)
+        self.prev = np.full(len(order), -1, np.int64)
+        self.prev[self.next[self.next >= 0]] = np.flatnonzero(self.next >= 0)
         self.ptr = _csr_ptr(self.group, graph.num_groups)
         self.i0 = np.searchsorted(grid, lo[order], side="left")
         self.i1 = np.searchsorted(grid, hi[order], side="left")
-        self._index_needed(graph, profile, pairs)
+        self._index_needed(graph, profile, _buffer_pairs(graph, profile))
 
     def _index_needed(self, graph, profile, pairs):
-        p, (g, b, produced, tail, _) = profile, pairs
+        p, (g, b, produced, tail) = profile, pairs
         needed = np.flatnonzero(produced | tail)
         self.need_group, self.need_buf = g[needed], b[needed]
         self.need_lo = np.where(produced, p.buf_alloc[b], p.buf_ready[b])[needed]
@@ -123,10 +134,9 @@ class Footprints:
         self.need_prod = np.where(produced, -1, p.buf_node[b])[needed]
         self.need_ptr = _csr_ptr(self.need_group, graph.num_groups)
 
-    def freed(self, g: int):
-        """(first segment, end segment, bytes) of what group g frees on its device."""
-        s = slice(self.ptr[g], self.ptr[g + 1])
-        return self.i0[s], self.i1[s], self.bytes[s]
+    def rows(self, g: int) -> range:
+        """Ids of the rows group g's leaving may free (see `active` and `next`)."""
+        return range(self.ptr[g], self.ptr[g + 1])
 
     def needed(self, g: int):
         """Rows (start, end, bytes, producer, buffer, ready) of the buffers group g would
@@ -136,44 +146,14 @@ class Footprints:
         return (self.need_lo[s], self.need_hi[s], self.need_bytes[s], self.need_prod[s],
                 self.need_buf[s], self.need_ready[s])
 
-    def on_device(self, d: int):
-        """Arrays (group, first segment, end segment, bytes) of the freed rows on device d."""
-        m = np.flatnonzero(self.dev == d)
-        return self.group[m], self.i0[m], self.i1[m], self.bytes[m]
+    def on_device(self, d: int) -> np.ndarray:
+        """Ids of the rows on device d."""
+        return np.flatnonzero(self.dev == d)
 
 
-def _held_by_others(graph, profile, k, owner_group):
-    """Per buffer: the latest finish of a consumer on its device outside its owner's
-    group (-inf if none): until then the buffer stays even if the owner's group leaves.
-    A received copy is matched to all of its producer's consumers on that device."""
-    p = profile
-    data = np.flatnonzero(graph.edge_slot >= 0)
-    src, dst = graph.edge_src[data].astype(np.int64), graph.edge_dst[data]
-    ekey = src * k + p.node_device[dst]
-    fin, grp = p.node_running[1][dst], graph.group[dst]
-    order = np.lexsort((dst, fin, ekey))
-    ekey, fin, grp = ekey[order], fin[order], grp[order]
-    last = np.ones(len(ekey), bool)
-    last[:-1] = ekey[1:] != ekey[:-1]
-    keys = ekey[last]
-    pos = np.searchsorted(keys, ekey)
-    top_group, top_fin = grp[last], fin[last]
-    second = np.full(len(keys), -np.inf)
-    other = grp != top_group[pos]
-    np.maximum.at(second, pos[other], fin[other])
-    bkey = p.buf_node * k + p.buf_device
-    at = np.minimum(np.searchsorted(keys, bkey), max(len(keys) - 1, 0))
-    if len(keys) == 0:
-        return np.full(len(bkey), -np.inf)
-    found = keys[at] == bkey
-    held = np.where(owner_group == top_group[at], second[at], top_fin[at])
-    return np.where(found, held, -np.inf)
-
-
-def _buffer_pairs(graph, profile, k):
+def _buffer_pairs(graph, profile):
     """(group, buffer) pairs: each group's members' own outputs and the buffers a member
-    frees last; flags `produced` (a member wrote it), `tail` (the group's leaving frees it
-    after it is complete) and `held` (until when others on the device still read it)."""
+    frees last; flags `produced` (a member wrote it) and `tail` (a member reads it last)."""
     p = profile
     nbuf = len(p.buf_bytes)
     own = p.buf_device == p.node_device[p.buf_node]      # received copies live elsewhere
@@ -185,20 +165,7 @@ def _buffer_pairs(graph, profile, k):
                                   owner_group[has_owner] * nbuf + buf[has_owner]]))
     key = key[distinct(key)]
     g, b = key // nbuf, key % nbuf
-    produced = own[b] & (group[p.buf_node[b]] == g)
-    tail = (owner_group[b] == g) | (produced & ~has_owner[b])
-    return g, b, produced, tail, _held_by_others(graph, p, k, owner_group)[b]
-
-
-def _freed_rows(profile, pairs):
-    """(group, device, start, end, bytes) freed: a member's output while it runs, and
-    a buffer's tail from when nobody outside the group reads it any more."""
-    p, (g, b, produced, tail, held) = profile, pairs
-    run, tail = np.flatnonzero(produced), np.flatnonzero(tail)
-    rows = np.concatenate([run, tail])
-    return (g[rows], p.buf_device[b[rows]],
-            np.concatenate([p.buf_alloc[b[run]], np.maximum(p.buf_ready[b[tail]], held[tail])]),
-            np.concatenate([p.buf_ready[b[run]], p.buf_free[b[tail]]]), p.buf_bytes[b[rows]])
+    return g, b, own[b] & (group[p.buf_node[b]] == g), owner_group[b] == g
 
 
 def _returned_rows(graph, profile):

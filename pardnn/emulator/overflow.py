@@ -51,6 +51,7 @@ class RepairRound:
         self.taken = np.array(frozen, bool)
         self.moves, self.stuck = [], []
         self.copies = set()         # (buffer, device): copies this round added to a device
+        self.gone = np.zeros(graph.num_groups, bool)    # groups moved this round
 
     def run(self):
         over = (self.peak - self.cap) / np.maximum(self.cap, 1)
@@ -61,39 +62,67 @@ class RepairRound:
 
     def _drain(self, d):
         """Cover device d's highest point until its timeline fits, or it is stuck."""
-        pairs = self.fp.on_device(d)
+        rows = self.fp.on_device(d)
         resident = np.flatnonzero((self.group_dev == d) & (self.links.resident > 0))
         while True:
             i, level = self.tl[d].argmax()
             overflow = level - int(self.cap[d])
             if overflow <= 0:
                 return
-            if not self._cover(d, i, overflow, pairs, resident):
+            if not self._cover(d, i, overflow, rows, resident):
                 self.stuck.append((d, float(self.times[i]), overflow))
                 return
 
-    def _cover(self, d, i, overflow, pairs, resident):
-        """Move groups whose potentials at segment i of device d add up to `overflow`."""
-        cand, pot = self._potentials(i, pairs, resident)
+    def _cover(self, d, i, overflow, rows, resident):
+        """Move groups whose potentials at segment i of device d add up to `overflow`;
+        False when nothing could move. If they fall short, move the groups that block a
+        buffer's chain there (see `_blockers`): the next pass can then free it."""
+        overflow, moved = self._knapsack(d, *self._potentials(i, rows, resident), overflow)
+        if overflow > 0:
+            moved |= self._knapsack(d, *self._blockers(i, rows), overflow)[1]
+        return moved
+
+    def _knapsack(self, d, cand, pot, overflow):
+        """Pop candidates off the two heaps and move them until `overflow` is covered;
+        (overflow left, whether anything moved)."""
         heaps = TwoHeaps(self.cost[cand], pot)
+        moved = False
         while overflow > 0:
             j = heaps.pop(overflow)
             if j < 0:
-                return False
+                break
             g = int(cand[j])
             self.taken[g] = True
             if self._move(g, d):
                 overflow -= int(pot[j])
-        return True
+                moved = True
+        return overflow, moved
 
-    def _potentials(self, i, pairs, resident):
+    def _potentials(self, i, rows, resident):
         """(groups, bytes) that leaving the device would free at segment i."""
-        group, i0, i1, nbytes = pairs
-        live = (i0 <= i) & (i < i1)
-        groups = np.concatenate([group[live], resident])
-        freed = np.concatenate([nbytes[live], self.links.resident[resident]])
+        fp = self.fp
+        rows = rows[fp.active[rows] & (fp.i0[rows] <= i) & (i < fp.i1[rows])]
+        groups = np.concatenate([fp.group[rows], resident])
+        freed = np.concatenate([fp.bytes[rows], self.links.resident[resident]])
         keep = ~self.taken[groups]
         cand, pot = sum_by_key(groups[keep], freed[keep])
+        return cand[pot > 0], pot[pot > 0]
+
+    def _blockers(self, i, rows):
+        """(groups, bytes): buffers live at segment i that no group here can free alone,
+        because a later reader still needs them, credited to that reader's group, as the
+        thesis' M_pot credits a buffer to its last consumer."""
+        fp = self.fp
+        blocked = rows[~fp.active[rows] & (fp.i0[rows] <= i) & (i < fp.i1[rows])]
+        groups, credit = [], []
+        for r in blocked.tolist():
+            h = fp.prev[r]
+            while h >= 0 and not fp.active[h]:
+                h = fp.prev[h]
+            if h >= 0 and not self.taken[fp.group[h]]:
+                groups.append(fp.group[h])
+                credit.append(fp.bytes[r])
+        cand, pot = sum_by_key(np.array(groups, np.int64), np.array(credit, np.int64))
         return cand[pot > 0], pot[pot > 0]
 
     def _move(self, g, d) -> bool:
@@ -149,8 +178,10 @@ class RepairRound:
 
     def _apply(self, g, d, e, resident, need):
         j0, j1, nbytes, copied = need
-        for a, b, x in zip(*self.fp.freed(g)):
-            self.tl[d].add(int(a), int(b), -int(x))
+        self.gone[g] = True
+        for r in self.fp.rows(g):
+            if self.fp.active[r]:
+                self._free(d, r)
         for a, b, x in zip(j0.tolist(), j1.tolist(), nbytes.tolist()):
             self.tl[e].add(a, b, x)
         self.copies.update((int(b), e) for b in copied)
@@ -160,6 +191,19 @@ class RepairRound:
         self.busy[e] += self.links.comp[g]
         self.node_dev[self.graph.group_members(g)] = e
         self.moves.append((g, e))
+
+    def _free(self, d, r):
+        """Take row r off device d's timeline and pass the buffer to the next group of
+        its chain, freeing that row too if its group has already left."""
+        fp = self.fp
+        while True:
+            self.tl[d].add(int(fp.i0[r]), int(fp.i1[r]), -int(fp.bytes[r]))
+            r = fp.next[r]
+            if r < 0 or fp.active[r]:
+                return
+            fp.active[r] = True
+            if not self.gone[fp.group[r]]:
+                return
 
 
 def _grid(times):
