@@ -21,6 +21,12 @@ Choices the thesis leaves open:
 - A candidate no device can absorb is dropped for the rest of the round, as the thesis
   drops it ("the node is not considered again"); it may be tried again after the next
   emulation. A group moved in any round never moves again.
+- When the potentials at a point cannot cover its overflow (buffers there are still
+  read later by another group, so no single group frees them: see
+  pardnn.emulator.chains), the groups blocking those buffers are credited with them,
+  as the thesis' M_pot credits a buffer to its last consumer, and moved by the same
+  knapsack; the buffers' next readers can then free them. Without this, a step whose
+  activations are read in both passes would take one emulation per reader.
 """
 
 from __future__ import annotations
