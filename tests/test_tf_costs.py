@@ -77,7 +77,10 @@ def test_times_and_untimed_nodes(mlp_profile):
     assert info["steps"] == 3 and info["nodes"] == graph.num_nodes
     assert graph.comp_us[ix["layer0/MatMul"]] > 0 and graph.comp_us[ix["x"]] > 0
     untimed = graph.comp_us == 0
-    assert graph.comp_us[ix["layer0/w/Initializer/random_uniform/RandomUniform"]] == 0   # init only
+    init = ix["layer0/w/Initializer/random_uniform/RandomUniform"]
+    assert graph.comp_us[init] == 0 and graph.out_bytes[init] == 0          # init only: no step memory
+    assert 0 < info["outside_step_nodes"] <= info["untimed_nodes"]
+    assert graph.out_bytes[ix["layer0/MatMul"]] > 0
     assert 0 < info["untimed_nodes"] <= untimed.sum() < graph.num_nodes
     assert info["profile"]["model"] == "mlp" and info["profile"]["feeds"] == ["x:0", "y:0"]
     assert np.all(graph.edge_src < graph.edge_dst)                      # topological ids

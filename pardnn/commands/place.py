@@ -14,7 +14,8 @@ from pardnn.report import write_json
 from pardnn.summary import print_summary
 
 # Loader statistics copied into report.json under "loader".
-LOADER_FIELDS = ("steps", "untimed_nodes", "unknown_stats_records", "dropped_back_edges", "pinned_cpu")
+LOADER_FIELDS = ("steps", "untimed_nodes", "outside_step_nodes",
+                 "unknown_stats_records", "dropped_back_edges", "pinned_cpu")
 
 
 def add_parser(sub):

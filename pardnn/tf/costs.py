@@ -50,7 +50,8 @@ def load_profile(path):
     """(CostGraph, info) for a profile directory.
 
     info: nodes, edges, steps, untimed_nodes (absent from every step's step_stats:
-    zero time, static sizes), unknown_stats_records, dropped_back_edges, pinned_cpu,
+    zero time, static sizes), outside_step_nodes (untimed and feeding no timed
+    node, e.g. initializers: no memory either), unknown_stats_records, dropped_back_edges, pinned_cpu,
     stage_seconds and, when present, the profile.json written by `pardnn profile`."""
     clock = _Stages()
     graph_pb, steps = profile_files(path)
@@ -59,6 +60,9 @@ def load_profile(path):
     stats = read_step_stats(steps, table)
     clock.lap("step_stats")
     slot_bytes = np.where(stats.slot_bytes >= 0, stats.slot_bytes, table.static_bytes)
+    outside = ~in_step(table, stats.timed) if stats.timed.any() else np.zeros(table.num_nodes, bool)
+    owner = np.repeat(np.arange(table.num_nodes), table.slot_ptr[1:] - table.slot_ptr[:-1])
+    slot_bytes = np.where(outside[owner], 0, slot_bytes)
     kind, persist = node_kinds(table)
     out_bytes = _out_bytes(table, slot_bytes, kind)
     gslot = table.edge_global_slot()
@@ -74,6 +78,7 @@ def load_profile(path):
     clock.lap("build")
     info = {"nodes": graph.num_nodes, "edges": graph.num_edges, "steps": len(steps),
             "untimed_nodes": int((~stats.timed).sum()),
+            "outside_step_nodes": int(outside.sum()),
             "unknown_stats_records": stats.unknown_records,
             "dropped_back_edges": table.back_edges,
             "pinned_cpu": sum(1 for p in pinned if p),
@@ -106,6 +111,30 @@ def node_kinds(table):
         if "shape" in attr and "dtype" in attr:
             persist[i] = shape_bytes(attr["shape"].shape, attr["dtype"].type % 100)
     return kind, persist
+
+
+def in_step(table, timed) -> np.ndarray:
+    """Nodes a traced training step runs: the timed ones and all their ancestors.
+
+    A GraphDef also holds nodes no training step executes — variable initializers,
+    save/restore ops. They never appear in step_stats and never allocate during a
+    step, so their outputs cost no memory (their slots get 0 bytes). An untimed node
+    that feeds a timed one did run (its stats were just not recorded) and keeps its
+    static sizes. Reverse reachability over all edges, control edges included: O(V + E)."""
+    n = table.num_nodes
+    order = np.argsort(table.edge_dst, kind="stable")
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(table.edge_dst, minlength=n), out=ptr[1:])
+    preds, ptr = table.edge_src[order].tolist(), ptr.tolist()
+    seen = timed.tolist()
+    stack = np.flatnonzero(timed).tolist()
+    while stack:
+        v = stack.pop()
+        for u in preds[ptr[v]:ptr[v + 1]]:
+            if not seen[u]:
+                seen[u] = True
+                stack.append(u)
+    return np.asarray(seen, bool)
 
 
 def _out_bytes(table, slot_bytes, kind):
