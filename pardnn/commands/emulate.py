@@ -1,0 +1,103 @@
+"""`pardnn emulate PROFILE --placement placement.csv --devices SPEC`: a dry run.
+
+Emulates one training step of a placed graph (pardnn.emulator) and prints, per device,
+the busy time, the utilisation (busy / step time) and the peak memory against the
+capacity. `--report` writes the same report.json fields `pardnn place` writes (the
+emulation fields agree exactly for the same placement); `--plot` draws the memory and
+busy/idle timeline of every device (pardnn.emulator.timeline_plot). Output files are
+written all or nothing.
+"""
+
+import os
+import time
+
+from pardnn.commands.common import add_cluster_args, cluster_from_args
+from pardnn.constraints import violations
+from pardnn.emulator import report_fields
+from pardnn.emulator.memory import track_memory
+from pardnn.emulator.scheduler import simulate
+from pardnn.errors import UserError
+from pardnn.loader import load_cost_graph
+from pardnn.placement import Placement, read_csv
+from pardnn.report import base_report, write_json
+from pardnn.units import format_size, format_time
+
+
+def add_parser(sub):
+    p = sub.add_parser("emulate", help="emulate a placed training step (dry run)",
+                       description="Emulate one training step of a placement: step time, "
+                                   "per-device utilisation and peak memory.")
+    p.add_argument("profile", metavar="PROFILE", help="profile directory or cost graph .json")
+    p.add_argument("--placement", required=True, metavar="CSV", help="placement.csv (node,device)")
+    add_cluster_args(p)
+    p.add_argument("--report", metavar="FILE", help="write report.json here")
+    p.add_argument("--plot", metavar="PNG", help="write the memory/busy timeline here")
+    p.set_defaults(run=run)
+
+
+def run(args):
+    cluster = cluster_from_args(args)
+    for flag, path in (("--report", args.report), ("--plot", args.plot)):
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise UserError(f"{flag}: directory of {path} does not exist")
+    graph, _ = load_cost_graph(args.profile)
+    device = read_csv(args.placement, graph, cluster)
+    problems = violations(graph, cluster, device)
+    if problems:
+        raise UserError(f"--placement: {args.placement}: {problems[0]}")
+    t0 = time.perf_counter()
+    schedule = simulate(graph, cluster, device)
+    profile = track_memory(graph, cluster, device, schedule)
+    report = base_report(graph, Placement(device, cluster, algorithm="placement.csv"))
+    report["placement"] = os.path.abspath(args.placement)
+    report.update(report_fields(graph, cluster, device, schedule, profile))
+    report["stage_seconds"] = {"evaluate": time.perf_counter() - t0}
+    _write(args, report, lambda path: _plot(schedule, profile, cluster, device, args, path))
+    print_table(report, cluster)
+    return 0
+
+
+def _plot(schedule, profile, cluster, device, args, path):
+    from pardnn.emulator.timeline_plot import plot_timeline
+    plot_timeline(schedule, profile, cluster, device, path,
+                  title=f"{os.path.basename(args.placement)} on {args.devices}")
+
+
+def _write(args, report, plot):
+    """Write --plot and --report through temporary files; rename both only if both worked."""
+    pending = []
+    try:
+        if args.plot:
+            pending.append((f"{args.plot}.tmp{os.getpid()}", args.plot))
+            plot(pending[-1][0])
+        if args.report:
+            pending.append((f"{args.report}.tmp{os.getpid()}", args.report))
+            write_json(report, pending[-1][0])
+    except BaseException:
+        for tmp, _ in pending:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        raise
+    for tmp, final in pending:
+        os.replace(tmp, final)
+
+
+def print_table(report, cluster, file=None):
+    """Per-device busy time, utilisation and peak memory against capacity."""
+    span = report["makespan_us"]
+    lines = [f"emulated step {format_time(span)} on {len(report['devices'])} devices; "
+             f"one device {format_time(report['single_device_us'])} "
+             f"(speedup {report['single_device_us'] / span if span else 1.0:.2f}x), "
+             f"lower bound {format_time(report['lower_bound_us'])}",
+             f"{'device':<28} {'nodes':>8} {'busy':>12} {'util':>6} {'peak memory':>12} "
+             f"{'capacity':>12} {'use':>6}"]
+    capacity = cluster.capacity.tolist()
+    for i, name in enumerate(report["devices"]):
+        busy, peak = report["busy_us"][i], report["peak_memory_bytes"][i]
+        lines.append(f"{name.rsplit('/', 1)[-1]:<28} {report['nodes_per_device'][i]:>8} "
+                     f"{format_time(busy):>12} {busy / span if span else 0:>6.0%} "
+                     f"{format_size(peak):>12} {format_size(capacity[i]):>12} "
+                     f"{peak / capacity[i] if capacity[i] else float('inf'):>6.0%}")
+    lines.append(f"memory: {'fits' if report['feasible'] else 'DOES NOT FIT'} "
+                 f"(reserve {report['reserve']:.0%}); communication {format_size(report['comm_bytes'])} per step")
+    print("\n".join(lines), file=file)

@@ -1,0 +1,68 @@
+"""`pardnn emulate`: the dry run agrees with `pardnn place`, plots, and rejects bad CSVs."""
+
+import json
+
+import numpy as np
+import pytest
+
+from pardnn.cli import main
+from pardnn.graph import NORMAL, CostGraph
+
+
+@pytest.fixture
+def placed(tmp_path):
+    """A 40-node fork-join graph placed by pardnn on cpu:3."""
+    rng = np.random.default_rng(0)
+    n = 40
+    src = [0] * 12 + list(range(1, 13)) + list(range(13, 39))
+    dst = list(range(1, 13)) + [13] * 12 + list(range(14, 40))
+    graph = CostGraph.build(names=[f"op{i}" for i in range(n)], comp_us=rng.uniform(5, 50, n),
+                            out_bytes=rng.integers(1_000, 100_000, n), kind=[NORMAL] * n,
+                            edge_src=src, edge_dst=dst, edge_bytes=rng.integers(1_000, 100_000, len(src)))
+    path = tmp_path / "g.json"
+    graph.to_json(path)
+    out = tmp_path / "placed"
+    assert main(["place", str(path), "--devices", "cpu:3", "-o", str(out)]) == 0
+    return path, out
+
+
+def test_emulate_agrees_exactly_with_place_and_plots(placed, tmp_path, capsys):
+    path, out = placed
+    capsys.readouterr()
+    report, plot = tmp_path / "emu.json", tmp_path / "timeline.png"
+    assert main(["emulate", str(path), "--placement", str(out / "placement.csv"), "--devices", "cpu:3",
+                 "--report", str(report), "--plot", str(plot)]) == 0
+    placed_report = json.loads((out / "report.json").read_text())
+    emulated = json.loads(report.read_text())
+    for key in ("makespan_us", "single_device_us", "lower_bound_us", "peak_memory_bytes",
+                "feasible", "comm_bytes", "busy_us"):
+        assert emulated[key] == placed_report[key], key
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000
+    table = capsys.readouterr().out
+    assert "util" in table and table.count("CPU:") == 3
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda rows: rows.__setitem__(5, "ghost,0"), "placement.csv:6: node 'ghost'"),
+    (lambda rows: rows.__setitem__(3, rows[3].split(",")[0] + ",9"), "placement.csv:4: device index 9"),
+    (lambda rows: rows.pop(), "1 nodes of the profile have no device"),
+])
+def test_bad_placement_csv_exits_2_with_the_line(placed, tmp_path, capsys, edit, message):
+    path, out = placed
+    rows = (out / "placement.csv").read_text().splitlines()
+    edit(rows)
+    bad = tmp_path / "placement.csv"
+    bad.write_text("\n".join(rows) + "\n")
+    capsys.readouterr()
+    report = tmp_path / "r.json"
+    assert main(["emulate", str(path), "--placement", str(bad), "--devices", "cpu:3",
+                 "--report", str(report)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not report.exists()
+
+
+def test_placement_on_a_device_the_cluster_lacks(placed, capsys):
+    path, out = placed
+    assert main(["emulate", str(path), "--placement", str(out / "placement.csv"), "--devices", "cpu:2"]) == 2
+    assert "CPU:2" in capsys.readouterr().err
