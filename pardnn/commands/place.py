@@ -10,6 +10,7 @@ from pardnn import algorithms, placer, replicas
 from pardnn.commands.common import add_cluster_args, cluster_from_args
 from pardnn.loader import load_cost_graph
 from pardnn.outputs import OutputDir
+from pardnn.progress import stage
 from pardnn.report import write_json
 from pardnn.summary import print_summary
 
@@ -37,9 +38,11 @@ def run(args):
     algorithms.get(args.algorithm)          # reject a bad name before loading anything
     one_replica = cluster if args.replicas is None else replicas.replica_cluster(cluster, args.replicas)
     t0 = time.perf_counter()
-    graph, info = load_cost_graph(args.profile)
+    with stage(f"loading {args.profile}"):
+        graph, info = load_cost_graph(args.profile)
     load_s = time.perf_counter() - t0
-    placement, report = placer.place(graph, one_replica, args.algorithm)
+    with stage(f"placing {graph.num_nodes} nodes with {args.algorithm} on {cluster.num_devices} devices"):
+        placement, report = placer.place(graph, one_replica, args.algorithm)
     report["stage_seconds"] = {"load": load_s, **report["stage_seconds"]}
     if args.replicas is not None:
         report["replicas"] = replicas.estimate(graph, placement.device, cluster, args.replicas,
@@ -47,6 +50,19 @@ def run(args):
     loader = {key: info[key] for key in LOADER_FIELDS if key in info}
     if loader:
         report["loader"] = loader
+    with stage(f"writing {args.out}"):
+        _write_outputs(args, graph, info, placement, cluster, report)
+    print_summary(report, out_dir=args.out)
+    if args.replicas is not None:
+        print(replicas.summary_line(report["replicas"]))
+    if loader.get("untimed_nodes"):
+        print(f"  note: {loader['untimed_nodes']} nodes had no timing in the profile "
+              f"(zero compute time, static output sizes)")
+    return 0
+
+
+def _write_outputs(args, graph, info, placement, cluster, report):
+    """placement.csv, placed_graph.pb (profile dirs only), profile.json and report.json."""
     with OutputDir(args.out) as out:
         t1 = time.perf_counter()
         placement.write_csv(graph, out.temp("placement.csv"))
@@ -62,10 +78,3 @@ def run(args):
                 write_json(info["profile"], out.temp("profile.json"))
         report["stage_seconds"]["write"] = time.perf_counter() - t1
         write_json(report, out.temp("report.json"))
-    print_summary(report, out_dir=args.out)
-    if args.replicas is not None:
-        print(replicas.summary_line(report["replicas"]))
-    if loader.get("untimed_nodes"):
-        print(f"  note: {loader['untimed_nodes']} nodes had no timing in the profile "
-              f"(zero compute time, static output sizes)")
-    return 0

@@ -11,6 +11,7 @@ import os
 
 from pardnn.errors import UserError
 from pardnn.models import load_module, resolve_knobs
+from pardnn.progress import stage
 
 
 def add_parser(sub):
@@ -42,13 +43,17 @@ def run(args):
         raise UserError(f"--steps: need at least 1 traced step, got {args.steps}")
     module = load_module(args.model)
     knobs = resolve_knobs(module, args.size, args.set)
-    model = _build(module, args.model, knobs)
+    with stage(f"building {args.model}"):
+        model = _build(module, args.model, knobs)
     is_script = args.model.endswith(".py") or os.sep in args.model
     meta = {"model": os.path.abspath(args.model) if is_script else args.model, "size": args.size, "knobs": knobs}
     if target is not None:
-        print(summary_line(args.model, estimate_model(model, target, args.out, meta), args.out))
+        with stage(f"estimating op costs for {args.estimate}"):
+            result = estimate_model(model, target, args.out, meta)
+        print(summary_line(args.model, result, args.out))
         return 0
-    doc = profile_model(model, args.steps, args.devices, args.out, meta=meta)
+    with stage(f"profiling {args.model}: warm-up + {args.steps} traced steps on {args.devices}"):
+        doc = profile_model(model, args.steps, args.devices, args.out, meta=meta)
     nodes = len(model.graph.as_graph_def().node)
     print(f"profiled {args.model} ({nodes} nodes) for {doc['steps']} steps on {args.devices}; wrote {args.out}")
     return 0
