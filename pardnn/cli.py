@@ -10,7 +10,7 @@ import sys
 
 from pardnn.errors import UserError
 
-COMMANDS = ["models", "profile", "place", "run", "links"]
+COMMANDS = ["models", "profile", "place", "emulate", "compare", "run", "links"]
 
 
 class _Parser(argparse.ArgumentParser):
