@@ -66,3 +66,48 @@ def test_placement_on_a_device_the_cluster_lacks(placed, capsys):
     path, out = placed
     assert main(["emulate", str(path), "--placement", str(out / "placement.csv"), "--devices", "cpu:2"]) == 2
     assert "CPU:2" in capsys.readouterr().err
+
+
+@pytest.fixture
+def small(tmp_path):
+    """v (RESIDUAL, 8000 B) and its REFERENCE read r share a group; r feeds two chains."""
+    g = CostGraph.build(names=["v", "r", "a1", "a2", "b1", "b2", "j"], comp_us=[0, 0, 5, 7, 6, 4, 2],
+                        out_bytes=[0, 0, 4000, 3000, 5000, 2000, 100],
+                        persist_bytes=[8000, 0, 0, 0, 0, 0, 0], kind=[1, 2, 0, 0, 0, 0, 0],
+                        group=["v", "v", "a1", "a2", "b1", "b2", "j"],
+                        edge_src=["v", "r", "r", "a1", "b1", "a2", "b2"],
+                        edge_dst=["r", "a1", "b1", "a2", "b2", "j", "j"],
+                        edge_bytes=[8000, 8000, 8000, 4000, 5000, 3000, 2000])
+    path = tmp_path / "g.json"
+    g.to_json(path)
+    return path
+
+
+def emulate_rows(small, tmp_path, rows, *flags):
+    placement = tmp_path / "p.csv"
+    placement.write_text("\n".join(["node,device", *rows]) + "\n")
+    return main(["emulate", str(small), "--placement", str(placement), "--devices", "gpu:2", *flags])
+
+
+def test_table_shows_busy_time_and_an_overflow(small, tmp_path, capsys):
+    report = tmp_path / "em.json"
+    rows = ["v,0", "r,0", "a1,0", "a2,0", "b1,1", "b2,1", "j,0"]
+    assert emulate_rows(small, tmp_path, rows, "--memory", "10000", "--report", str(report)) == 0
+    r = json.loads(report.read_text())
+    # device 0 runs a1, a2, j (14 us) and holds v's 8000 B plus a1's 4000 B > 9000 B capacity
+    assert r["busy_us"] == [14, 10] and r["feasible"] is False and r["peak_memory_bytes"][0] >= 12000
+    out = capsys.readouterr().out
+    assert "DOES NOT FIT" in out and "14.0 us" in out
+
+
+def test_split_colocation_group_exits_2(small, tmp_path, capsys):
+    rows = ["v,0", "r,1", "a1,0", "a2,0", "b1,0", "b2,0", "j,0"]
+    assert emulate_rows(small, tmp_path, rows) == 2
+    err = capsys.readouterr().err.strip()
+    assert "colocation group split" in err and len(err.splitlines()) == 1
+
+
+def test_output_into_a_missing_directory_exits_2(small, tmp_path, capsys):
+    rows = ["v,0", "r,0", "a1,0", "a2,0", "b1,0", "b2,0", "j,0"]
+    assert emulate_rows(small, tmp_path, rows, "--plot", str(tmp_path / "nope" / "t.png")) == 2
+    assert "--plot" in capsys.readouterr().err
