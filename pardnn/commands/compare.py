@@ -133,7 +133,7 @@ def plot(rows, path):
         ax.annotate(f"{r['speedup']:.2f}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                     ha="center", va="bottom", fontsize=8)
     ax.set_ylabel("emulated step time (ms)")
-    ax.set_title("makespan per algorithm (red: does not fit in memory; label: speedup over one device)",
+    ax.set_title("makespan per algorithm\n(red, hatched: over memory; label: speedup over one device)",
                  fontsize=9)
     fig.tight_layout()
     tmp = f"{path}.tmp{os.getpid()}"
