@@ -48,14 +48,16 @@ def measure(algorithm: str, nodes: int, k: int) -> dict:
 
 
 def run_cell(algorithm: str, nodes: int, k: int, limit: float):
-    """measure() in a child process; None when it ran past the limit."""
+    """measure() in a child process; None when it ran past the limit, {"error": last
+    line of its stderr} when it failed (a broken placer is reported, not fatal)."""
     cmd = [sys.executable, __file__, "--child", algorithm, str(nodes), str(k)]
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True,
-                             timeout=limit + BUILD_ALLOWANCE_S).stdout
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=limit + BUILD_ALLOWANCE_S)
     except subprocess.TimeoutExpired:
         return None
-    return json.loads(out.strip().splitlines()[-1])
+    if done.returncode != 0:
+        return {"error": (done.stderr.strip().splitlines() or ["no message"])[-1]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main(argv=None) -> int:
@@ -82,7 +84,10 @@ def main(argv=None) -> int:
                 continue
             row = run_cell(name, nodes, args.k, args.limit)
             load = os.getloadavg()[0]
-            if row is None:
+            if row is not None and "error" in row:
+                given_up.add(name)
+                print(f"{name:12s} {nodes:7d} {'':7s} {'failed':>9s}  {row['error'][:80]}")
+            elif row is None:
                 given_up.add(name)
                 print(f"{name:12s} {nodes:7d} {'':7s} {'> ' + str(int(args.limit)) + ' s':>9s}  {'':8s}  {load:.1f}")
             else:

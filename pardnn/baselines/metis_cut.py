@@ -16,6 +16,10 @@ to the least-loaded device of their kind; the part numbers are used as device
 indices, which ignores link topology (METIS partitions, it does not map).
 """
 
+import contextlib
+import os
+import sys
+
 import numpy as np
 
 from pardnn.constraints import allowed_devices
@@ -53,10 +57,31 @@ def _partition(graph, work, k) -> np.ndarray:
     eweights = _integer_weights(np.concatenate([weight, weight])[order])
     vweights = _integer_weights(work)
     options = pymetis.Options(seed=0)
-    _, membership = pymetis.part_graph(k, xadj=xadj.tolist(), adjncy=dst.tolist(),
-                                       vweights=vweights.tolist(), eweights=eweights.tolist(),
-                                       options=options)
+    with _quiet_c_output():
+        _, membership = pymetis.part_graph(k, xadj=xadj.tolist(), adjncy=dst.tolist(),
+                                           vweights=vweights.tolist(), eweights=eweights.tolist(),
+                                           options=options)
     return np.asarray(membership, np.int64)
+
+
+@contextlib.contextmanager
+def _quiet_c_output():
+    """Silence METIS' C-level messages ("Cannot bisect a graph with 0 vertices!",
+    printed when one group holds most of the work and a part stays empty): they go
+    to file descriptor 1, which would corrupt `pardnn compare --json` output."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved + [devnull]:
+            os.close(fd)
 
 
 def _integer_weights(values) -> np.ndarray:
