@@ -84,79 +84,70 @@ class _LinearClustering:
         """The heaviest path through s, which lies on a critical path of the
         remaining graph: walk to the predecessor that sets tl and the successor
         that sets bl (first in id order on ties)."""
-        ptr, src, eid = self.pred
         back, v = [], s
-        while True:
-            best, arg = -1.0, -1
-            for p in range(ptr[v], ptr[v + 1]):
-                u = src[p]
-                if self.alive[u] and self.tl[u] + self.w[u] + self.c[eid[p]] > best:
-                    best, arg = self.tl[u] + self.w[u] + self.c[eid[p]], u
-            if arg < 0:
-                break
-            back.append(arg)
-            v = arg
-        sptr, dst = self.succ
+        while (v := self._best_pred(v)[1]) >= 0:
+            back.append(v)
         path, v = back[::-1] + [s], s
-        while True:
-            best, arg = -1.0, -1
-            for e in range(sptr[v], sptr[v + 1]):
-                x = dst[e]
-                if self.alive[x] and self.c[e] + self.bl[x] > best:
-                    best, arg = self.c[e] + self.bl[x], x
-            if arg < 0:
-                return path
-            path.append(arg)
-            v = arg
+        while (v := self._best_succ(v)[1]) >= 0:
+            path.append(v)
+        return path
+
+    def _best_pred(self, x) -> tuple:
+        """(tl of x over its alive predecessors, the one that sets it or -1)."""
+        ptr, src, eid = self.pred
+        best, arg = 0.0, -1
+        for p in range(ptr[x], ptr[x + 1]):
+            u = src[p]
+            if self.alive[u] and (arg < 0 or self.tl[u] + self.w[u] + self.c[eid[p]] > best):
+                best, arg = self.tl[u] + self.w[u] + self.c[eid[p]], u
+        return best, arg
+
+    def _best_succ(self, u) -> tuple:
+        """(bl of u minus its own cost over its alive successors, the one that sets
+        it or -1)."""
+        sptr, dst = self.succ
+        best, arg = 0.0, -1
+        for e in range(sptr[u], sptr[u + 1]):
+            x = dst[e]
+            if self.alive[x] and (arg < 0 or self.c[e] + self.bl[x] > best):
+                best, arg = self.c[e] + self.bl[x], x
+        return best, arg
+
+    def _alive_preds(self, v) -> list:
+        ptr, src, _ = self.pred
+        return [u for u in src[ptr[v]:ptr[v + 1]] if self.alive[u]]
+
+    def _alive_succs(self, v) -> list:
+        sptr, dst = self.succ
+        return [x for x in dst[sptr[v]:sptr[v + 1]] if self.alive[x]]
 
     def _update_bottom(self, path) -> set:
-        """Recompute bl of alive ancestors of the removed path, latest first."""
-        ptr, src, _ = self.pred
-        sptr, dst = self.succ
-        work = [-u for v in path for u in src[ptr[v]:ptr[v + 1]] if self.alive[u]]
+        """Recompute bl of the alive ancestors of the removed path, latest first."""
+        return self._propagate(path, self._alive_preds, -1, self.bl,
+                               lambda u: self._best_succ(u)[0] + self.w[u])
+
+    def _update_top(self, path) -> set:
+        """Recompute tl of the alive descendants of the removed path, earliest first."""
+        return self._propagate(path, self._alive_succs, 1, self.tl, lambda x: self._best_pred(x)[0])
+
+    def _propagate(self, path, next_of, sign, level, recompute) -> set:
+        """Visit the nodes next to the path in topological order (sign 1) or its
+        reverse (sign -1), each once and after every node its level depends on;
+        where a level drops, visit the nodes next to it too. Returns those changed."""
+        work = [sign * u for v in path for u in next_of(v)]
         heapq.heapify(work)
-        changed, last = set(), -1
+        changed, last = set(), None
         while work:
-            u = -heapq.heappop(work)
+            u = sign * heapq.heappop(work)
             if u == last:
                 continue
             last = u
-            best = 0.0
-            for e in range(sptr[u], sptr[u + 1]):
-                x = dst[e]
-                if self.alive[x] and self.c[e] + self.bl[x] > best:
-                    best = self.c[e] + self.bl[x]
-            if best + self.w[u] != self.bl[u]:
-                self.bl[u] = best + self.w[u]
+            value = recompute(u)
+            if value != level[u]:
+                level[u] = value
                 changed.add(u)
-                for p in range(ptr[u], ptr[u + 1]):
-                    if self.alive[src[p]]:
-                        heapq.heappush(work, -src[p])
-        return changed
-
-    def _update_top(self, path) -> set:
-        """Recompute tl of alive descendants of the removed path, earliest first."""
-        ptr, src, eid = self.pred
-        sptr, dst = self.succ
-        work = [x for v in path for x in dst[sptr[v]:sptr[v + 1]] if self.alive[x]]
-        heapq.heapify(work)
-        changed, last = set(), -1
-        while work:
-            x = heapq.heappop(work)
-            if x == last:
-                continue
-            last = x
-            best = 0.0
-            for p in range(ptr[x], ptr[x + 1]):
-                u = src[p]
-                if self.alive[u] and self.tl[u] + self.w[u] + self.c[eid[p]] > best:
-                    best = self.tl[u] + self.w[u] + self.c[eid[p]]
-            if best != self.tl[x]:
-                self.tl[x] = best
-                changed.add(x)
-                for e in range(sptr[x], sptr[x + 1]):
-                    if self.alive[dst[e]]:
-                        heapq.heappush(work, dst[e])
+                for x in next_of(u):
+                    heapq.heappush(work, sign * x)
         return changed
 
 
