@@ -16,6 +16,9 @@ batch: once for all swaps, once or twice per node-switching round.
    communication there). Each cluster swaps at most once (as in the thesis). The
    search for sc' scans at most SCAN clusters in start order (binary search into
    the clusters sorted by first-node level), which keeps it O(C log C).
+   Then, not in the thesis, the affinity placement (pardnn.partition.affinity:
+   groups feeding heavy tensors, e.g. an RNN layer's weights, with the ops tied to
+   them) replaces the result when it emulates faster: one more emulation.
 2. Rounds of node moves, at most K (the thesis repeats node switching "at most K
    times"). A round first switches nodes on the critical path (see
    pardnn.partition.switching): the transfers on the emulated critical path,
@@ -37,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pardnn.emulator.scheduler import simulate
+from pardnn.partition.affinity import affinity_devices
 from pardnn.partition.switching import critical_moves
 from pardnn.partition.volume import comm_moves
 
@@ -53,6 +57,7 @@ class Refined:
     switches: int                   # nodes moved by critical-path switching (and kept)
     followed: int                   # nodes moved by communication moves (and kept)
     one_device: bool                # everything ended on one device (faster than any split)
+    affinity: bool                  # refinement started from the affinity placement
 
 
 def refine(graph, cluster, slices, mapping, allowed, rounds: int) -> Refined:
@@ -68,6 +73,7 @@ def refine(graph, cluster, slices, mapping, allowed, rounds: int) -> Refined:
             device, schedule = trial, swapped
         else:
             swaps = 0
+    device, schedule, affine = _affinity_if_faster(graph, cluster, device, schedule, allowed)
     switches = followed = 0
     for _ in range(rounds):
         begin = schedule.makespan
@@ -84,7 +90,19 @@ def refine(graph, cluster, slices, mapping, allowed, rounds: int) -> Refined:
         if schedule.makespan > begin * (1.0 - MIN_ROUND_GAIN):
             break
     device, makespan, merged = _one_device_if_faster(graph, cluster, device, schedule.makespan, allowed)
-    return Refined(device, start, makespan, swaps, switches, followed, merged)
+    return Refined(device, start, makespan, swaps, switches, followed, merged, affine)
+
+
+def _affinity_if_faster(graph, cluster, device, schedule, allowed):
+    """(device, schedule, True) with pardnn.partition.affinity's placement if the
+    emulator finds it faster than the (swapped) mapping; else the input."""
+    candidate = affinity_devices(graph, cluster, allowed)
+    if candidate is None:
+        return device, schedule, False
+    trial = simulate(graph, cluster, candidate)
+    if trial.makespan < schedule.makespan:
+        return candidate, trial, True
+    return device, schedule, False
 
 
 def _one_device_if_faster(graph, cluster, device, makespan, allowed):

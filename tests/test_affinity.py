@@ -1,0 +1,79 @@
+"""Affinity placement (pardnn.partition.affinity) on small hand-made graphs."""
+
+import numpy as np
+
+from pardnn.cluster import parse_devices
+from pardnn.constraints import allowed_devices
+from pardnn.emulator.scheduler import simulate
+from pardnn.graph import CostGraph
+from pardnn.partition.affinity import affinity_devices
+from pardnn.partition.pardnn import partition
+
+WEIGHT = 10**7          # 100 us on the wire at 1e5 bytes/us, far above the latency
+
+
+def two_layers(steps=4):
+    """Two RNN-like layers: layer L's variable group {vL, rL0..} feeds a heavy
+    weight to each step mL_t; steps chain in time (mL_t -> mL_t+1) and layer a
+    feeds layer b (ma_t -> mb_t), with small activations."""
+    names, comp, group, edges = [], [], [], []
+    for layer in "ab":
+        names.append(f"v{layer}")
+        comp.append(0.0)
+        group.append(layer)
+        for t in range(steps):
+            names += [f"r{layer}{t}", f"m{layer}{t}"]
+            comp += [0.0, 50.0]
+            group += [layer, f"m{layer}{t}"]
+            edges += [(f"v{layer}", f"r{layer}{t}", 8), (f"r{layer}{t}", f"m{layer}{t}", WEIGHT)]
+            if t:
+                edges.append((f"m{layer}{t - 1}", f"m{layer}{t}", 1000))
+    edges += [(f"ma{t}", f"mb{t}", 1000) for t in range(steps)]
+    src, dst, nbytes = zip(*edges)
+    return CostGraph.build(names=names, comp_us=comp, group=group, edge_src=list(src),
+                           edge_dst=list(dst), edge_bytes=list(nbytes))
+
+
+def cluster(k):
+    return parse_devices(f"gpu:{k}").with_options(bandwidth=1e5, latency=10.0)
+
+
+def device_of(graph, device, names):
+    index = graph.index()
+    return {int(device[index[n]]) for n in names}
+
+
+def test_each_layer_goes_with_its_weights_and_layers_split():
+    g, c = two_layers(), cluster(2)
+    device = affinity_devices(g, c, allowed_devices(g, c))
+    a = device_of(g, device, ["va"] + [f"{x}a{t}" for x in "rm" for t in range(4)])
+    b = device_of(g, device, ["vb"] + [f"{x}b{t}" for x in "rm" for t in range(4)])
+    assert len(a) == 1 and len(b) == 1 and a != b
+
+
+def test_step1_adopts_the_pipeline_when_it_emulates_faster():
+    g, c = two_layers(steps=6), cluster(2)
+    result = partition(g, c)
+    heavy = g.edge_bytes == WEIGHT
+    assert result.affinity
+    assert np.all(result.device[g.edge_src[heavy]] == result.device[g.edge_dst[heavy]])
+    assert result.makespan_us < simulate(g, c, result.mapped).makespan
+    assert result.makespan_us < g.total_work_us()
+
+
+def test_no_candidate_with_one_anchor_or_constrained_groups():
+    g, c = two_layers(), cluster(2)
+    light = CostGraph.build(names=g.names, comp_us=g.comp_us, group=g.group,
+                            edge_src=g.edge_src, edge_dst=g.edge_dst,
+                            edge_bytes=np.where(g.edge_bytes == WEIGHT, 1000, g.edge_bytes))
+    assert affinity_devices(light, c, allowed_devices(light, c)) is None
+    allowed = allowed_devices(g, c).copy()
+    allowed[0, 1] = False
+    assert affinity_devices(g, c, allowed) is None
+
+
+def test_equal_labels_take_the_least_loaded_devices_lowest_first():
+    g, c = two_layers(), cluster(3)
+    device = affinity_devices(g, c, allowed_devices(g, c))
+    assert device_of(g, device, ["va", "ma0"]) == {0}
+    assert device_of(g, device, ["vb", "mb0"]) == {1}
