@@ -13,7 +13,6 @@ files with an explicit measured matrix (`links`), which then overrides both.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import replace
@@ -22,6 +21,8 @@ import numpy as np
 
 from pardnn.cluster import GBps, Cluster, Device, Host
 from pardnn.errors import UserError
+from pardnn.jsonfile import read_json
+from pardnn.report import write_json
 from pardnn.units import parse_rate, parse_size, parse_time
 
 CLUSTER_FORMAT = "pardnn-cluster"
@@ -70,13 +71,7 @@ def parse_composed(text: str, parse_single, flag: str):
 # ------------------------------------------------------------------ files
 def load(path: str, flag: str = "--devices") -> Cluster:
     """Read a cluster file; UserError naming the file and the field on any problem."""
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-    except OSError as exc:
-        raise UserError(f"{flag}: cannot read cluster file {path} ({exc.strerror})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"{flag}: {path} is not valid JSON ({exc})") from None
+    doc = read_json(path, prefix=f"{flag}: cluster file ")
     if not isinstance(doc, dict) or doc.get("format") != CLUSTER_FORMAT or doc.get("version") != CLUSTER_VERSION:
         raise UserError(f"{flag}: {path} is not a pardnn cluster file (format {CLUSTER_FORMAT!r}, version {CLUSTER_VERSION})")
     try:
@@ -131,8 +126,4 @@ def to_doc(cluster: Cluster) -> dict:
 
 def save(cluster: Cluster, path: str) -> None:
     """Write a cluster file (temp file, then rename)."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(to_doc(cluster), f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
+    write_json(to_doc(cluster), path)

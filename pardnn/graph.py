@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pardnn.errors import GraphError
+from pardnn.jsonfile import read_json
 
 NORMAL, RESIDUAL, REFERENCE = 0, 1, 2
 KIND_NAMES = ("normal", "residual", "reference")
@@ -201,14 +202,7 @@ class CostGraph:
 
     @classmethod
     def from_json(cls, path) -> "CostGraph":
-        try:
-            with open(path) as f:
-                doc = json.load(f)
-        except OSError as exc:
-            raise GraphError(f"{path}: cannot read ({exc.strerror})") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise GraphError(f"{path}: not valid JSON ({exc})") from None
-        return cls.from_dict(doc, source=str(path))
+        return cls.from_dict(read_json(path, GraphError), source=str(path))
 
 
 # ---------------------------------------------------------------- helpers

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.core.framework import step_stats_pb2
 from tensorflow.core.protobuf import config_pb2, device_properties_pb2, meta_graph_pb2
 from tensorflow.python.grappler import cluster as gcluster
 from tensorflow.python.grappler import item as gitem
