@@ -23,5 +23,8 @@ def load_cost_graph(path):
         info["profile_dir"] = path
         return graph, info
     if os.path.isfile(path):
+        if path.endswith(".pb"):
+            raise UserError(f"PROFILE: {path} is a file; give the profile directory that holds it "
+                            f"(graph.pb with run_metadata_<i>.pb) or a cost graph .json")
         return CostGraph.from_json(path), {}
     raise UserError(f"PROFILE: {path} does not exist (give a profile directory or a cost graph .json)")

@@ -65,6 +65,10 @@ def test_missing_and_corrupt_profiles(tmp_path, capsys):
     bad.write_text("garbage")
     assert main(["place", str(bad), "--devices", "cpu:2", "--algorithm", "round-robin", "-o", str(out)]) == 2
     assert "bad.json" in capsys.readouterr().err
+    pb = tmp_path / "graph.pb"
+    pb.write_bytes(b"\x0a\x97binary")
+    assert main(["place", str(pb), "--devices", "cpu:2", "--algorithm", "round-robin", "-o", str(out)]) == 2
+    assert "give the profile directory" in capsys.readouterr().err
     assert not out.exists()
 
 
