@@ -136,6 +136,21 @@ def test_when_nothing_can_move_the_last_overflow_is_reported():
         repair(g, cluster(1, 150), np.zeros(g.num_nodes, int))
 
 
+def test_a_group_that_alone_overflows_every_device_is_named():
+    # variable v (50 B) with reads r1, r2 (40 B each) held until its updates a1, a2,
+    # which wait for the slow chain y1 -> y2: every op fits 110 B (least 91 B), but the
+    # group holds 131 B while a1 runs, wherever it goes
+    g = build({"v": (0, 0, 50, RESIDUAL, "w"), "r1": (1, 40, 0, NORMAL, "w"), "r2": (1, 40, 0, NORMAL, "w"),
+               "y1": (100, 1), "y2": (100, 1), "a1": (1, 0, 0, NORMAL, "w"), "a2": (1, 0, 0, NORMAL, "w")},
+              [("v", "r1", 50), ("v", "r2", 50), ("r1", "a1"), ("r2", "a2"), ("y1", "a1"), ("y1", "y2"),
+               ("y2", "a2")])
+    assert max(least_memory(g, 2).values()) == 91
+    with pytest.raises(UserError, match=r"overflows by 21 bytes .* at t=101.0 us .* the colocation group "
+                                        r"of 'v' \(5 nodes\) holds 131 B there alone, more than any device's "
+                                        r"capacity; this graph needs at least 91 B"):
+        repair(g, cluster(2, 110), np.zeros(g.num_nodes, int))
+
+
 def test_resident_state_beyond_all_devices_fails_before_moving_anything(monkeypatch):
     g = variable_graph()
     monkeypatch.setattr(repair_module, "RepairRound", None)          # must not be reached

@@ -40,7 +40,8 @@ from pardnn.emulator.rangemax import RangeMax
 
 class RepairRound:
     """Moves chosen in one round: `moves` (group, target) pairs; `stuck` holds
-    (device, time_us, overflow_bytes) for each device whose overflow nothing could cover."""
+    (device, time_us, overflow_bytes, group, bytes) for each device whose overflow
+    nothing could cover, with the group that holds the most bytes there and how many."""
 
     def __init__(self, graph, cluster, links, allowed, device, schedule, profile, frozen):
         self.graph, self.links, self.allowed = graph, links, allowed
@@ -76,7 +77,7 @@ class RepairRound:
             if overflow <= 0:
                 return
             if not self._cover(d, i, overflow, rows, resident):
-                self.stuck.append((d, float(self.times[i]), overflow))
+                self.stuck.append((d, float(self.times[i]), overflow, *self._holder(i, rows, resident)))
                 return
 
     def _cover(self, d, i, overflow, rows, resident):
@@ -113,6 +114,20 @@ class RepairRound:
         keep = ~self.taken[groups]
         cand, pot = sum_by_key(groups[keep], freed[keep])
         return cand[pot > 0], pot[pot > 0]
+
+    def _holder(self, i, rows, resident):
+        """(group, bytes): the group holding the most at segment i of the device (its
+        resident state and the buffers of its rows there, whether or not its leaving
+        would free them now); when that alone passes the capacity, no move can help."""
+        fp = self.fp
+        rows = rows[(fp.i0[rows] <= i) & (i < fp.i1[rows]) & (fp.bytes[rows] > 0)]
+        rows, resident = rows[~self.gone[fp.group[rows]]], resident[~self.gone[resident]]
+        groups, held = sum_by_key(np.concatenate([fp.group[rows], resident]),
+                                  np.concatenate([fp.bytes[rows], self.links.resident[resident]]))
+        if len(groups) == 0:
+            return -1, 0
+        j = int(np.argmax(held))
+        return int(groups[j]), int(held[j])
 
     def _blockers(self, i, rows):
         """(groups, bytes): buffers live at segment i that no group here can free alone,

@@ -129,12 +129,26 @@ def _fail_if_hopeless(graph, cluster, profile):
                                  int(profile.peak_bytes[d] - cap[d])))
 
 
-def _message(graph, cluster, d, time_us, overflow) -> str:
+def _holder_clause(graph, cluster, group, held) -> str:
+    """Names the colocation group holding the most at the stuck point (by its member
+    with the most resident state: the variable, for a variable's group), and says so
+    when it alone holds more than any device can: it overflows wherever it goes."""
+    if group < 0:
+        return ""
+    members = graph.group_members(group)
+    name = graph.names[members[np.argmax(resident_bytes(graph)[members])]]
+    alone = " alone, more than any device's capacity" if held > cluster.capacity.max() else ""
+    return (f"; the colocation group of {name!r} ({len(members)} nodes) holds "
+            f"{format_size(held)} there{alone}")
+
+
+def _message(graph, cluster, d, time_us, overflow, group=-1, held=0) -> str:
     need = least_memory(graph, cluster.num_devices)
     cap = int(cluster.capacity[d])
     parts = ", ".join(f"{k} {format_size(v)}" for k, v in need.items())
     return (f"memory: {cluster.names[d]} overflows by {overflow} bytes ({format_size(overflow)}) "
             f"at t={format_time(time_us)} (capacity {format_size(cap)} = memory minus "
-            f"{cluster.reserve:.0%} reserve) and moving nodes cannot fix it; this graph "
+            f"{cluster.reserve:.0%} reserve) and moving nodes cannot fix it"
+            f"{_holder_clause(graph, cluster, group, held)}; this graph "
             f"needs at least {format_size(max(need.values()))} per device ({parts}): "
             f"raise --memory, lower --reserve or add devices")
