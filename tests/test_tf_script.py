@@ -59,3 +59,13 @@ def test_mlp_feed_is_deterministic_and_learnable():
     assert np.array_equal(a["x:0"], b["x:0"]) and not np.array_equal(a["x:0"], c["x:0"])
     assert a["y:0"].shape == (5, 3) and np.all(a["y:0"].sum(axis=1) == 1)
     assert model.loss == "loss:0" and model.train_op == "train" and model.init == "init"
+
+
+def test_reprofiling_into_a_directory_drops_steps_of_the_older_profile(tmp_path):
+    out = tmp_path / "prof"
+    out.mkdir()
+    (out / "run_metadata_7.pb").write_bytes(b"stale")
+    (out / "notes.txt").write_text("mine")
+    assert main(["profile", "mlp", "--size", "tiny", "--steps", "2", "-o", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == [
+        "graph.pb", "notes.txt", "profile.json", "run_metadata_0.pb", "run_metadata_1.pb"]

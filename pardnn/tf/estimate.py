@@ -40,9 +40,8 @@ from tensorflow.python.grappler import item as gitem
 
 from pardnn import gpu_specs
 from pardnn.cluster import LOCAL_PREFIX
-from pardnn.outputs import OutputDir
-from pardnn.report import write_json
 from pardnn.tf import grappler_ops
+from pardnn.tf.profile import write_profile_dir
 
 
 @dataclass(frozen=True)
@@ -117,12 +116,7 @@ def estimate_model(model, target: Target, out_dir: str, meta=None) -> dict:
                   "fallback_rule": "bytes touched / memory bandwidth (pardnn.tf.grappler_ops)",
                   **info},
     }
-    with OutputDir(out_dir) as out:
-        with open(out.temp("graph.pb"), "wb") as f:
-            f.write(model.graph.as_graph_def(add_shapes=True).SerializeToString())
-        with open(out.temp("run_metadata_0.pb"), "wb") as f:
-            f.write(run_metadata.SerializeToString())
-        write_json(doc, out.temp("profile.json"))
+    write_profile_dir(out_dir, model.graph, [run_metadata], doc)
     return doc
 
 
