@@ -6,7 +6,7 @@ from pardnn.cluster import parse_devices
 from pardnn.constraints import allowed_devices
 from pardnn.emulator.scheduler import simulate
 from pardnn.graph import CostGraph
-from pardnn.partition.affinity import affinity_devices
+from pardnn.partition.affinity import affinity_candidates
 from pardnn.partition.pardnn import partition
 
 WEIGHT = 10**7          # 100 us on the wire at 1e5 bytes/us, far above the latency
@@ -34,6 +34,32 @@ def two_layers(steps=4):
                            edge_dst=list(dst), edge_bytes=list(nbytes))
 
 
+def chains(spec):
+    """Layers {name: (steps, after)}: a variable group {v, r0..} feeding a heavy
+    weight to each of `steps` chained 50 us steps m0, m1, ...; step 0 waits for
+    the last step of every layer in `after` (small edges)."""
+    names, comp, group, edges = [], [], [], []
+    for layer, (steps, after) in spec.items():
+        names.append(f"v{layer}")
+        comp.append(0.0)
+        group.append(layer)
+        for t in range(steps):
+            names += [f"r{layer}{t}", f"m{layer}{t}"]
+            comp += [0.0, 50.0]
+            group += [layer, f"m{layer}{t}"]
+            edges += [(f"v{layer}", f"r{layer}{t}", 8), (f"r{layer}{t}", f"m{layer}{t}", WEIGHT)]
+            edges.append((f"m{layer}{t - 1}", f"m{layer}{t}", 1000) if t else None)
+        edges += [(f"m{a}{spec[a][0] - 1}", f"m{layer}0", 1000) for a in after]
+    src, dst, nbytes = zip(*[e for e in edges if e])
+    return CostGraph.build(names=names, comp_us=comp, group=group, edge_src=list(src),
+                           edge_dst=list(dst), edge_bytes=list(nbytes))
+
+
+def balance(graph, c):
+    """The balance candidate (heaviest label first onto the least loaded device)."""
+    return affinity_candidates(graph, c, allowed_devices(graph, c))[0]
+
+
 def cluster(k):
     return parse_devices(f"gpu:{k}").with_options(bandwidth=1e5, latency=10.0)
 
@@ -45,7 +71,7 @@ def device_of(graph, device, names):
 
 def test_each_layer_goes_with_its_weights_and_layers_split():
     g, c = two_layers(), cluster(2)
-    device = affinity_devices(g, c, allowed_devices(g, c))
+    device = balance(g, c)
     a = device_of(g, device, ["va"] + [f"{x}a{t}" for x in "rm" for t in range(4)])
     b = device_of(g, device, ["vb"] + [f"{x}b{t}" for x in "rm" for t in range(4)])
     assert len(a) == 1 and len(b) == 1 and a != b
@@ -66,14 +92,26 @@ def test_no_candidate_with_one_anchor_or_constrained_groups():
     light = CostGraph.build(names=g.names, comp_us=g.comp_us, group=g.group,
                             edge_src=g.edge_src, edge_dst=g.edge_dst,
                             edge_bytes=np.where(g.edge_bytes == WEIGHT, 1000, g.edge_bytes))
-    assert affinity_devices(light, c, allowed_devices(light, c)) is None
+    assert affinity_candidates(light, c, allowed_devices(light, c)) == []
     allowed = allowed_devices(g, c).copy()
     allowed[0, 1] = False
-    assert affinity_devices(g, c, allowed) is None
+    assert affinity_candidates(g, c, allowed) == []
 
 
 def test_equal_labels_take_the_least_loaded_devices_lowest_first():
     g, c = two_layers(), cluster(3)
-    device = affinity_devices(g, c, allowed_devices(g, c))
+    device = balance(g, c)
     assert device_of(g, device, ["va", "ma0"]) == {0}
     assert device_of(g, device, ["vb", "mb0"]) == {1}
+
+
+def test_pipeline_candidate_splits_labels_that_run_at_the_same_time():
+    # a and b (4 steps each) run side by side, c (6 steps) after both. Balance puts
+    # c alone and a with b, which then run in turn; the pipeline candidate takes
+    # labels by start time and gives a and b a device each.
+    g, c = chains({"a": (4, []), "b": (4, []), "c": (6, ["a", "b"])}), cluster(2)
+    together, pipeline = affinity_candidates(g, c, allowed_devices(g, c))
+    assert len(device_of(g, together, ["ma0", "mb0"])) == 1
+    assert len(device_of(g, pipeline, ["ma0", "mb0"])) == 2
+    assert simulate(g, c, pipeline).makespan < simulate(g, c, together).makespan
+    assert partition(g, c).makespan_us <= simulate(g, c, pipeline).makespan

@@ -20,21 +20,45 @@ RNN benchmarks (docs/algorithm.md, "Quality").
    all edges (both directions); a node takes the label that reaches it first, ties
    to the lowest label. Nodes reached by none take label 0. A group takes the
    label of its first member.
-4. Labels go to devices heaviest first, each to the device with least work so far
-   (ties to the lowest index).
+4. Labels go to devices in two ways, one candidate each:
+   - balance: heaviest first, each to the device with least work so far (ties to
+     the lowest index);
+   - pipeline: in order of their earliest start, each to the device whose queue
+     it delays least (`_devices_in_time_order`). Balance alone can put two RNN
+     layers on one device, which then runs both forward passes in turn, and can
+     leave a layer's gradient accumulation (one AddN of 1.4 ms on char-crn-big)
+     where it stalls another layer's backward wave: char-crn-big at K = 8 emulates
+     at 1.52x the lower bound with balance and 1.28x with pipeline. Neither wins
+     everywhere (word-rnn-big at K = 8: 1.30x against 1.58x), hence both.
 
-Refinement emulates this candidate and keeps it only when it is faster, so it can
-never make Step 1 worse. It is skipped when some group may not use every device
+Refinement emulates the candidates and keeps the fastest only when it beats the
+mapping, so they can never make Step 1 worse. It is skipped when some group may not use every device
 (the labels ignore device kinds) and when there are fewer than two anchors.
 """
 
 import numpy as np
 
+from pardnn.levels import top_levels
+
 MIN_HEAVY = 2
+WINDOWS = 32    # time windows of the pipeline candidate's queue model (32 and 64 measured alike)
 
 
-def affinity_devices(graph, cluster, allowed):
-    """int32 device per node, or None when the candidate does not apply."""
+def affinity_candidates(graph, cluster, allowed) -> list:
+    """int32 device per node for each candidate (balance, then pipeline); [] when
+    the affinity placement does not apply."""
+    label = affinity_labels(graph, cluster, allowed)
+    if label is None:
+        return []
+    num_labels, k = int(label.max()) + 1, cluster.num_devices
+    return [assign[label].astype(np.int32) for assign in
+            (_devices_of_labels(graph, label, num_labels, k),
+             _devices_in_time_order(graph, cluster, label, num_labels))]
+
+
+def affinity_labels(graph, cluster, allowed):
+    """Label per node (steps 1-3; a group's nodes share one), or None when the
+    placement does not apply."""
     k = cluster.num_devices
     if k < 2 or not allowed.all():
         return None
@@ -50,8 +74,7 @@ def affinity_devices(graph, cluster, allowed):
     label = _spread(graph, label, heavy)
     label = _spread(graph, label, np.ones(graph.num_edges, bool))
     label[label < 0] = 0
-    label = label[graph.group_nodes[graph.group_ptr[:-1]]][graph.group]
-    return _devices_of_labels(graph, label, len(anchors), k)[label].astype(np.int32)
+    return label[graph.group_nodes[graph.group_ptr[:-1]]][graph.group]
 
 
 def _anchor_groups(graph, heavy) -> np.ndarray:
@@ -91,6 +114,36 @@ def _devices_of_labels(graph, label, num_labels, k) -> np.ndarray:
     device = np.zeros(num_labels, np.int64)
     for lab in np.argsort(-work, kind="stable").tolist():
         d = int(np.argmin(load))
+        device[lab] = d
+        load[d] += work[lab]
+    return device
+
+
+def _devices_in_time_order(graph, cluster, label, num_labels) -> np.ndarray:
+    """Device per label for the pipeline candidate.
+
+    Each label's work is binned into WINDOWS equal time windows by its nodes'
+    earliest start (top levels, with the mean link cost on edges between labels,
+    as if every label had a device of its own). Labels are taken in order of their
+    first start; each goes to the device whose queue, with the label's work added,
+    ends with the least backlog, a device serving one window's length of work per
+    window (ties: least work, then the lowest index). The backlog is the Lindley
+    recursion's last value, computed for all devices at once from prefix sums."""
+    k = cluster.num_devices
+    latency, bandwidth = cluster.mean_link()
+    cut = label[graph.edge_src] != label[graph.edge_dst]
+    start = top_levels(graph, graph.comp_us, np.where(cut, latency + graph.edge_bytes / bandwidth, 0.0))
+    span = float((start + graph.comp_us).max(initial=0.0))
+    window = np.minimum((start * (WINDOWS / span if span > 0 else 0.0)).astype(np.int64), WINDOWS - 1)
+    work = np.zeros((num_labels, WINDOWS))
+    np.add.at(work, (label, window), graph.comp_us)
+    first = np.full(num_labels, np.inf)
+    np.minimum.at(first, label, start)
+    load, device = np.zeros((k, WINDOWS)), np.zeros(num_labels, np.int64)
+    for lab in np.lexsort((np.arange(num_labels), first)).tolist():
+        excess = np.cumsum(load + (work[lab] - span / WINDOWS), axis=1)
+        backlog = excess[:, -1] - np.minimum(excess.min(axis=1), 0.0)
+        d = int(np.lexsort((np.arange(k), load.sum(axis=1), backlog))[0])
         device[lab] = d
         load[d] += work[lab]
     return device

@@ -16,9 +16,10 @@ batch: once for all swaps, once or twice per node-switching round.
    communication there). Each cluster swaps at most once (as in the thesis). The
    search for sc' scans at most SCAN clusters in start order (binary search into
    the clusters sorted by first-node level), which keeps it O(C log C).
-   Then, not in the thesis, the affinity placement (pardnn.partition.affinity:
+   Then, not in the thesis, the affinity placements (pardnn.partition.affinity:
    groups feeding heavy tensors, e.g. an RNN layer's weights, with the ops tied to
-   them) replaces the result when it emulates faster: one more emulation.
+   them, balanced two ways) replace the result when one emulates faster: two more
+   emulations.
 2. Rounds of node moves, at most K (the thesis repeats node switching "at most K
    times"). A round first switches nodes on the critical path (see
    pardnn.partition.switching): the transfers on the emulated critical path,
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pardnn.emulator.scheduler import simulate
-from pardnn.partition.affinity import affinity_devices
+from pardnn.partition.affinity import affinity_candidates
 from pardnn.partition.switching import critical_moves
 from pardnn.partition.volume import comm_moves
 
@@ -94,15 +95,15 @@ def refine(graph, cluster, slices, mapping, allowed, rounds: int) -> Refined:
 
 
 def _affinity_if_faster(graph, cluster, device, schedule, allowed):
-    """(device, schedule, True) with pardnn.partition.affinity's placement if the
-    emulator finds it faster than the (swapped) mapping; else the input."""
-    candidate = affinity_devices(graph, cluster, allowed)
-    if candidate is None:
-        return device, schedule, False
-    trial = simulate(graph, cluster, candidate)
-    if trial.makespan < schedule.makespan:
-        return candidate, trial, True
-    return device, schedule, False
+    """(device, schedule, True) with the fastest of pardnn.partition.affinity's
+    candidates if the emulator finds it faster than the (swapped) mapping; else
+    the input."""
+    affine = False
+    for candidate in affinity_candidates(graph, cluster, allowed):
+        trial = simulate(graph, cluster, candidate)
+        if trial.makespan < schedule.makespan:
+            device, schedule, affine = candidate, trial, True
+    return device, schedule, affine
 
 
 def _one_device_if_faster(graph, cluster, device, makespan, allowed):
