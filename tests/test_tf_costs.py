@@ -55,7 +55,9 @@ def test_kinds_of_updaters_and_readers(mlp_profile):
     apply = ix["train/update_layer0/w/ResourceApplyAdam"]
     assert graph.kind[apply] == REFERENCE and graph.out_bytes[apply] == 0
     assert graph.kind[ix["layer0/w/Assign"]] == REFERENCE
-    assert graph.kind[ix["layer0/MatMul/ReadVariableOp"]] == NORMAL
+    read = ix["layer0/MatMul/ReadVariableOp"]             # aliases the variable's buffer
+    assert graph.kind[read] == REFERENCE and graph.out_bytes[read] == 0
+    assert set(_out_edges(graph, read)[1].tolist()) == {graph.persist_bytes[ix["layer0/w"]]}
     assert graph.kind[ix["layer0/MatMul"]] == NORMAL
 
 

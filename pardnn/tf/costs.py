@@ -14,9 +14,12 @@ Node kinds, thesis §4.1.2 "Tracking Memory Consumption":
   with a ref-typed output (Assign, ApplyAdam, StridedSliceAssign: the thesis' example),
   an Identity reading a ref (it forwards the buffer), and ops with no outputs that
   take a ref or resource input (AssignVariableOp, ResourceApplyAdam,
-  ResourceStridedSliceAssign). Their out_bytes are 0.
-- NORMAL: everything else, including ReadVariableOp: TF's copy-on-write resource
-  variables may copy on read when an update is pending, so its output is counted.
+  ResourceStridedSliceAssign), and ReadVariableOp: its kernel sets its output to
+  the variable's own tensor (it copies only in copy-on-read mode, which sparse
+  updates switch on; TF copies on write instead, when an update finds a read still
+  holding the buffer). Their out_bytes are 0; a copy sent to another device still
+  costs its bytes there (edges keep the slot's size).
+- NORMAL: everything else.
 out_bytes is the sum of a node's output slots, leaving out ref-typed slots (they
 alias a variable, not a new allocation); persist_bytes holds the variable itself.
 
@@ -104,7 +107,8 @@ def node_kinds(table):
     ref_in[table.edge_dst[data][table.slot_ref[gslot[data]]]] = True
     res_in[table.edge_dst[data][table.slot_dtype[gslot[data]] == DT_RESOURCE]] = True
     ops = np.asarray(table.ops, dtype=object)
-    kind[ref_out | ((ops == "Identity") & ref_in) | ((nslots == 0) & (ref_in | res_in))] = REFERENCE
+    aliases = ref_out | ((ops == "Identity") & ref_in) | ((nslots == 0) & (ref_in | res_in))
+    kind[aliases | (ops == "ReadVariableOp")] = REFERENCE
     for i in np.flatnonzero(np.isin(ops, VARIABLE_OPS)).tolist():
         kind[i] = RESIDUAL
         attr = table.graph_def.node[i].attr
