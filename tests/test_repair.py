@@ -59,6 +59,18 @@ def test_the_branch_whose_tensor_overflows_is_the_one_moved():
     assert r.moved.tolist() == [False, False, False, True, True, False]
 
 
+def test_a_moved_group_goes_where_its_data_is_rather_than_to_the_idlest_device():
+    # device 0 overflows by 1 B while b1's 60 B output lives; b1 also reads p, which
+    # runs (100 us) on device 1, while device 2 is idle: b1 goes beside p.
+    g = build({"s": (1, 1), "x1": (50, 40), "x2": (50, 40), "b1": (1, 60), "b2": (1, 1), "p": (100, 10)},
+              [("s", "x1"), ("x1", "x2"), ("s", "b1"), ("b1", "b2"), ("p", "b1")])
+    start = np.array([1 if n == "p" else 0 for n in g.names])
+    assert evaluate(g, cluster(3, 10**6), start)["peak_memory_bytes"] == [81, 10, 0]
+    r = repair(g, cluster(3, 80), start)
+    assert placed(g, r) == {"s": 0, "x1": 0, "x2": 0, "b1": 1, "b2": 0, "p": 1}
+    assert r.profile.peak_bytes.tolist() == [80, 71, 0]
+
+
 def variable_graph():
     # variable v (100 B resident) with its read r and its update a: one colocation
     # group spanning the whole step. y1 -> y2 are expensive ops with 60 B outputs.
