@@ -9,7 +9,8 @@ import tensorflow as tf
 from pardnn.graph import NORMAL, REFERENCE, RESIDUAL
 from pardnn.models import load_module
 from pardnn.tf import load_profile, profile, profile_model, session_config
-from pardnn.tf.costs import _has_gpu_kernels, cpu_pins
+from pardnn.tf.costs import _has_gpu_kernels, cpu_pins, node_kinds
+from pardnn.tf.graphdef import graph_table
 
 pytestmark = pytest.mark.tf
 tf1 = tf.compat.v1
@@ -59,6 +60,20 @@ def test_kinds_of_updaters_and_readers(mlp_profile):
     assert graph.kind[read] == REFERENCE and graph.out_bytes[read] == 0
     assert set(_out_edges(graph, read)[1].tolist()) == {graph.persist_bytes[ix["layer0/w"]]}
     assert graph.kind[ix["layer0/MatMul"]] == NORMAL
+
+
+def test_reads_of_a_gathered_variable_copy_and_other_reads_alias():
+    with tf.Graph().as_default() as g:
+        table_var = tf1.get_variable("table", [10, 4], use_resource=True)
+        dense = tf1.get_variable("dense", [4, 4], use_resource=True)
+        rows = tf.nn.embedding_lookup(table_var, [1, 2])        # ResourceGather: copy-on-read
+        tf.matmul(rows + tf.reduce_sum(table_var.read_value()), dense.read_value(), name="out")
+    table = graph_table(g.as_graph_def())
+    kind = dict(zip(table.names, node_kinds(table)[0].tolist()))
+    reads = [op for op in g.get_operations() if op.type == "ReadVariableOp"]
+    of = {var: {kind[op.name] for op in reads if op.inputs[0].op.name == var} for var in ("table", "dense")}
+    assert of == {"table": {NORMAL}, "dense": {REFERENCE}}
+    assert sum(op.inputs[0].op.name == "table" for op in reads) == 2
 
 
 def test_edges_carry_the_bytes_of_the_slot_they_read(mlp_profile):
