@@ -62,4 +62,5 @@ def test_run_command_prints_losses_devices_and_moves(placed, capsys):
     out = capsys.readouterr().out
     assert out.count("loss ") == STEPS
     assert sum(f"device:CPU:{k}: " in out for k in range(4)) >= 2
+    assert out.count(": peak ") >= 2                    # memory each device allocated
     assert "moved from their requested device: 0" in out

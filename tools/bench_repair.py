@@ -22,16 +22,20 @@ graph; prints nodes moved, rounds and repair seconds.
 grappler: places a profiled family on K virtual CPUs with each of --algorithms
 (`pardnn place`, capacity 0.6 x the single-device peak; `single` makes the repair
 move the most), trains the placed graph with real TensorFlow for a few
-steps (`pardnn run`), then asks Grappler's DeterminePeakMemoryUsage for each device's
-peak on the placed graph (train op in the TRAIN_OP collection, detailed stats on) and
-prints it next to the emulated peak. Needs TensorFlow; the other parts do not.
+steps (`pardnn run`), which measures what each device allocated in a traced step
+(plus the resident state placed there: TF measured), then asks Grappler's
+DeterminePeakMemoryUsage for each device's peak on the placed graph (train op in the
+TRAIN_OP collection, detailed stats on) and prints both next to the emulated peak.
+Needs TensorFlow; the other parts do not.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -138,6 +142,7 @@ def run_grappler(args):
         report = json.load(open(os.path.join(out, "report.json")))
         run = subprocess.run([sys.executable, "-m", "pardnn", "run", out, "--steps", "3"],
                              check=True, capture_output=True, text=True)
+        measured = measured_peaks(run.stdout, graph, out, report["devices"])
         print(f"{args.family} ({args.size}, {graph.num_nodes} nodes) placed by {algorithm} on "
               f"cpu:{args.devices}, capacity {format_size(cluster.capacity[0])} (0.6 x one-device peak "
               f"{format_size(peak)}): repair moved {report['moved_nodes']} nodes off "
@@ -146,10 +151,30 @@ def run_grappler(args):
         print(f"  real TF ran it: {[x for x in lines if 'loss' in x][-1]}; {lines[-1]}")
         grappler = grappler_peaks(os.path.join(out, "placed_graph.pb"), report["devices"], prof)
         for d, name in enumerate(report["devices"]):
-            emu, grp = report["peak_memory_bytes"][d], grappler.get(name, 0)
-            err = f"{(emu - grp) / grp:+.1%}" if grp else "n/a"
-            print(f"  {name}: emulated peak {format_size(emu):>11s}  Grappler {format_size(grp):>11s}  "
-                  f"emulated vs Grappler {err}; Grappler's peak fits: {grp <= cluster.capacity[d]}")
+            emu, grp, real = report["peak_memory_bytes"][d], grappler.get(name, 0), measured[d]
+            print(f"  {name}: emulated {format_size(emu):>11s}  TF measured {format_size(real):>11s} "
+                  f"({relative(emu, real)})  Grappler {format_size(grp):>11s} ({relative(emu, grp)}); "
+                  f"fits by: emulator {emu <= cluster.capacity[d]}, TF {real <= cluster.capacity[d]}, "
+                  f"Grappler {grp <= cluster.capacity[d]}")
+
+
+def relative(emulated, other) -> str:
+    return f"emulated {(emulated - other) / other:+.1%}" if other > 0 else "n/a"
+
+
+def measured_peaks(run_stdout, graph, placed_dir, devices) -> list:
+    """Per device: the peak TF allocated in the traced first step (`pardnn run`
+    prints it) plus the resident state placed there (variables and slots, which
+    were allocated before the step), comparable with the emulated peak."""
+    from pardnn.baselines.common import resident_bytes
+    step = dict(re.findall(r"^  (\S+): peak .* \((\d+) B\)$", run_stdout, re.M))
+    index = graph.index()
+    device_of = np.zeros(graph.num_nodes, np.int64)
+    with open(os.path.join(placed_dir, "placement.csv")) as f:
+        for row in csv.DictReader(f):
+            device_of[index[row["node"]]] = devices.index(row["device"])
+    resident = np.bincount(device_of, resident_bytes(graph), minlength=len(devices))
+    return [int(step.get(name, 0)) + int(resident[d]) for d, name in enumerate(devices)]
 
 
 def grappler_peaks(placed_pb, devices, prof) -> dict:

@@ -1,7 +1,8 @@
 """`pardnn run PLACED_DIR --steps N`: train a placed graph on its devices.
 
 Prints the loss of every step, how many nodes ran on each device (from the
-partition graphs of the first step) and how many TF ran somewhere other than
+partition graphs of the first step), the memory each device allocated during that
+step (its allocation records) and how many nodes TF ran somewhere other than
 requested. Exit code 0 even when TF moved nodes: the count says so.
 """
 
@@ -16,6 +17,7 @@ def add_parser(sub):
 
 def run(args):
     from pardnn.tf.run import run_placed
+    from pardnn.units import format_size
 
     result = run_placed(args.placed, args.steps)
     for step, loss in enumerate(result.losses):
@@ -24,6 +26,10 @@ def run(args):
     print(f"nodes run per device ({check.num_run} in all):")
     for device, count in check.nodes_per_device.items():
         print(f"  {device}: {count}")
+    print("memory allocated during the first step, per device (TF allocation records; "
+          "variables and optimizer slots, allocated before it, are not counted):")
+    for device, peak in check.step_peak_bytes.items():
+        print(f"  {device}: peak {format_size(peak)} ({peak} B)")
     print(f"nodes TensorFlow moved from their requested device: {len(check.moved)}")
     for node, want, actual in check.moved[:10]:
         print(f"  {node}: asked {want}, ran on {actual}")

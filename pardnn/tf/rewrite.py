@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from pardnn.errors import UserError
+from pardnn.tf.allocations import step_peaks
 from pardnn.tf.graphdef import read_graph_def
 
 tf1 = tf.compat.v1
@@ -76,6 +77,7 @@ class PlacementCheck:
 
     nodes_per_device: dict = field(default_factory=dict)
     moved: list = field(default_factory=list)     # (node, requested, actual)
+    step_peak_bytes: dict = field(default_factory=dict)   # device: peak allocated in the step
 
     @property
     def num_run(self) -> int:
@@ -83,14 +85,18 @@ class PlacementCheck:
 
 
 def check_placement(session, fetches, feed_dict=None, graph_def=None):
-    """Run `fetches` once, asking for partition graphs; returns (results, PlacementCheck).
+    """Run `fetches` once, traced, asking for partition graphs; returns (results,
+    PlacementCheck), with what each device allocated during the run
+    (pardnn.tf.allocations).
 
     The requested devices are those in `graph_def` (default: the session's graph)."""
     requested = {n.name: n.device for n in (graph_def or session.graph.as_graph_def()).node}
     run_metadata = tf1.RunMetadata()
-    results = session.run(fetches, feed_dict=feed_dict, run_metadata=run_metadata,
-                          options=tf1.RunOptions(output_partition_graphs=True))
-    return results, compare_partitions(requested, run_metadata.partition_graphs)
+    options = tf1.RunOptions(output_partition_graphs=True, trace_level=tf1.RunOptions.FULL_TRACE)
+    results = session.run(fetches, feed_dict=feed_dict, run_metadata=run_metadata, options=options)
+    check = compare_partitions(requested, run_metadata.partition_graphs)
+    check.step_peak_bytes = {_canonical(d): peak for d, peak in step_peaks(run_metadata.step_stats).items()}
+    return results, check
 
 
 def compare_partitions(requested: dict, partition_graphs) -> PlacementCheck:

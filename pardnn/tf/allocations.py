@@ -1,0 +1,40 @@
+"""Memory a traced TensorFlow step really allocated on each device, from the
+allocation records in its RunMetadata (`trace_level=FULL_TRACE`).
+
+Each op's allocator records say when it allocated and freed how many bytes; summed
+in time order per device, their running total is what that device held above what
+it held before the step, and its highest point is the step's peak there. It leaves
+out what lives across steps (variables and optimizer slots, allocated when they
+were initialised): add the resident state to compare with the emulator's peak.
+Every CPU device of a process shares one host allocator, but each record belongs to
+the op that allocated it, and so to that op's device. On a GPU only its own
+allocator ("GPU_i_bfc") counts, not the pinned host memory the GPU's ops also use.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+import numpy as np
+
+
+def step_peaks(step_stats) -> dict:
+    """{device name as step stats give it, less any stream suffix: peak bytes
+    allocated during the step}."""
+    events = defaultdict(list)
+    for dev in step_stats.dev_stats:
+        device = re.sub(r"/stream:.*$|/memcpy$", "", dev.device)
+        gpu = re.search(r"GPU:([0-9]+)$", device)
+        for node in dev.node_stats:
+            for memory in node.memory:
+                if gpu and not memory.allocator_name.startswith(f"GPU_{gpu.group(1)}_"):
+                    continue
+                events[device] += [(r.alloc_micros, r.alloc_bytes) for r in memory.allocation_records]
+    return {device: _peak(records) for device, records in sorted(events.items())}
+
+
+def _peak(records) -> int:
+    """Highest running total of (time, bytes) records; at one instant frees go first."""
+    records.sort()
+    return int(max(np.cumsum([b for _, b in records]).max(initial=0), 0))
