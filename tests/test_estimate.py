@@ -1,5 +1,6 @@
 """Estimated profiles (Grappler's virtual cluster) on small graphs with known costs."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -53,6 +54,20 @@ def test_matmul_and_adam_costs_follow_the_roofline(tmp_path):
     assert graph.comp_us[adam] == pytest.approx(round((7 * N * N * 4 + 6 * 4) / 3350.0) / 1e3)
     assert doc["costs"]["unmodelled_ops"]["ResourceApplyAdam"] == 1
     assert "train/update_w/ResourceApplyAdam" in doc["costs"]["fallback_nodes"]
+
+
+def test_a_graph_bigger_than_the_target_gpu_is_still_costed(tmp_path):
+    """Placement exists for models that do not fit one GPU: costing such a graph on a
+    GPU of 4 KiB (the matmul model needs about 1 MiB) gives the same op times as on
+    the real preset instead of Grappler's 'Graph requires ... bytes' refusal."""
+    real = estimate.gpu_target("dgx-h100")
+    small = dataclasses.replace(real, properties={**real.properties, "memory_size": 1 << 12})
+    estimate.estimate_model(matmul_model(), small, str(tmp_path / "small"))
+    estimate.estimate_model(matmul_model(), real, str(tmp_path / "real"))
+    tiny, _ = load_profile(str(tmp_path / "small"))
+    full, _ = load_profile(str(tmp_path / "real"))
+    assert np.array_equal(tiny.comp_us, full.comp_us)
+    assert tiny.comp_us[by_name(tiny)["fwd"]] > 0
 
 
 def test_estimated_mlp_profile_loads_with_costs_and_variable_bytes(tmp_path):

@@ -44,6 +44,9 @@ from pardnn.tf import grappler_ops
 from pardnn.tf.profile import write_profile_dir
 
 
+UNBOUNDED_MEMORY = 1 << 50     # bytes: the virtual device's memory when costing ops
+
+
 @dataclass(frozen=True)
 class Target:
     """The one device ops are costed for."""
@@ -171,8 +174,12 @@ def _metagraph(model, device: str):
 
 
 def _grappler_costs(meta, target: Target):
-    """(StepStats, Grappler's step time in s, peak memory bytes) from the virtual cluster."""
-    props = dict(target.properties)
+    """(StepStats, Grappler's step time in s, peak memory bytes) from the virtual cluster.
+
+    The virtual device gets unbounded memory: Grappler refuses to cost a graph that
+    needs more than the device holds, yet op times do not depend on the memory size,
+    and graphs too big for one GPU are what placement is for."""
+    props = dict(target.properties, memory_size=UNBOUNDED_MEMORY)
     environment = props.pop("environment", {})
     device = device_properties_pb2.NamedDevice(
         name=target.device, properties=device_properties_pb2.DeviceProperties(**props))
