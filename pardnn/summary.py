@@ -1,6 +1,7 @@
 """The short summary printed after a placement: makespan, speedup over one device,
 per-device nodes and peak memory against capacity (and, for the devices the memory
-repair had to fix, their peak before it), and time taken. Only the report
+repair had to fix, their peak before it), what refining within memory gained
+(ParDNN), and time taken. Only the report
 fields that were computed are shown."""
 
 from pardnn.units import format_size, format_time
@@ -31,6 +32,12 @@ def print_summary(report, out_dir=None, file=None):
     if report.get("repaired_devices"):
         lines.append(f"  memory repair: {len(report['repaired_devices'])} device(s) overflowed; moved "
                      f"{report['moved_nodes']} nodes ({report['moved_nodes'] / report['num_nodes']:.1%})")
+    if report.get("refine_memory"):
+        fit = report["refine_memory"]
+        lines.append(f"  refined within memory: makespan {format_time(fit['makespan_after_repair_us'])} "
+                     f"after the repair, {format_time(report['makespan_us'])} after "
+                     f"{fit['batches']} kept batch(es) of moves; {report['changed_nodes']} nodes "
+                     f"({report['changed_nodes'] / report['num_nodes']:.1%}) not where the placer put them")
     lines.append(f"  communication {format_size(report['comm_bytes'])} per step; "
                  f"placed in {report['placement_seconds']:.2f} s")
     if out_dir:

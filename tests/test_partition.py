@@ -16,6 +16,7 @@ from pardnn.partition.costs import mean_edge_costs
 from pardnn.partition.mapping import map_clusters
 from pardnn.partition.pardnn import partition, place
 from pardnn.partition.slicing import slice_graph
+from pardnn.partition.switching import unblock_moves
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from synth_graph import synth_graph  # noqa: E402
@@ -171,3 +172,20 @@ def test_never_slower_than_one_device_when_transfers_cannot_pay():
     result = partition(g, cluster)
     assert result.makespan_us == g.total_work_us() < result.mapped_makespan_us
     assert len(set(result.device.tolist())) == 1
+
+
+def test_an_op_a_critical_chain_queues_behind_leaves_the_device():
+    """x (10 us) and the chain c0..c4 (2 us each) are ready together on device 0;
+    FIFO runs x first, so the chain waits 10 us. The unblocking move sends x to the
+    idle device 1 and the step drops from 20 to 10 us."""
+    nodes = {"x": 10.0} | {f"c{i}": 2.0 for i in range(5)}
+    g = build(nodes, [(f"c{i}", f"c{i + 1}", 8) for i in range(4)])
+    cluster = link(2)
+    device = np.zeros(g.num_nodes, np.int32)
+    schedule = simulate(g, cluster, device)
+    assert schedule.makespan == pytest.approx(20.0)
+    moves = unblock_moves(g, cluster, device, schedule, allowed_devices(g, cluster))
+    x = g.index()["x"]
+    assert moves == [(pytest.approx(10.0), int(g.group[x]), 1)]
+    device[x] = 1
+    assert simulate(g, cluster, device).makespan == pytest.approx(10.0)

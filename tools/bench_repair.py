@@ -11,9 +11,11 @@ into --profiles, reused when already there; default knobs unless --size) and a 2
 K=8 (memory = capacity / (1 - reserve)); where pardnn.emulator.repair.least_memory
 shows that some single requirement (one op's working set, one colocation group) needs
 more than 1/1.1 of that, capacity is 1.1 x that bound instead and the row is starred. Prints, per algorithm: single-device peak,
-peaks before and after repair (in units of capacity), feasibility, moved nodes (%)
-and the makespan over that of the same algorithm's unconstrained placement (memory
-unlimited, no repair needed).
+peaks before and after repair (in units of capacity), feasibility, moved nodes (%:
+moved by the repair), changed nodes (%: on another device than the placer chose,
+ParDNN's refinement within memory included) and the makespan over that of the same
+algorithm's unconstrained placement (memory unlimited, no repair needed), for ParDNN
+also right after the repair, before its refinement within memory.
 
 speed: a synthetic graph (default 200k nodes), all nodes on device 0 of K devices
 with capacity = fraction x its peak, so that the repair must move a share of the
@@ -84,8 +86,21 @@ def quality_row(name, graph, k, frac, algorithm):
     return (f"{name:12s} K={k} {frac:.2f}x {algorithm:8s} nodes {graph.num_nodes:6d} "
             f"1-dev peak {format_size(peak):>11s}  feasible {rep['feasible']!s:5s} "
             f"moved {rep['moved_nodes']:5d} ({rep['moved_nodes'] / graph.num_nodes:5.1%})  "
-            f"makespan {rep['makespan_us'] / loose['makespan_us']:.3f}x unconstrained  "
-            f"repair {rep['stage_seconds']['repair']:.2f} s  peaks/cap before [{before}] after [{after}]")
+            f"changed {rep['changed_nodes'] / graph.num_nodes:5.1%}  "
+            f"makespan {rep['makespan_us'] / loose['makespan_us']:.3f}x unconstrained{_after_repair(rep, loose)}  "
+            f"repair {rep['stage_seconds']['repair']:.2f} s{_refine_time(rep)}  "
+            f"peaks/cap before [{before}] after [{after}]")
+
+
+def _after_repair(rep, loose) -> str:
+    """The makespan right after the repair, before ParDNN's refinement within memory."""
+    fit = rep.get("refine_memory")
+    return f" ({fit['makespan_after_repair_us'] / loose['makespan_us']:.3f}x after repair alone)" if fit else ""
+
+
+def _refine_time(rep) -> str:
+    seconds = rep["stage_seconds"].get("refine_memory")
+    return f" + refine {seconds:.2f} s" if seconds is not None else ""
 
 
 def profile_dir(root, family, size):

@@ -42,7 +42,7 @@ import numpy as np
 
 from pardnn.emulator.scheduler import simulate
 from pardnn.partition.affinity import affinity_candidates
-from pardnn.partition.switching import critical_moves
+from pardnn.partition.switching import critical_moves, unblock_moves
 from pardnn.partition.volume import comm_moves
 
 SCAN = 32
@@ -76,22 +76,38 @@ def refine(graph, cluster, slices, mapping, allowed, rounds: int) -> Refined:
             swaps = 0
     device, schedule, affine = _affinity_if_faster(graph, cluster, device, schedule, allowed)
     switches = followed = 0
+    judge = _emulated(graph, cluster)
     for _ in range(rounds):
         begin = schedule.makespan
-        moves = critical_moves(graph, cluster, device, schedule, allowed)
-        kept = _first_improving(graph, cluster, device, schedule.makespan, [moves, moves[:1]])
-        if kept is not None:
-            device, schedule, moved = kept
-            switches += moved
-        moves = comm_moves(graph, cluster, device, allowed)
-        kept = _first_improving(graph, cluster, device, schedule.makespan, [moves, moves[:len(moves) // 2]])
-        if kept is not None:
-            device, schedule, moved = kept
-            followed += moved
+        for finder, halves in MOVE_FINDERS:
+            moves = finder(graph, cluster, device, schedule, allowed)
+            kept = first_improving(graph, device, schedule.makespan, batches_of(moves, halves), judge)
+            if kept is not None:
+                device, schedule, moved = kept
+                if finder is follow_data:
+                    followed += moved
+                else:
+                    switches += moved
         if schedule.makespan > begin * (1.0 - MIN_ROUND_GAIN):
             break
     device, makespan, merged = _one_device_if_faster(graph, cluster, device, schedule.makespan, allowed)
     return Refined(device, start, makespan, swaps, switches, followed, merged, affine)
+
+
+def follow_data(graph, cluster, device, schedule, allowed) -> list:
+    """pardnn.partition.volume's communication moves, with the move finders' signature."""
+    return comm_moves(graph, cluster, device, allowed)
+
+
+# The move finders of a refinement round, in order, and how each batch is cut when
+# all its moves together are not faster: "one" tries the best move alone (switching:
+# its moves interact along one path), "half" the better half (communication moves).
+MOVE_FINDERS = ((critical_moves, "one"), (unblock_moves, "one"), (follow_data, "half"))
+
+
+def batches_of(moves, cut) -> list:
+    """The batches to try of `moves`, cut as MOVE_FINDERS says."""
+    return [moves, moves[:1] if cut == "one" else moves[:len(moves) // 2]]
 
 
 def _affinity_if_faster(graph, cluster, device, schedule, allowed):
@@ -122,23 +138,33 @@ def _one_device_if_faster(graph, cluster, device, makespan, allowed):
     return (one, single, True) if single < makespan else (device, makespan, False)
 
 
-def _first_improving(graph, cluster, device, makespan, batches):
-    """(device, schedule, nodes moved) for the first batch of moves that shortens
-    the emulated makespan; None if none does."""
+def first_improving(graph, device, makespan, batches, judge):
+    """(device, result, nodes moved) for the first batch of moves [(gain, group,
+    device)] whose placement `judge` finds faster than `makespan`; None if none is.
+
+    judge(trial) -> (device, makespan, result) or None (the trial is unusable); the
+    device it returns may differ from the trial (a repair may move more)."""
     tried = set()
     for batch in batches:
         if not batch or len(batch) in tried:
             continue
         tried.add(len(batch))
         trial = device.copy()
-        groups = [g for _, g, _ in batch]
         for _, g, d in batch:
             trial[graph.group_members(g)] = d
-        schedule = simulate(graph, cluster, trial)
-        if schedule.makespan < makespan:
-            moved = int(sum(graph.group_ptr[g + 1] - graph.group_ptr[g] for g in groups))
-            return trial, schedule, moved
+        judged = judge(trial)
+        if judged is not None and judged[1] < makespan:
+            moved = int(sum(graph.group_ptr[g + 1] - graph.group_ptr[g] for _, g, _ in batch))
+            return judged[0], judged[2], moved
     return None
+
+
+def _emulated(graph, cluster):
+    """The judge of refinement without memory limits: the emulated schedule."""
+    def judge(trial):
+        schedule = simulate(graph, cluster, trial)
+        return trial, schedule.makespan, schedule
+    return judge
 
 
 # ------------------------------------------------------------ cluster swapping

@@ -16,6 +16,13 @@ held fixed:
 - u to v's device: likewise for u; the gain is how much earlier v has all its
   inputs (its other inputs still arrive when they do now).
 
+Not in the thesis: the path also steps through queue waits, u -> v, where v was
+ready but its device was still running u (FIFO order). Level-based paths cannot see
+these, yet on the device holding the first critical path they are most of the step
+(e3d at K = 8: 71 of 87 ms busy on that device). The move there is u to another
+device, into the first idle gap that lets it deliver its outputs in time; the gain
+is how much earlier v can start: when u started, or when v was ready.
+
 A move whose node would deliver any output later than that output's consumer now
 starts is dropped, as is one to a device its colocation group may not use. A
 node moves with its whole colocation group. The chosen moves are returned best
@@ -26,23 +33,56 @@ import numpy as np
 
 from pardnn.levels import adjacency
 
+MAX_UNBLOCK = 256   # queue waits per round whose blocking op looks for a device
+
 
 def critical_moves(graph, cluster, device, schedule, allowed) -> list:
     """[(gain_us, group, device)] for the transfers on the emulated critical path,
     at most one move per transfer and per group, largest gain first."""
     timing = _Timing(graph, cluster, device, schedule)
+    transfers, _ = timing.critical_edges()
+    return _best_first(timing, [_transfer_move(timing, u, v, allowed) for u, v in transfers])
+
+
+def unblock_moves(graph, cluster, device, schedule, allowed) -> list:
+    """[(gain_us, group, device)] for the queue waits on the emulated critical path:
+    the op a critical op waited for leaves its device; largest gain first."""
+    timing = _Timing(graph, cluster, device, schedule)
+    _, waits = timing.critical_edges()
+    gains = [timing.start[v] - max(timing.ready(v), timing.start[u]) for u, v in waits]
+    best = sorted(range(len(waits)), key=lambda i: (-gains[i], i))[:MAX_UNBLOCK]
+    return _best_first(timing, [(gains[i], *_unblock_target(timing, waits[i][0], allowed,
+                                                            cluster.num_devices))
+                                for i in best if gains[i] > 0.0])
+
+
+def _best_first(timing, options) -> list:
+    """Moves with a positive gain, one per group, largest gain first."""
     moves, seen = [], set()
-    for u, v in timing.critical_transfers():
-        dv, du = timing.dev[v], timing.dev[u]
-        options = [(timing.gain_consumer(v, du, allowed), v, du),
-                   (timing.gain_producer(u, v, dv, allowed), u, dv)]
-        gain, x, d = max(options, key=lambda o: (o[0], -o[1]))
+    for gain, x, d in options:
         g = timing.group[x]
-        if gain > 0.0 and g not in seen:
+        if gain > 0.0 and d != timing.dev[x] and g not in seen:
             seen.add(g)
             moves.append((gain, g, d))
     moves.sort(key=lambda m: (-m[0], m[1]))
     return moves
+
+
+def _transfer_move(timing, u, v, allowed):
+    """(gain, node, device): the better of v joining u and u joining v."""
+    dv, du = timing.dev[v], timing.dev[u]
+    options = [(timing.gain_consumer(v, du, allowed), v, du),
+               (timing.gain_producer(u, v, dv, allowed), u, dv)]
+    return max(options, key=lambda o: (o[0], -o[1]))
+
+
+def _unblock_target(timing, u, allowed, k):
+    """(u, device): the device where u, leaving its own, finishes first without
+    delaying any consumer; its own device if there is none (no move)."""
+    here = timing.dev[u]
+    ends = [(timing._moved_finish(u, d, allowed, np.inf), d) for d in range(k) if d != here]
+    end, d = min(ends, default=(np.inf, here))
+    return (u, d) if np.isfinite(end) else (u, here)
 
 
 class _Timing:
@@ -63,21 +103,28 @@ class _Timing:
         self.lat, self.inv = cluster.latency_us.tolist(), (1.0 / cluster.bandwidth).tolist()
         self._busy = _busy_intervals(graph, device, schedule, cluster.num_devices)
 
-    def critical_transfers(self) -> list:
-        """Cross-device edges (u, v) on the emulated critical path."""
+    def critical_edges(self):
+        """(transfers, waits) on the emulated critical path: cross-device edges (u, v),
+        and queue waits (u, v) where v, ready, waited for u on its device."""
         v = int(np.argmax(self.finish))
-        out = []
+        transfers, waits = [], []
         while True:
             e, ready = self._last_input(v)
             if e >= 0 and self.start[v] == ready:
                 u = self.src[e]
                 if self.dev[u] != self.dev[v]:
-                    out.append((u, v))
+                    transfers.append((u, v))
             else:
                 u = self._op_before(v)
+                if u >= 0 and self.comp[u] > 0.0:
+                    waits.append((u, v))
             if u < 0:
-                return out
+                return transfers, waits
             v = u
+
+    def ready(self, v) -> float:
+        """When v's last input arrived (0 for a node without inputs)."""
+        return self._last_input(v)[1]
 
     def gain_consumer(self, v, d, allowed) -> float:
         """How much earlier v finishes if its group moves to d (-inf: no move)."""

@@ -1,0 +1,68 @@
+"""ParDNN's refinement within memory (pardnn.partition.fit): Step 1's moves again
+after the overflow repair, each batch repaired before it is judged."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pardnn import placer
+from pardnn.cluster import parse_devices
+from pardnn.emulator import evaluate
+from pardnn.graph import CostGraph
+from pardnn.partition.fit import judged_by_repair
+from pardnn.partition.pardnn import place as step1
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from synth_graph import synth_graph  # noqa: E402
+
+UNLIMITED = 2**50
+
+
+def tight(graph, k, fraction):
+    """k CPU devices whose capacity is `fraction` of the graph's one-device peak."""
+    one = parse_devices("cpu:1").with_options(memory=UNLIMITED)
+    peak = evaluate(graph, one, np.zeros(graph.num_nodes, np.int32))["peak_memory_bytes"][0]
+    return parse_devices(f"cpu:{k}").with_options(memory=int(fraction * peak), reserve=0.0)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_refined_placement_fits_and_is_never_slower_than_the_repair_alone(seed):
+    g = synth_graph(3000, seed=seed)
+    cluster = tight(g, 4, 0.35)
+    _, report = placer.place(g, cluster, "pardnn")
+    fit = report["refine_memory"]          # Step 1 overflowed, so the step ran
+    assert report["feasible"]
+    assert max(np.array(report["peak_memory_bytes"]) - cluster.capacity) <= 0
+    assert report["makespan_us"] <= fit["makespan_after_repair_us"]
+    assert report["stage_seconds"]["refine_memory"] >= 0
+    assert (fit["batches"] == 0) == (report["makespan_us"] == fit["makespan_after_repair_us"])
+    placed = placer.place(g, cluster, "pardnn")[0].device
+    first = step1(g, cluster, {})
+    assert report["changed_nodes"] == int(np.count_nonzero(placed != first))
+
+
+def test_same_input_gives_the_same_refined_placement():
+    g = synth_graph(2000, seed=3)
+    cluster = tight(g, 4, 0.35)
+    a, b = (placer.place(g, cluster, "pardnn")[0].device for _ in range(2))
+    assert np.array_equal(a, b)
+
+
+def test_baselines_are_repaired_but_not_refined():
+    g = synth_graph(2000, seed=0)
+    _, report = placer.place(g, tight(g, 4, 0.35), "etf")
+    assert "refine_memory" not in report and "refine_memory" not in report["stage_seconds"]
+
+
+def test_the_judge_rejects_a_trial_no_repair_can_fit():
+    """Two 100-byte outputs both live while c runs: 200 bytes at once on any device
+    that runs c, above each device's 150, so no placement fits."""
+    g = CostGraph.build(names=["a", "b", "c"], comp_us=[1, 1, 1], out_bytes=[100, 100, 1],
+                        edge_src=[0, 1], edge_dst=[2, 2], edge_bytes=[100, 100])
+    cluster = parse_devices("cpu:2").with_options(memory=150, reserve=0.0)
+    assert judged_by_repair(g, cluster)(np.zeros(3, np.int32)) is None
+    roomy = parse_devices("cpu:2").with_options(memory=1000, reserve=0.0)
+    device, makespan, fixed = judged_by_repair(g, roomy)(np.zeros(3, np.int32))
+    assert device.tolist() == [0, 0, 0] and makespan == pytest.approx(3.0) and not fixed.moved.any()
