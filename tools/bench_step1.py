@@ -1,6 +1,6 @@
 """Quality and speed of ParDNN Step 1 (`--algorithm pardnn`, issue #4); prints measured numbers.
 
-    python tools/bench_step1.py quality [--profile DIR ...] [--synth NODES ...] [--devices dgx2] [--k 2,4,8,16]
+    python tools/bench_step1.py quality [--profile DIR ...] [--synth NODES ...] [--devices dgx2] [--k 2,4,8,16] [--interval-bound]
     python tools/bench_step1.py speed [--nodes 200000] [--k 16] [--repeat 3]
 
 quality: for every graph (profile dirs or cost graph JSON files, e.g. written by
@@ -12,6 +12,8 @@ this is the "no memory pressure" setting. Columns:
   par      total work / critical path (the graph's parallelism)
   vs_rr    round-robin makespan / ParDNN makespan (> 1: ParDNN is faster)
   vs_lb    ParDNN makespan / lower bound (1.0 is optimal)
+  vs_fb    with --interval-bound: ParDNN makespan / the Fernandez-Bussell bound
+           (tools/interval_bound.py), a tighter lower bound than lower_bound_us
   refine   refinement's own gain: 1 - refined / mapped makespan; "one device" marks
            results where every split was slower than one device, so refinement
            put everything there (ops too short to pay for transfers)
@@ -31,6 +33,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from interval_bound import interval_bound  # noqa: E402
 from synth_graph import synth_graph  # noqa: E402
 
 from pardnn.baselines.round_robin import place as round_robin  # noqa: E402
@@ -64,6 +67,8 @@ def quality(args) -> int:
             row = (work / cp, rr / r.makespan_us, r.makespan_us / lb, 1 - r.makespan_us / r.mapped_makespan_us)
             rows.append((k, *row, r.one_device))
             note = "one device is faster than any split" if r.one_device else ""
+            if args.interval_bound:
+                note = f"vs_fb {r.makespan_us / interval_bound(g, k):.2f}  {note}"
             print(f"{label:<22}{g.num_nodes:>8}{k:>4}{row[0]:>7.2f}{rr:>13.1f}{r.mapped_makespan_us:>13.1f}"
                   f"{r.makespan_us:>13.1f}{lb:>13.1f}{row[1]:>7.2f}{row[2]:>7.2f}{100 * row[3]:>7.2f}%  {note}")
     summarise(rows)
@@ -115,6 +120,8 @@ def main(argv=None) -> int:
                    help="synthetic graph of about NODES nodes (repeatable)")
     q.add_argument("--devices", default="dgx2", help="device preset taking :K (default dgx2)")
     q.add_argument("--k", default="2,4,8,16", help="device counts (default 2,4,8,16)")
+    q.add_argument("--interval-bound", action="store_true",
+                   help="also compare with the Fernandez-Bussell bound (seconds per graph and K)")
     s = sub.add_parser("speed", help="Step 1 stage times on a large synthetic graph")
     s.add_argument("--nodes", type=int, default=200_000)
     s.add_argument("--k", type=int, default=16)
