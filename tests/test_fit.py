@@ -13,6 +13,7 @@ from pardnn.emulator import evaluate
 from pardnn.graph import CostGraph
 from pardnn.partition.fit import judged_by_repair
 from pardnn.partition.pardnn import place as step1
+from pardnn.summary import print_summary
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from synth_graph import synth_graph  # noqa: E402
@@ -66,3 +67,12 @@ def test_the_judge_rejects_a_trial_no_repair_can_fit():
     roomy = parse_devices("cpu:2").with_options(memory=1000, reserve=0.0)
     device, makespan, fixed = judged_by_repair(g, roomy)(np.zeros(3, np.int32))
     assert device.tolist() == [0, 0, 0] and makespan == pytest.approx(3.0) and not fixed.moved.any()
+
+
+def test_the_summary_says_what_refining_within_memory_gained(capsys):
+    g = synth_graph(3000, seed=0)
+    _, report = placer.place(g, tight(g, 4, 0.35), "pardnn")
+    print_summary(report)
+    line = next(x for x in capsys.readouterr().out.splitlines() if "refined within memory" in x)
+    assert f"{report['refine_memory']['batches']} kept batch(es)" in line
+    assert f"{report['changed_nodes']} nodes" in line

@@ -3,7 +3,7 @@ run Step 1's refinement moves again, keeping a batch only if the placement, repa
 again, is faster and fits. Not in the thesis.
 
 Why: Step 1 ignores memory, so on a model whose critical path holds most of the
-activations it puts nearly all of them on one device (e3d at K = 8: 3.2x that
+activations it puts nearly all of them on one device (e3d at K = 8: about 3x that
 device's capacity at 0.3x memory). The repair then has to move much of the critical
 path, and each move is chosen for memory (Eq. 4.5's cost per byte), not for the step
 time: the moved ops queue behind other work on their new devices, and the repaired

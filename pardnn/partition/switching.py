@@ -80,7 +80,7 @@ def _unblock_target(timing, u, allowed, k):
     """(u, device): the device where u, leaving its own, finishes first without
     delaying any consumer; its own device if there is none (no move)."""
     here = timing.dev[u]
-    ends = [(timing._moved_finish(u, d, allowed, np.inf), d) for d in range(k) if d != here]
+    ends = [(timing.moved_finish(u, d, allowed, np.inf), d) for d in range(k) if d != here]
     end, d = min(ends, default=(np.inf, here))
     return (u, d) if np.isfinite(end) else (u, here)
 
@@ -128,16 +128,16 @@ class _Timing:
 
     def gain_consumer(self, v, d, allowed) -> float:
         """How much earlier v finishes if its group moves to d (-inf: no move)."""
-        return self.finish[v] - self._moved_finish(v, d, allowed, self.finish[v])
+        return self.finish[v] - self.moved_finish(v, d, allowed, self.finish[v])
 
     def gain_producer(self, u, v, d, allowed) -> float:
         """How much earlier v has all its inputs if u's group moves to v's device d."""
         g = self.group[u]
         others = [self.arrival[self.pred_eid[p]] for p in range(self.pred_ptr[v], self.pred_ptr[v + 1])
                   if self.group[self.pred_src[p]] != g]
-        return self.start[v] - max([self._moved_finish(u, d, allowed, self.start[v])] + others)
+        return self.start[v] - max([self.moved_finish(u, d, allowed, self.start[v])] + others)
 
-    def _moved_finish(self, x, d, allowed, deadline) -> float:
+    def moved_finish(self, x, d, allowed, deadline) -> float:
         """x's finish on device d; inf if not allowed, if it would not finish
         before `deadline`, or if it would delay a consumer."""
         g = self.group[x]
