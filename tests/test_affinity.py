@@ -1,13 +1,13 @@
-"""Affinity placement (pardnn.partition.affinity) on small hand-made graphs."""
+"""Affinity placement (pardnn.placers.pardnn.affinity) on small hand-made graphs."""
 
 import numpy as np
 
-from pardnn.cluster import parse_devices
-from pardnn.constraints import allowed_devices
+from pardnn.hardware import parse_devices
+from pardnn.graph.constraints import allowed_devices
 from pardnn.emulator.scheduler import simulate
 from pardnn.graph import CostGraph
-from pardnn.partition.affinity import affinity_candidates
-from pardnn.partition.pardnn import partition
+from pardnn.placers.pardnn.affinity import affinity_candidates
+from pardnn.placers.pardnn.step1 import partition
 
 WEIGHT = 10**7          # 100 us on the wire at 1e5 bytes/us, far above the latency
 

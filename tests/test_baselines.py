@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from pardnn import algorithms
-from pardnn.baselines import etf, heft, linear, metis_cut, single, topo
-from pardnn.cluster import Cluster, Device, parse_devices
-from pardnn.constraints import violations
+from pardnn.placers import registry as algorithms
+from pardnn.placers.baselines import etf, heft, linear, metis_cut, single, topo
+from pardnn.hardware import Cluster, Device, parse_devices
+from pardnn.graph.constraints import violations
 from pardnn.graph import REFERENCE, RESIDUAL, CostGraph
 
 BASELINES = ["single", "topo", "etf", "heft", "linear", "metis"]
@@ -132,8 +132,8 @@ TEXTBOOK_COST = [[14, 16, 9], [13, 19, 18], [11, 13, 19], [13, 8, 17], [12, 13, 
 
 
 def test_heft_reproduces_the_textbook_schedule():
-    from pardnn.baselines.common import GroupDevices, link_tables
-    from pardnn.levels import bottom_levels
+    from pardnn.placers.baselines.common import GroupDevices, link_tables
+    from pardnn.graph.levels import bottom_levels
     g = CostGraph.build(names=[f"n{i}" for i in range(1, 11)],
                         edge_src=[a - 1 for a, _ in TEXTBOOK_EDGES], edge_dst=[b - 1 for _, b in TEXTBOOK_EDGES],
                         edge_bytes=list(TEXTBOOK_EDGES.values()))
@@ -153,7 +153,7 @@ def test_heft_reproduces_the_textbook_schedule():
 def test_heft_inserts_a_node_into_an_idle_gap():
     # p (cheap on device 1) feeds q (cheap on device 0) after a 10 us transfer, leaving
     # device 0 idle during [0, 11); r, scheduled last, fits into that gap.
-    from pardnn.baselines.common import GroupDevices, link_tables
+    from pardnn.placers.baselines.common import GroupDevices, link_tables
     g = CostGraph.build(names=["p", "q", "r"], edge_src=[0], edge_dst=[1], edge_bytes=[10])
     cluster = parse_devices("gpu:2").with_options(latency=0.0, bandwidth=1.0)
     cost = np.array([[100, 1], [1, 100], [5, 100]], float)
@@ -187,7 +187,7 @@ def test_linear_glb_gives_the_side_cluster_the_idle_device():
 
 def naive_linear_clusters(g, w, c):
     """Oracle: recompute every level from scratch after each path."""
-    from pardnn.levels import NEG_INF, bottom_levels, top_levels
+    from pardnn.graph.levels import NEG_INF, bottom_levels, top_levels
     cost = np.asarray(w, float).copy()
     label = np.full(g.num_nodes, -1)
     found = 0

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from pardnn.cluster import GiB, parse_devices
+from pardnn.hardware import GiB, parse_devices
 from pardnn.errors import UserError
 from pardnn.units import parse_rate, parse_size, parse_time
 
@@ -73,7 +73,7 @@ def test_composed_hosts_get_a_hierarchical_link_matrix():
 
 
 def test_cluster_file_round_trip(tmp_path):
-    from pardnn import cluster_file
+    from pardnn.hardware import cluster_file
     c = parse_devices("2xdgx1-v100:2").with_options(reserve=0.2)
     path = tmp_path / "cluster.json"
     cluster_file.save(c, str(path))

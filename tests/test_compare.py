@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from pardnn import algorithms
+from pardnn.placers import registry as algorithms
 from pardnn.cli import main
 from pardnn.graph import CostGraph
 

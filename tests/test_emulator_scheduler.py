@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pardnn.cluster import parse_devices
+from pardnn.hardware import parse_devices
 from pardnn.emulator import evaluate
 from pardnn.emulator.scheduler import simulate
 from pardnn.graph import CostGraph
-from pardnn.report import comm_bytes
+from pardnn.graph.edge_costs import comm_bytes
 
 
 def cluster(k, latency=0.0, bandwidth=float("inf")):

@@ -12,7 +12,7 @@ from pardnn.cli import main                                        # noqa: E402
 from pardnn.graph import RESIDUAL                                  # noqa: E402
 from pardnn.models import Model, load_module, resolve_knobs        # noqa: E402
 from pardnn.tf import estimate                                     # noqa: E402
-from pardnn.tf.costs import load_profile                           # noqa: E402
+from pardnn.tf.profile_loader import load_profile                           # noqa: E402
 from pardnn.tf.graphdef import graph_table, profile_files, read_graph_def   # noqa: E402
 from pardnn.tf.grappler_ops import fallback_ns, is_modelled        # noqa: E402
 from pardnn.tf.profile import profile_model                        # noqa: E402

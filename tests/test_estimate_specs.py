@@ -2,8 +2,8 @@
 
 import pytest
 
-from pardnn import gpu_specs
-from pardnn.cluster import parse_devices
+from pardnn.hardware import gpu_specs
+from pardnn.hardware import parse_devices
 from pardnn.errors import UserError
 
 

@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pardnn.partition.fenwick import FenwickTree
+from pardnn.placers.pardnn.fenwick import FenwickTree
 
 values = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False)
 

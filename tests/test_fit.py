@@ -1,4 +1,4 @@
-"""ParDNN's refinement within memory (pardnn.partition.fit): Step 1's moves again
+"""ParDNN's refinement within memory (pardnn.placers.pardnn.memory_refinement): Step 1's moves again
 after the overflow repair, each batch repaired before it is judged."""
 
 import sys
@@ -7,13 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pardnn import placer
-from pardnn.cluster import parse_devices
+from pardnn.pipeline import place as placer
+from pardnn.hardware import parse_devices
 from pardnn.emulator import evaluate
 from pardnn.graph import CostGraph
-from pardnn.partition.fit import judged_by_repair
-from pardnn.partition.pardnn import place as step1
-from pardnn.summary import print_summary
+from pardnn.placers.pardnn.memory_refinement import judged_by_repair
+from pardnn.placers.pardnn.step1 import place as step1
+from pardnn.io.summary import print_summary
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from synth_graph import synth_graph  # noqa: E402

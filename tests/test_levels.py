@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from pardnn.graph import CostGraph
-from pardnn.levels import bottom_levels, critical_path_us, top_levels
+from pardnn.graph.levels import bottom_levels, critical_path_us, top_levels
 
 
 def random_dag(seed, n=40, p=0.12):

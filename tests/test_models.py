@@ -11,9 +11,9 @@ import tensorflow as tf
 
 from pardnn.cli import main
 from pardnn.models import FAMILIES, load_module, resolve_knobs
-from pardnn.models import _layers as L
-from pardnn.models.char_crn import spellings
-from pardnn.models.e3d import bouncing_squares
+from pardnn.models import layers as L
+from pardnn_models.char_crn import spellings
+from pardnn_models.e3d import bouncing_squares
 
 pytestmark = pytest.mark.tf
 FIVE = ["word-rnn", "char-crn", "wrn", "transformer", "e3d"]

@@ -6,7 +6,7 @@ import pytest
 import pardnn.tf  # noqa: F401  (quiet TensorFlow import first)
 import tensorflow as tf
 
-from pardnn.algorithms import ALGORITHMS
+from pardnn.placers.registry import ALGORITHMS
 from pardnn.cli import main
 from pardnn.models import load_module, resolve_knobs
 from pardnn.tf import session_config

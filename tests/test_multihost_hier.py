@@ -9,11 +9,11 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from pardnn import algorithms, hierarchical
+from pardnn.placers import hierarchical, registry as algorithms
 from pardnn.cli import main
-from pardnn.cluster import GBps, Cluster, Device, Host, parse_devices
-from pardnn.cluster_file import compose
-from pardnn.constraints import violations
+from pardnn.hardware import GBps, Cluster, Device, Host, parse_devices
+from pardnn.hardware.cluster_file import compose
+from pardnn.graph.constraints import violations
 from pardnn.emulator.scheduler import simulate
 from pardnn.errors import UserError
 from pardnn.graph import CostGraph

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from pardnn.cluster import GBps, Device, Host, parse_devices
-from pardnn.cluster_file import save
-from pardnn.link_model import MAX_BANDWIDTH, device_pairs, fit_pair, fitted_cluster, format_links
+from pardnn.hardware import GBps, Device, Host, parse_devices
+from pardnn.hardware.cluster_file import save
+from pardnn.hardware.link_fit import MAX_BANDWIDTH, device_pairs, fit_pair, fitted_cluster, format_links
 
 SIZES = [4096, 262144, 4 << 20]
 

@@ -6,9 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from pardnn import replicas
+from pardnn.placers import replicas
 from pardnn.cli import main
-from pardnn.cluster import parse_devices
+from pardnn.hardware import parse_devices
 from pardnn.errors import UserError
 from pardnn.graph import CostGraph
 

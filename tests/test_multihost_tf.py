@@ -14,14 +14,14 @@ import pardnn.tf  # noqa: F401  (quiet TensorFlow import first)
 import tensorflow as tf
 
 from pardnn.cli import main
-from pardnn.cluster import parse_devices
-from pardnn.cluster_file import compose, save
+from pardnn.hardware import parse_devices
+from pardnn.hardware.cluster_file import compose, save
 from pardnn.errors import UserError
-from pardnn.hierarchical import host_cluster
+from pardnn.placers.hierarchical import host_cluster
 from pardnn.models import load_module
-from pardnn.placement import Placement
+from pardnn.io.placement import Placement
 from pardnn.tf import check_placement, import_placed_graph, profile, session_config
-from pardnn.tf.costs import load_profile
+from pardnn.tf.profile_loader import load_profile
 from pardnn.tf.distributed import free_port, loopback_cluster, open_session
 from pardnn.tf.graphdef import read_graph_def
 from pardnn.tf.replicate import replicate

@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 
 from pardnn.cli import main
-from pardnn.cluster import Cluster, Device, parse_devices
-from pardnn.constraints import allowed_devices, violations
+from pardnn.hardware import Cluster, Device, parse_devices
+from pardnn.graph.constraints import allowed_devices, violations
 from pardnn.emulator.scheduler import simulate
 from pardnn.graph import CostGraph
-from pardnn.partition.costs import mean_edge_costs
-from pardnn.partition.mapping import map_clusters
-from pardnn.partition.pardnn import partition, place
-from pardnn.partition.slicing import slice_graph
-from pardnn.partition.switching import unblock_moves
+from pardnn.graph.edge_costs import mean_edge_costs
+from pardnn.placers.pardnn.mapping import map_clusters
+from pardnn.placers.pardnn.step1 import partition, place
+from pardnn.placers.pardnn.slicing import slice_graph
+from pardnn.placers.pardnn.switching import unblock_moves
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from synth_graph import synth_graph  # noqa: E402

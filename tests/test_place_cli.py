@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from pardnn.cli import main
-from pardnn.constraints import violations
-from pardnn.cluster import parse_devices
+from pardnn.graph.constraints import violations
+from pardnn.hardware import parse_devices
 from pardnn.graph import CostGraph
-from pardnn.placement import read_csv
+from pardnn.io.placement import read_csv
 
 
 @pytest.fixture

@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pardnn import placer
+from pardnn.pipeline import place as placer
 from pardnn.cli import main
-from pardnn.cluster import Cluster, Device, parse_devices
-from pardnn.constraints import violations
+from pardnn.hardware import Cluster, Device, parse_devices
+from pardnn.graph.constraints import violations
 from pardnn.emulator import evaluate
-from pardnn.emulator import repair as repair_module
-from pardnn.emulator.repair import least_memory, repair
+from pardnn.repair import repair_round as repair_module
+from pardnn.repair.overflow_repair import least_memory, repair
 from pardnn.errors import UserError
 from pardnn.graph import NORMAL, REFERENCE, RESIDUAL, CostGraph
 

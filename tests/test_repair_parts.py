@@ -5,11 +5,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pardnn.cluster import parse_devices
-from pardnn.emulator.footprint import Footprints, GroupLinks
-from pardnn.emulator.knapsack import TwoHeaps
+from pardnn.hardware import parse_devices
+from pardnn.repair.footprint import Footprints, GroupLinks
+from pardnn.repair.knapsack import TwoHeaps
 from pardnn.emulator.memory import track_memory
-from pardnn.emulator.rangemax import RangeMax
+from pardnn.repair.rangemax import RangeMax
 from pardnn.emulator.scheduler import simulate
 from pardnn.graph import NORMAL, REFERENCE, RESIDUAL, CostGraph
 

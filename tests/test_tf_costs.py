@@ -9,7 +9,7 @@ import tensorflow as tf
 from pardnn.graph import NORMAL, REFERENCE, RESIDUAL
 from pardnn.models import load_module
 from pardnn.tf import load_profile, profile, profile_model, session_config
-from pardnn.tf.costs import _has_gpu_kernels, cpu_pins, node_kinds
+from pardnn.tf.profile_loader import _has_gpu_kernels, cpu_pins, node_kinds
 from pardnn.tf.graphdef import graph_table
 
 pytestmark = pytest.mark.tf

@@ -6,10 +6,10 @@ import pytest
 import pardnn.tf  # noqa: F401  (quiet TensorFlow import first)
 import tensorflow as tf
 
-from pardnn.baselines.round_robin import place as round_robin
-from pardnn.cluster import parse_devices
+from pardnn.placers.baselines.round_robin import place as round_robin
+from pardnn.hardware import parse_devices
 from pardnn.graph import CostGraph
-from pardnn.placement import Placement
+from pardnn.io.placement import Placement
 from pardnn.tf import (check_placement, import_placed_graph, load_profile, profile,
                        session_config, write_placed_graph)
 from pardnn.tf.graphdef import read_graph_def

@@ -17,8 +17,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from synth_graph import synth_graph  # noqa: E402
 
-from pardnn import algorithms  # noqa: E402
-from pardnn.cluster import parse_devices  # noqa: E402
+from pardnn.placers import registry as algorithms  # noqa: E402
+from pardnn.hardware import parse_devices  # noqa: E402
 from pardnn.emulator.memory import track_memory  # noqa: E402
 from pardnn.emulator.scheduler import simulate  # noqa: E402
 

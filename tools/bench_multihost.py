@@ -17,9 +17,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synth_graph import synth_graph  # noqa: E402
 
-from pardnn import placer, replicas  # noqa: E402
-from pardnn.cluster import parse_devices  # noqa: E402
-from pardnn.hierarchical import host_cluster  # noqa: E402
+from pardnn.pipeline import place as placer
+from pardnn.placers import replicas  # noqa: E402
+from pardnn.hardware import parse_devices  # noqa: E402
+from pardnn.placers.hierarchical import host_cluster  # noqa: E402
 from pardnn.units import format_size, format_time  # noqa: E402
 
 

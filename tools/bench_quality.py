@@ -6,7 +6,7 @@
 Graphs: each family profiled once with `pardnn profile FAMILY --size SIZE --devices cpu:1`
 into --work (reused when already there) plus a synthetic training-like graph
 (tools/synth_graph.py, seed 0). For every graph, K and algorithm, the placement goes
-through pardnn.placer.place, exactly as `pardnn place`/`pardnn compare` do (placer, then
+through pardnn.pipeline.place.place, exactly as `pardnn place`/`pardnn compare` do (placer, then
 the overflow repair, then the emulator), on K virtual CPUs in two settings:
   unlimited  memory 2^50 bytes per device: makespan alone;
   limited    capacity = --fraction x the graph's single-device emulated peak on each device.
@@ -30,8 +30,9 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from bench_repair import UNLIMITED, profile_dir, single_peak, sized_cluster  # noqa: E402
 
-from pardnn import algorithms, placer  # noqa: E402
-from pardnn.cluster import parse_devices  # noqa: E402
+from pardnn.pipeline import place as placer
+from pardnn.placers import registry as algorithms  # noqa: E402
+from pardnn.hardware import parse_devices  # noqa: E402
 from pardnn.errors import UserError  # noqa: E402
 from pardnn.models import FAMILIES  # noqa: E402
 
@@ -43,7 +44,7 @@ def graphs(args):
     """(name, CostGraph) for every family profile and the synthetic graph."""
     from synth_graph import synth_graph
 
-    from pardnn.loader import load_cost_graph
+    from pardnn.pipeline.load import load_cost_graph
     for family in args.families:
         yield family, load_cost_graph(profile_dir(args.work, family, args.size))[0]
     if args.synth:

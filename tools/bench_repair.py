@@ -8,7 +8,7 @@ emulated peaks against TensorFlow's own estimate.
 quality: for each built-in family (profiled once with `pardnn profile FAMILY [--size SIZE]`
 into --profiles, reused when already there; default knobs unless --size) and a 20k-node synthetic graph
 (tools/synth_graph.py), capacity = 0.6 x the single-device peak at K=4 and 0.3 x at
-K=8 (memory = capacity / (1 - reserve)); where pardnn.emulator.repair.least_memory
+K=8 (memory = capacity / (1 - reserve)); where pardnn.repair.overflow_repair.least_memory
 shows that some single requirement (one op's working set, one colocation group) needs
 more than 1/1.1 of that, capacity is 1.1 x that bound instead and the row is starred. Prints, per algorithm: single-device peak,
 peaks before and after repair (in units of capacity), feasibility, moved nodes (%:
@@ -47,10 +47,10 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pardnn import placer  # noqa: E402
-from pardnn.cluster import parse_devices  # noqa: E402
+from pardnn.pipeline import place as placer  # noqa: E402
+from pardnn.hardware import parse_devices  # noqa: E402
 from pardnn.emulator import evaluate  # noqa: E402
-from pardnn.emulator.repair import least_memory, repair  # noqa: E402
+from pardnn.repair.overflow_repair import least_memory, repair  # noqa: E402
 from pardnn.units import format_size  # noqa: E402
 
 FAMILIES = ["mlp", "word-rnn", "char-crn", "wrn", "transformer", "e3d"]
@@ -113,7 +113,7 @@ def profile_dir(root, family, size):
 
 
 def run_quality(args):
-    from pardnn.loader import load_cost_graph
+    from pardnn.pipeline.load import load_cost_graph
     from synth_graph import synth_graph
     graphs = [(f, load_cost_graph(profile_dir(args.profiles, f, args.size))[0]) for f in args.families]
     graphs.append(("synth-20k", synth_graph(20_000, seed=0)))
@@ -144,7 +144,7 @@ def run_speed(args):
 
 
 def run_grappler(args):
-    from pardnn.loader import load_cost_graph
+    from pardnn.pipeline.load import load_cost_graph
     prof = profile_dir(args.profiles, args.family, args.size)
     graph, _ = load_cost_graph(prof)
     peak = single_peak(graph)
@@ -181,7 +181,7 @@ def measured_peaks(run_stdout, graph, placed_dir, devices) -> list:
     """Per device: the peak TF allocated in the traced first step (`pardnn run`
     prints it) plus the resident state placed there (variables and slots, which
     were allocated before the step), comparable with the emulated peak."""
-    from pardnn.baselines.common import resident_bytes
+    from pardnn.graph.node_memory import resident_bytes
     step = dict(re.findall(r"^  (\S+): peak .* \((\d+) B\)$", run_stdout, re.M))
     index = graph.index()
     device_of = np.zeros(graph.num_nodes, np.int64)

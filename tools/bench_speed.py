@@ -5,7 +5,7 @@
 For every size, a synthetic training-like graph (tools/synth_graph.py, seed 0) is placed
 on K virtual CPUs with memory unlimited, so the times are the placer's own work: the
 `placer` column is the algorithm (what `--algorithm NAME` runs), `repair` the overflow
-check that pardnn.placer runs after every placer (one emulation here, since nothing
+check that pardnn.pipeline.place runs after every placer (one emulation here, since nothing
 overflows). Each (algorithm, size) runs in its own process; one that has not finished
 within --limit seconds of placing (plus the graph build) is killed, shown as "> LIMIT s",
 and not tried at larger sizes. The machine is shared, so the load average is printed
@@ -25,7 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
-from pardnn import algorithms  # noqa: E402
+from pardnn.placers import registry as algorithms  # noqa: E402
 
 UNLIMITED = 2**50
 BUILD_ALLOWANCE_S = 60      # building a 200k-node synthetic graph takes a few seconds
@@ -35,8 +35,8 @@ def measure(algorithm: str, nodes: int, k: int) -> dict:
     """Build the graph, run the placer and the repair once; their wall times."""
     from synth_graph import synth_graph
 
-    from pardnn.cluster import parse_devices
-    from pardnn.emulator.repair import repair
+    from pardnn.hardware import parse_devices
+    from pardnn.repair.overflow_repair import repair
     graph = synth_graph(nodes, seed=0)
     cluster = parse_devices(f"cpu:{k}").with_options(memory=UNLIMITED)
     t0 = time.perf_counter()

@@ -36,16 +36,16 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from interval_bound import interval_bound  # noqa: E402
 from synth_graph import synth_graph  # noqa: E402
 
-from pardnn.baselines.round_robin import place as round_robin  # noqa: E402
-from pardnn.cluster import parse_devices  # noqa: E402
+from pardnn.placers.baselines.round_robin import place as round_robin  # noqa: E402
+from pardnn.hardware import parse_devices  # noqa: E402
 from pardnn.emulator.scheduler import simulate  # noqa: E402
-from pardnn.levels import critical_path_us  # noqa: E402
-from pardnn.partition.pardnn import partition  # noqa: E402
+from pardnn.graph.levels import critical_path_us  # noqa: E402
+from pardnn.placers.pardnn.step1 import partition  # noqa: E402
 
 
 def graphs(args):
     """(label, CostGraph) for each --profile and --synth."""
-    from pardnn.loader import load_cost_graph
+    from pardnn.pipeline.load import load_cost_graph
     for path in args.profile:
         yield os.path.basename(os.path.normpath(path)), load_cost_graph(path)[0]
     for nodes in args.synth:

@@ -30,7 +30,7 @@ import numpy as np
 
 from pardnn.models import FAMILIES, load_module, resolve_knobs
 from pardnn.tf import estimate
-from pardnn.tf.costs import load_profile
+from pardnn.tf.profile_loader import load_profile
 from pardnn.tf.profile import profile_model
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pardnn.levels import bottom_levels, top_levels
+from pardnn.graph.levels import bottom_levels, top_levels
 
 
 def interval_bound(graph, k: int, grid: int = 96, steps: int = 14) -> float:

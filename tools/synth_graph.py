@@ -35,7 +35,7 @@ import time
 
 import numpy as np
 
-NORMAL, RESIDUAL, REFERENCE = 0, 1, 2   # same values as pardnn.graph
+NORMAL, RESIDUAL, REFERENCE = 0, 1, 2   # same values as pardnn.graph.costgraph
 
 
 class _Builder:

@@ -1,6 +1,6 @@
 """Options shared by the commands that need a cluster or a profile."""
 
-from pardnn.cluster import parse_devices
+from pardnn.hardware import parse_devices
 from pardnn.units import parse_rate, parse_size, parse_time
 
 

@@ -15,10 +15,11 @@ import json
 import os
 import sys
 
-from pardnn import algorithms, placer
+from pardnn.pipeline import place as placer
+from pardnn.placers import registry as algorithms
 from pardnn.commands.common import add_cluster_args, cluster_from_args
 from pardnn.errors import UserError
-from pardnn.loader import load_cost_graph
+from pardnn.pipeline.load import load_cost_graph
 from pardnn.units import format_size, format_time
 
 

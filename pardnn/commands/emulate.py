@@ -12,14 +12,15 @@ import os
 import time
 
 from pardnn.commands.common import add_cluster_args, cluster_from_args
-from pardnn.constraints import violations
+from pardnn.graph.constraints import violations
 from pardnn.emulator import report_fields
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
 from pardnn.errors import UserError
-from pardnn.loader import load_cost_graph
-from pardnn.placement import Placement, read_csv
-from pardnn.report import base_report, write_json
+from pardnn.pipeline.load import load_cost_graph
+from pardnn.io.placement import Placement, read_csv
+from pardnn.io.report import base_report
+from pardnn.jsonfile import write_json
 from pardnn.units import format_size, format_time
 
 

@@ -1,8 +1,8 @@
 """`pardnn links (--local cpu:K|gpu | --workers HOST:PORT,... | --cluster FILE) -o CLUSTER.json`:
 measure the link model instead of guessing it.
 
-Times TF transfers of several sizes between every device pair (pardnn.tf.links),
-fits `latency + bytes / bandwidth` per pair (pardnn.link_model), prints the fitted
+Times TF transfers of several sizes between every device pair (pardnn.tf.link_bench),
+fits `latency + bytes / bandwidth` per pair (pardnn.hardware.link_fit), prints the fitted
 matrices and how well the fit holds, and writes a cluster file (docs/clusters.md)
 with the measured matrix, which `place`, `emulate` and `compare` accept as
 `--devices CLUSTER.json`.
@@ -56,9 +56,9 @@ def run(args):
     memory = None if args.memory is None else parse_size(args.memory, "--memory")
     if not args.out.endswith(".json"):
         raise UserError(f"-o: {args.out} must end in .json (so that --devices reads it as a cluster file)")
-    from pardnn import cluster_file
-    from pardnn.link_model import fitted_cluster, format_links
-    from pardnn.tf import links
+    from pardnn.hardware import cluster_file
+    from pardnn.hardware.link_fit import fitted_cluster, format_links
+    from pardnn.tf import link_bench as links
 
     target = _target(args, links, memory, timeout_s)
     if len(target.devices) < 2:
@@ -91,7 +91,7 @@ def _target(args, links, memory, timeout_s):
         from pardnn.tf.distributed import hosts_of_addresses
         addresses = [a.strip() for a in args.workers.split(",") if a.strip()]
         return links.cluster_target(hosts_of_addresses(addresses), memory, timeout_s)
-    from pardnn.cluster_file import load
+    from pardnn.hardware.cluster_file import load
     from pardnn.tf.distributed import open_session
     cluster = load(args.cluster, "--cluster")
     open_session(cluster, timeout_s=timeout_s, flag="--cluster").close()     # checks every device is there

@@ -6,13 +6,14 @@ directory, OUT_DIR/placed_graph.pb, all or nothing.
 
 import time
 
-from pardnn import algorithms, placer, replicas
+from pardnn.pipeline import place as placer
+from pardnn.placers import registry as algorithms, replicas
 from pardnn.commands.common import add_cluster_args, cluster_from_args
-from pardnn.loader import load_cost_graph
-from pardnn.outputs import OutputDir
+from pardnn.pipeline.load import load_cost_graph
+from pardnn.io.outputs import OutputDir
 from pardnn.progress import stage
-from pardnn.report import write_json
-from pardnn.summary import print_summary
+from pardnn.jsonfile import write_json
+from pardnn.io.summary import print_summary
 
 # Loader statistics copied into report.json under "loader".
 LOADER_FIELDS = ("steps", "untimed_nodes", "outside_step_nodes",

@@ -7,8 +7,8 @@ import numpy as np
 
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
-from pardnn.levels import critical_path_us
-from pardnn.report import comm_bytes
+from pardnn.graph.levels import critical_path_us
+from pardnn.graph.edge_costs import comm_bytes
 
 
 def evaluate(graph, cluster, device) -> dict:

@@ -17,7 +17,7 @@ of the real executor that the thesis makes or leaves open:
 - A tensor (producer, output slot) is sent once per destination device however many
   consumers it has there (TF's Send/Recv pairs are per tensor and device), as soon as
   its producer finishes. The transfer costs `latency + bytes / bandwidth` of that
-  device pair (pardnn.cluster).
+  device pair (pardnn.hardware.cluster).
 - Transfers overlap with computation on both ends. Transfers on one directed link
   (source device, destination device) are serialised in the order they were issued:
   the link is busy for `bytes / bandwidth`, and the latency is a pipeline delay that
@@ -65,7 +65,7 @@ def plan_transfers(graph, cluster, device):
 
     Returns (edge_transfer, transfer_edge, link, occupancy_us, latency_us) where link is
     src_device * K + dst_device. Transfers are numbered by (producer, slot, destination);
-    each takes its bytes from its first edge, as pardnn.report.transfers does."""
+    each takes its bytes from its first edge, as pardnn.io.report.transfers does."""
     k = cluster.num_devices
     ds, dd = device[graph.edge_src], device[graph.edge_dst]
     cross = np.flatnonzero(ds != dd)

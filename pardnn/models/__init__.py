@@ -1,6 +1,6 @@
 """Built-in model families and the `build(**knobs)` protocol.
 
-A model module (a built-in family under pardnn.models, or a user's script given as
+A model module (a built-in family under models/, or a user's script given as
 `pardnn profile path/to/script.py`) defines:
 
     DESCRIPTION = "one line"
@@ -12,9 +12,9 @@ Knob types are taken from the defaults: `--set layers=4` is parsed as an int
 because KNOBS["layers"] is one. `build` returns a `Model` naming the ops to run, so
 the same description drives the original graph and its placed copy.
 
-The families live in `pardnn/models/` rather than a top-level `models/` package
-(a departure from DESIGN.md) so that installing pardnn never puts a package named
-`models` into site-packages.
+The built-in families are scripts in the top-level `models/` folder, installed as
+the package `pardnn_models` (setup.cfg maps it), so they read like a user's script.
+layers.py holds the layers they share; a user's script may use it too.
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from typing import Callable
 from pardnn.errors import UserError
 
 FAMILIES = {
-    "mlp": "pardnn.models.mlp",
-    "word-rnn": "pardnn.models.word_rnn",
-    "char-crn": "pardnn.models.char_crn",
-    "wrn": "pardnn.models.wrn",
-    "transformer": "pardnn.models.transformer",
-    "e3d": "pardnn.models.e3d",
+    "mlp": "pardnn_models.mlp",
+    "word-rnn": "pardnn_models.word_rnn",
+    "char-crn": "pardnn_models.char_crn",
+    "wrn": "pardnn_models.wrn",
+    "transformer": "pardnn_models.transformer",
+    "e3d": "pardnn_models.e3d",
 }
 
 

@@ -35,7 +35,7 @@ def _import_tensorflow_quietly():
 
 _import_tensorflow_quietly()
 
-from pardnn.tf.costs import load_profile  # noqa: E402
+from pardnn.tf.profile_loader import load_profile  # noqa: E402
 from pardnn.tf.profile import profile, profile_model  # noqa: E402
 from pardnn.tf.rewrite import check_placement, import_placed_graph, write_placed_graph  # noqa: E402
 from pardnn.tf.session import session_config  # noqa: E402

@@ -1,6 +1,6 @@
 """TensorFlow's distributed runtime: sessions on a cluster of `tf.distribute.Server`s.
 
-pardnn builds no transport of its own. A multi-host cluster (pardnn.cluster_file)
+pardnn builds no transport of its own. A multi-host cluster (pardnn.hardware.cluster_file)
 names each host's task (`/job:worker/task:i`) and the `host:port` of its server;
 placed graphs carry full device names on those tasks, and a session whose target is
 the first task's server (`grpc://host:port`) runs them across every host.
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import grpc
 import tensorflow as tf
 
-from pardnn.cluster_file import worker_task
+from pardnn.hardware.cluster_file import worker_task
 from pardnn.errors import UserError
 from pardnn.tf.session import session_config
 

@@ -2,7 +2,7 @@
 
 `pardnn profile MODEL --estimate PRESET` builds the model's training graph and,
 instead of running it, asks TensorFlow's Grappler virtual cluster what each op of
-one training step would cost on one GPU of the preset (pardnn.gpu_specs):
+one training step would cost on one GPU of the preset (pardnn.hardware.gpu_specs):
 
 1. The model's GraphDef goes into a MetaGraphDef whose `train_op` collection holds
    the ops a profiled step fetches (train op and loss), every node placed on the
@@ -11,19 +11,19 @@ one training step would cost on one GPU of the preset (pardnn.gpu_specs):
    dimensions would be costed as 1).
 2. `Cluster(devices=[NamedDevice(...)]).MeasureCosts(item)` runs Grappler's
    VirtualScheduler with its OpLevelCostEstimator (compute time + memory time per
-   op, pardnn.gpu_specs) and returns StepStats with per-node times in ns and
+   op, pardnn.hardware.gpu_specs) and returns StepStats with per-node times in ns and
    output sizes; `DeterminePeakMemoryUsage` estimates the step's peak memory.
 3. Ops of the step that Grappler did not schedule ("dropped") or has no cost model
    for ("unmodelled", pardnn.tf.grappler_ops) are costed by the documented
    fallback, bytes touched / memory bandwidth, and counted.
 4. The StepStats go into a RunMetadata and the profile dir is written in the
    format of a measured one (graph.pb, run_metadata_0.pb, profile.json), so the
-   same loader (pardnn.tf.costs) reads it and place/emulate/compare work unchanged.
+   same loader (pardnn.tf.profile_loader) reads it and place/emulate/compare work unchanged.
    profile.json says the costs are estimated, for which device, with which figures,
    and how many nodes took the fallback.
 
 Limits, by Grappler's design: one device (no ops pinned to the host CPU), a
-while-loop body costed once, tensor cores not modelled (see pardnn.gpu_specs).
+while-loop body costed once, tensor cores not modelled (see pardnn.hardware.gpu_specs).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from tensorflow.core.protobuf import config_pb2, device_properties_pb2, meta_gra
 from tensorflow.python.grappler import cluster as gcluster
 from tensorflow.python.grappler import item as gitem
 
-from pardnn import gpu_specs
-from pardnn.cluster import LOCAL_PREFIX
+from pardnn.hardware import gpu_specs
+from pardnn.hardware.cluster import LOCAL_PREFIX
 from pardnn.tf import grappler_ops
 from pardnn.tf.profile import write_profile_dir
 
@@ -53,7 +53,7 @@ class Target:
 
     label: str               # preset name, or "host-cpu"
     kind: str                # "GPU" or "CPU"
-    properties: dict         # DeviceProperties fields (pardnn.gpu_specs units)
+    properties: dict         # DeviceProperties fields (pardnn.hardware.gpu_specs units)
     bandwidth_gbs: float     # memory bandwidth used by the fallback
     peak_gflops: float       # FP32 rate used by the fallback (3-D convolutions)
     description: dict        # what profile.json records about the device
@@ -76,7 +76,7 @@ def host_cpu_target(bandwidth_gbs: float, peak_gflops: float | None = None) -> T
 
     Grappler rates a CPU at one FLOP per cycle per core, ignoring SIMD units; given
     a measured `peak_gflops`, the core count handed to Grappler is scaled so that its
-    rate equals it (the same correction pardnn.gpu_specs makes for Hopper GPUs)."""
+    rate equals it (the same correction pardnn.hardware.gpu_specs makes for Hopper GPUs)."""
     local = gcluster.Cluster()
     try:
         props = next(d for d in local.ListDevices() if d.properties.type == "CPU").properties

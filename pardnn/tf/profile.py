@@ -24,8 +24,8 @@ import re
 import tensorflow as tf
 
 from pardnn.errors import UserError
-from pardnn.outputs import OutputDir
-from pardnn.report import write_json
+from pardnn.io.outputs import OutputDir
+from pardnn.jsonfile import write_json
 from pardnn.tf.session import parse_profile_devices, session_config
 
 tf1 = tf.compat.v1

@@ -1,0 +1,56 @@
+"""The rules every placer obeys: colocation groups stay whole, pinned nodes stay on
+their device kind.
+
+A group's allowed devices are those whose kind matches every pin in the group. A pin
+to a kind the cluster lacks (e.g. a CPU-only op when placing on GPUs) does not
+restrict the planner; `pardnn.tf.rewrite` sends such nodes to the host CPU, where
+TensorFlow would put them anyway (DESIGN.md: "Ops with no kernel for the target
+device type stay where TF put them in the profile").
+"""
+
+import numpy as np
+
+
+def allowed_devices(graph, cluster) -> np.ndarray:
+    """Bool matrix (groups x devices): where each colocation group may go."""
+    kinds = np.array([d.kind.upper() for d in cluster.devices])
+    allowed = np.ones((graph.num_groups, cluster.num_devices), bool)
+    for node, pin in enumerate(graph.pinned):
+        if pin and np.any(kinds == pin.upper()):
+            allowed[graph.group[node]] &= kinds == pin.upper()
+    empty = ~allowed.any(axis=1)
+    if np.any(empty):
+        g = int(np.flatnonzero(empty)[0])
+        members = [graph.names[i] for i in graph.group_members(g)[:3]]
+        from pardnn.errors import UserError
+        raise UserError(f"colocation group of {members} is pinned to several device kinds at once")
+    return allowed
+
+
+def violations(graph, cluster, device) -> list:
+    """Human-readable list of broken rules (empty for a valid placement)."""
+    device = np.asarray(device)
+    problems = []
+    if device.shape != (graph.num_nodes,):
+        return [f"placement has {device.shape} entries for {graph.num_nodes} nodes"]
+    if device.min(initial=0) < 0 or device.max(initial=0) >= cluster.num_devices:
+        problems.append("device index outside the cluster")
+        return problems
+    first = device[graph.group_nodes[graph.group_ptr[:-1]]] if graph.num_nodes else device
+    split = np.flatnonzero(device != first[graph.group])
+    if len(split):
+        problems.append(f"colocation group split at node {graph.names[split[0]]!r}")
+    allowed = allowed_devices(graph, cluster)
+    bad = np.flatnonzero(~allowed[graph.group, device])
+    if len(bad):
+        problems.append(f"pinned node {graph.names[bad[0]]!r} on a device of the wrong kind")
+    return problems
+
+
+def group_masks(allowed) -> list:
+    """Allowed devices of each group (bool groups x devices) as Python int bit masks."""
+    k = allowed.shape[1]
+    if allowed.all():
+        return [(1 << k) - 1] * allowed.shape[0]
+    packed = np.packbits(allowed, axis=1, bitorder="little")
+    return [int.from_bytes(row.tobytes(), "little") for row in packed]

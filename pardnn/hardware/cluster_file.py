@@ -1,0 +1,128 @@
+"""Multi-host clusters: cluster files and composed presets such as `2xdgx-h100`.
+
+A cluster file (JSON, documented in docs/clusters.md) lists hosts — the TF task
+prefix (`/job:worker/task:i`) and the address of its `tf.distribute.Server` — with
+their devices and memory, plus latency and bandwidth inside a host and between
+hosts. The result is a hierarchical link matrix: a device pair on one host uses the
+intra-host link, a pair on two hosts the inter-host link. `pardnn links` writes
+files with an explicit measured matrix (`links`), which then overrides both.
+
+`NxPRESET` (e.g. `2xdgx-h100`) puts N copies of a single-host preset on hosts
+`/job:worker/task:0..N-1` joined by the default inter-host link below.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import replace
+
+import numpy as np
+
+from pardnn.hardware.cluster import GBps, Cluster, Device, Host
+from pardnn.errors import UserError
+from pardnn.jsonfile import read_json, write_json
+from pardnn.units import parse_rate, parse_size, parse_time
+
+CLUSTER_FORMAT = "pardnn-cluster"
+CLUSTER_VERSION = 1
+# One HDR InfiniBand 200 Gb/s port per host (25 GB/s); gRPC/RDMA latency.
+INTER_HOST_BANDWIDTH = 25 * GBps
+INTER_HOST_LATENCY_US = 10.0
+
+
+def worker_task(i: int) -> str:
+    return f"/job:worker/task:{i}"
+
+
+def compose(cluster: Cluster, copies: int, inter_latency=INTER_HOST_LATENCY_US,
+            inter_bandwidth=INTER_HOST_BANDWIDTH, addresses=None) -> Cluster:
+    """`copies` hosts, each a copy of single-host `cluster`, joined by one link kind."""
+    k = cluster.num_devices
+    hosts = tuple(Host(worker_task(h), (addresses or [""] * copies)[h]) for h in range(copies))
+    devices = tuple(
+        replace(d, name=f"{hosts[h].task}/device:{d.kind}:{_local_index(d)}", host=h)
+        for h in range(copies) for d in cluster.devices)
+    host_of = np.repeat(np.arange(copies), k)
+    same = host_of[:, None] == host_of[None, :]
+    lat = np.where(same, np.tile(cluster.latency_us, (copies, copies)), inter_latency)
+    bw = np.where(same, np.tile(cluster.bandwidth, (copies, copies)), inter_bandwidth)
+    np.fill_diagonal(lat, 0.0)
+    np.fill_diagonal(bw, np.inf)
+    return Cluster(devices, lat, bw, cluster.reserve, f"{copies}x{cluster.preset}", hosts)
+
+
+def _local_index(device) -> str:
+    return device.name.rsplit(":", 1)[1]
+
+
+def parse_composed(text: str, parse_single, flag: str):
+    """Cluster for `NxPRESET`, or None when text has no `Nx` prefix."""
+    match = re.fullmatch(r"([0-9]+)x(.+)", text)
+    if not match:
+        return None
+    copies = int(match.group(1))
+    if copies < 1:
+        raise UserError(f"{flag}: {text!r} asks for {copies} hosts")
+    return compose(parse_single(match.group(2), flag), copies)
+
+
+# ------------------------------------------------------------------ files
+def load(path: str, flag: str = "--devices") -> Cluster:
+    """Read a cluster file; UserError naming the file and the field on any problem."""
+    doc = read_json(path, prefix=f"{flag}: cluster file ")
+    if not isinstance(doc, dict) or doc.get("format") != CLUSTER_FORMAT or doc.get("version") != CLUSTER_VERSION:
+        raise UserError(f"{flag}: {path} is not a pardnn cluster file (format {CLUSTER_FORMAT!r}, version {CLUSTER_VERSION})")
+    try:
+        return _from_doc(doc, os.path.basename(path))
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise UserError(f"{flag}: {path}: malformed cluster file ({type(exc).__name__}: {exc})") from None
+    except UserError as exc:
+        raise UserError(f"{flag}: {path}: {exc}") from None
+
+
+def _from_doc(doc, name) -> Cluster:
+    hosts, devices = [], []
+    for h, host in enumerate(doc["hosts"]):
+        hosts.append(Host(host["task"], host.get("address", "")))
+        for dev in host["devices"]:
+            kind, index = dev["name"].upper().replace("/DEVICE:", "").split(":")
+            devices.append(Device(f"{host['task']}/device:{kind}:{int(index)}", kind,
+                                  parse_size(dev["memory"], "memory"), h))
+    if not devices:
+        raise UserError("lists no devices")
+    host_of = np.array([d.host for d in devices])
+    same = host_of[:, None] == host_of[None, :]
+    intra, inter = doc.get("intra_host", {}), doc.get("inter_host", {})
+    lat = np.where(same, parse_time(intra.get("latency", "10us"), "intra_host.latency"),
+                   parse_time(inter.get("latency", f"{INTER_HOST_LATENCY_US}us"), "inter_host.latency"))
+    bw = np.where(same, parse_rate(intra.get("bandwidth", "24GB/s"), "intra_host.bandwidth"),
+                  parse_rate(inter.get("bandwidth", "25GB/s"), "inter_host.bandwidth"))
+    if "links" in doc:
+        k = len(devices)
+        lat = np.array(doc["links"]["latency_us"], float).reshape(k, k)
+        bw = np.array(doc["links"]["bandwidth_bytes_per_us"], float).reshape(k, k)
+    np.fill_diagonal(lat, 0.0)
+    np.fill_diagonal(bw, np.inf)
+    if np.any(bw <= 0) or np.any(lat < 0):
+        raise UserError("links need positive bandwidth and non-negative latency")
+    return Cluster(tuple(devices), lat, bw, float(doc.get("reserve", 0.10)), name, tuple(hosts))
+
+
+def to_doc(cluster: Cluster) -> dict:
+    """The cluster file for `cluster`, with its full link matrix under `links`."""
+    hosts = []
+    for h, host in enumerate(cluster.hosts):
+        devs = [{"name": d.name.rsplit("/device:", 1)[1], "kind": d.kind, "memory": int(d.memory)}
+                for d in cluster.devices if d.host == h]
+        hosts.append({"task": host.task, "address": host.address, "devices": devs})
+    lat = cluster.latency_us.copy()
+    bw = np.where(np.isinf(cluster.bandwidth), 0.0, cluster.bandwidth)
+    return {"format": CLUSTER_FORMAT, "version": CLUSTER_VERSION, "reserve": cluster.reserve,
+            "hosts": hosts,
+            "links": {"latency_us": lat.tolist(), "bandwidth_bytes_per_us": bw.tolist()}}
+
+
+def save(cluster: Cluster, path: str) -> None:
+    """Write a cluster file (temp file, then rename)."""
+    write_json(to_doc(cluster), path)

@@ -1,0 +1,126 @@
+"""Device properties of the GPUs behind each preset, for analytical cost estimates.
+
+`pardnn profile MODEL --estimate PRESET` describes one GPU of the preset to
+TensorFlow's Grappler cost model (pardnn.tf.estimate). That model costs an op as
+compute time + memory time: FLOPs / peak FP32 rate plus bytes read and written /
+memory bandwidth (op_level_cost_estimator.cc, `PredictOpCountBasedCost`). It
+derives the peak FP32 rate from the device description as
+
+    SMs x clock x FP32 lanes per SM x 2 (one FMA = 2 FLOPs)
+
+with the lanes per SM fixed by compute capability: 64 for 6.x and later. That is
+right for Volta and A100 but half the truth for Hopper (128 FP32 lanes per SM), so
+`grappler_cores` hands Grappler SMs x lanes / 64 "SMs" and the resulting peak equals
+the datasheet's. Tensor cores (and TF32, which TensorFlow enables by default on
+Ampere and later) are not modelled: MatMul and convolution estimates are those of
+FP32 CUDA cores, an upper bound on A100/H100 times.
+
+| preset     | GPU                  | CC  | SMs | FP32 lanes/SM | boost clock | peak FP32   | memory | bandwidth  | L2     |
+|------------|----------------------|-----|-----|---------------|-------------|-------------|--------|------------|--------|
+| gpu:K      | Tesla V100-PCIe-32GB | 7.0 | 80  | 64            | 1380 MHz    | 14.1 TFLOPS | 32 GiB | 900 GB/s   | 6 MiB  |
+| dgx1-v100  | Tesla V100-SXM2-32GB | 7.0 | 80  | 64            | 1530 MHz    | 15.7 TFLOPS | 32 GiB | 900 GB/s   | 6 MiB  |
+| dgx2       | Tesla V100-SXM3-32GB | 7.0 | 80  | 64            | 1530 MHz    | 15.7 TFLOPS | 32 GiB | 900 GB/s   | 6 MiB  |
+| dgx-a100   | A100-SXM4-40GB       | 8.0 | 108 | 64            | 1410 MHz    | 19.5 TFLOPS | 40 GiB | 1555 GB/s  | 40 MiB |
+| dgx-h100   | H100-SXM5-80GB       | 9.0 | 132 | 128           | 1980 MHz    | 66.9 TFLOPS | 80 GiB | 3350 GB/s  | 50 MiB |
+
+Sources are in each spec's `source` and in docs/estimates.md. Memory sizes match the
+cluster presets in pardnn.hardware.cluster, so an estimated profile and `--devices PRESET`
+describe the same machine. No TensorFlow import here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from pardnn.errors import UserError
+
+GiB = 2**30
+MiB = 2**20
+GRAPPLER_LANES_PER_SM = 64   # what Grappler assumes for compute capability >= 6
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU model: the figures a roofline cost model needs, and their source."""
+
+    name: str
+    architecture: str        # CUDA compute capability, e.g. "7.0"
+    sm_count: int
+    fp32_lanes_per_sm: int
+    clock_mhz: int           # boost clock
+    memory_bytes: int
+    bandwidth_gbs: float     # memory bandwidth, GB/s (1e9 bytes per second)
+    l2_bytes: int
+    source: str
+
+    @property
+    def peak_fp32_gflops(self) -> float:
+        return self.sm_count * self.fp32_lanes_per_sm * 2 * self.clock_mhz / 1e3
+
+    @property
+    def grappler_cores(self) -> int:
+        """The SM count to give Grappler so that its peak equals this GPU's (see module doc)."""
+        return self.sm_count * self.fp32_lanes_per_sm // GRAPPLER_LANES_PER_SM
+
+    def device_properties(self) -> dict:
+        """Keyword arguments for TensorFlow's `DeviceProperties` proto.
+
+        Units are the proto's: frequency in MHz, bandwidth in KB/s (Grappler reads
+        `bandwidth / 1e6` as GB/s), sizes in bytes."""
+        return {
+            "type": "GPU", "vendor": "NVIDIA", "model": self.name,
+            "frequency": self.clock_mhz, "num_cores": self.grappler_cores,
+            "memory_size": self.memory_bytes, "bandwidth": int(self.bandwidth_gbs * 1e6),
+            "l2_cache_size": self.l2_bytes,
+            "environment": {"architecture": self.architecture},
+        }
+
+    def to_dict(self) -> dict:
+        """The figures as recorded in profile.json."""
+        return {"name": self.name, "compute_capability": self.architecture, "sm_count": self.sm_count,
+                "fp32_lanes_per_sm": self.fp32_lanes_per_sm, "clock_mhz": self.clock_mhz,
+                "peak_fp32_gflops": round(self.peak_fp32_gflops, 1), "memory_bytes": self.memory_bytes,
+                "bandwidth_gbs": self.bandwidth_gbs, "l2_bytes": self.l2_bytes, "source": self.source}
+
+
+_V100_WP = "NVIDIA Tesla V100 GPU Architecture white paper WP-08608-001 v1.1, Table 1"
+V100_PCIE = GpuSpec("Tesla V100-PCIe-32GB", "7.0", 80, 64, 1380, 32 * GiB, 900.0, 6 * MiB,
+                    "NVIDIA Tesla V100 PCIe product brief PB-08744-001 (1380 MHz boost, 14 TFLOPS FP32, "
+                    "900 GB/s); " + _V100_WP)
+V100_SXM2 = GpuSpec("Tesla V100-SXM2-32GB", "7.0", 80, 64, 1530, 32 * GiB, 900.0, 6 * MiB, _V100_WP)
+V100_SXM3 = GpuSpec("Tesla V100-SXM3-32GB", "7.0", 80, 64, 1530, 32 * GiB, 900.0, 6 * MiB,
+                    "NVIDIA DGX-2 datasheet (16 GPUs, 2 PFLOPS tensor = the V100-SXM2 per-GPU peak, "
+                    "hence SXM2 clock and bandwidth); " + _V100_WP)
+A100_SXM4 = GpuSpec("A100-SXM4-40GB", "8.0", 108, 64, 1410, 40 * GiB, 1555.0, 40 * MiB,
+                    "NVIDIA A100 Tensor Core GPU Architecture white paper (108 SMs, 64 FP32 cores/SM, "
+                    "1410 MHz boost, 19.5 TFLOPS FP32, 1555 GB/s HBM2, 40 MB L2)")
+H100_SXM5 = GpuSpec("H100-SXM5-80GB", "9.0", 132, 128, 1980, 80 * GiB, 3350.0, 50 * MiB,
+                    "NVIDIA H100 Tensor Core GPU Architecture white paper (132 SMs, 128 FP32 cores/SM, "
+                    "50 MB L2) and H100 datasheet (SXM5: 67 TFLOPS FP32, 3.35 TB/s HBM3, 80 GB)")
+
+PRESETS = {
+    "gpu": V100_PCIE,
+    "dgx1-v100": V100_SXM2,
+    "dgx2": V100_SXM3,
+    "dgx-a100": A100_SXM4,
+    "dgx-h100": H100_SXM5,
+}
+
+
+def preset_names() -> list:
+    return ["gpu:K", "dgx1-v100", "dgx2", "dgx-a100", "dgx-h100"]
+
+
+def resolve(spec: str, flag: str = "--estimate") -> tuple:
+    """(preset name, GpuSpec) for `PRESET`, `PRESET:K`, `gpu`, `gpu:K` or a bare count.
+
+    Only one device is estimated (ops are costed for a single GPU of the preset), so
+    a device count is accepted, as `--devices` takes it, and ignored."""
+    text = str(spec).strip().lower()
+    if re.fullmatch(r"[0-9]+", text):
+        text = f"gpu:{text}"
+    match = re.fullmatch(r"([a-z0-9-]+?)(?::[0-9]+)?", text)
+    if not match or match.group(1) not in PRESETS:
+        raise UserError(f"{flag}: unknown GPU preset {spec!r} (choose from {', '.join(preset_names())})")
+    return match.group(1), PRESETS[match.group(1)]

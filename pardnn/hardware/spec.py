@@ -1,0 +1,34 @@
+"""`--devices SPEC`: a preset name, `cpu:K`, `gpu:K`, `preset:K`, a bare count, `NxPRESET`
+or a cluster file, turned into a Cluster."""
+
+import os
+import re
+
+from pardnn.errors import UserError
+from pardnn.hardware import cluster_file
+from pardnn.hardware.cluster import Cluster
+from pardnn.hardware.presets import PRESETS, preset_names
+
+
+def parse_devices(spec: str, flag: str = "--devices") -> Cluster:
+    """Cluster for a preset name, `cpu:K`, `gpu:K`, `preset:K`, a bare count K,
+    `NxPRESET` (N hosts) or the path of a cluster file (pardnn.hardware.cluster_file)."""
+    if str(spec).endswith(".json") or os.path.isfile(str(spec)):
+        return cluster_file.load(str(spec), flag)
+    text = str(spec).strip().lower()
+    composed = cluster_file.parse_composed(text, parse_devices, flag)
+    if composed is not None:
+        return composed
+    if re.fullmatch(r"[0-9]+", text):
+        text = f"gpu:{text}"
+    match = re.fullmatch(r"([a-z0-9-]+?)(?::([0-9]+))?", text)
+    if not match or match.group(1) not in PRESETS:
+        raise UserError(f"{flag}: unknown device preset {spec!r} (choose from {', '.join(preset_names())}, or a count)")
+    name, count = match.group(1), match.group(2)
+    limit, builder = PRESETS[name]
+    if count is None and limit is None:
+        raise UserError(f"{flag}: {name} needs a device count, e.g. {name}:4")
+    k = limit if count is None else int(count)
+    if k < 1 or (limit is not None and k > limit):
+        raise UserError(f"{flag}: {spec!r} asks for {k} devices; {name} has 1 to {limit or 'any number'}")
+    return builder(k)

@@ -1,0 +1,83 @@
+"""Placement: a device index per node, the cluster it refers to, and provenance.
+
+`placement.csv` has the header `node,device` and one row per node with the full
+TensorFlow device name. When reading, the device column may also be a device index
+or a short name (`GPU:1`). Every error names the file and the first offending line.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pardnn.errors import UserError
+
+
+@dataclass
+class Placement:
+    device: np.ndarray                      # int32, one entry per node
+    cluster: object                         # pardnn.hardware.cluster.Cluster
+    algorithm: str = ""
+    options: dict = field(default_factory=dict)
+    stage_seconds: dict = field(default_factory=dict)
+
+    def counts(self) -> np.ndarray:
+        """Number of nodes on each device."""
+        return np.bincount(self.device, minlength=self.cluster.num_devices)
+
+    def write_csv(self, graph, path) -> None:
+        """Write placement.csv (temp file, then rename)."""
+        tmp = f"{path}.tmp{os.getpid()}"
+        names = self.cluster.names
+        with open(tmp, "w", newline="") as f:
+            out = csv.writer(f)
+            out.writerow(["node", "device"])
+            out.writerows(zip(graph.names, (names[d] for d in self.device.tolist())))
+        os.replace(tmp, path)
+
+
+def read_csv(path, graph, cluster) -> np.ndarray:
+    """Device index per node from a placement.csv; UserError on any bad line."""
+    index = graph.index()
+    device = np.full(graph.num_nodes, -1, np.int32)
+    try:
+        with open(path, newline="") as f:
+            rows = csv.reader(f)
+            header = next(rows, None)
+            if header is None or [h.strip() for h in header[:2]] != ["node", "device"]:
+                raise UserError(f"{path}:1: expected the header 'node,device'")
+            for lineno, row in enumerate(rows, start=2):
+                _read_row(path, lineno, row, index, cluster, device)
+    except OSError as exc:
+        raise UserError(f"--placement: cannot read {path} ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise UserError(f"--placement: {path} is not a text CSV file") from None
+    missing = np.flatnonzero(device < 0)
+    if len(missing):
+        raise UserError(f"{path}: {len(missing)} nodes of the profile have no device, "
+                        f"e.g. {graph.names[missing[0]]!r}")
+    return device
+
+
+def _read_row(path, lineno, row, index, cluster, device):
+    if not row:
+        return
+    if len(row) != 2:
+        raise UserError(f"{path}:{lineno}: expected 'node,device', got {','.join(row)!r}")
+    node, dev = row[0].strip(), row[1].strip()
+    if node not in index:
+        raise UserError(f"{path}:{lineno}: node {node!r} is not in the profile")
+    k = cluster.num_devices
+    try:
+        d = int(dev) if dev.lstrip("-").isdigit() else cluster.device_index(dev)
+    except KeyError:
+        raise UserError(f"{path}:{lineno}: device {dev!r} is not in the cluster "
+                        f"({', '.join(cluster.names)})") from None
+    if not 0 <= d < k:
+        raise UserError(f"{path}:{lineno}: device index {d} is outside the cluster (0..{k - 1})")
+    if device[index[node]] >= 0:
+        raise UserError(f"{path}:{lineno}: node {node!r} is listed twice")
+    device[index[node]] = d

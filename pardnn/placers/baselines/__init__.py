@@ -1,0 +1,1 @@
+"""Baseline placers the thesis and the literature compare ParDNN with."""

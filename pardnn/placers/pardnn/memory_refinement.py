@@ -1,0 +1,72 @@
+"""ParDNN refinement under memory limits: after the overflow repair (thesis §4.1.2),
+run Step 1's refinement moves again, keeping a batch only if the placement, repaired
+again, is faster and fits. Not in the thesis.
+
+Why: Step 1 ignores memory, so on a model whose critical path holds most of the
+activations it puts nearly all of them on one device (e3d at K = 8: about 3x that
+device's capacity at 0.3x memory). The repair then has to move much of the critical
+path, and each move is chosen for memory (Eq. 4.5's cost per byte), not for the step
+time: the moved ops queue behind other work on their new devices, and the repaired
+step was 1.3x the unconstrained one. Step 1's moves fix exactly that, but almost
+every batch of them overflows a device again by a little; so each batch is repaired
+before it is judged (`judged_by_repair`), and the moves and the repair together are
+kept when the repaired step is faster than the current one.
+
+Rounds follow pardnn.placers.pardnn.refinement (its move finders, batches and stop rule), at
+most K of them; every kept batch strictly shortens the emulated step of a placement
+that fits, so the result is never slower than the repair alone, and it always fits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from pardnn.repair.overflow_repair import Repair, repair
+from pardnn.errors import UserError
+from pardnn.placers.pardnn.refinement import MIN_ROUND_GAIN, MOVE_FINDERS, batches_of, first_improving
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """The refined, repaired placement, and what this step did."""
+
+    repaired: Repair            # the result; `moved`: nodes any repair moved, `rounds`: all repairs'
+    makespan_before_us: float   # emulated step of the first repair's placement
+    refined_nodes: int          # nodes moved by the kept batches of refinement moves
+    batches: int                # batches kept
+
+
+def refine_within_memory(graph, cluster, fixed: Repair, allowed, rounds: int) -> Fitted:
+    """Refine the repaired placement `fixed` under the cluster's capacities."""
+    current, moved = fixed, fixed.moved.copy()
+    refined = batches = repair_rounds = 0
+    judge = judged_by_repair(graph, cluster)
+    for _ in range(rounds):
+        begin = current.schedule.makespan
+        for finder, cut in MOVE_FINDERS:
+            moves = finder(graph, cluster, current.device, current.schedule, allowed)
+            kept = first_improving(graph, current.device, current.schedule.makespan,
+                                   batches_of(moves, cut), judge)
+            if kept is not None:
+                _, current, count = kept
+                moved |= current.moved
+                refined, batches = refined + count, batches + 1
+                repair_rounds += current.rounds
+        if current.schedule.makespan > begin * (1.0 - MIN_ROUND_GAIN):
+            break
+    result = replace(current, moved=moved, peak_before=fixed.peak_before,
+                     rounds=fixed.rounds + repair_rounds)
+    return Fitted(result, fixed.schedule.makespan, refined, batches)
+
+
+def judged_by_repair(graph, cluster):
+    """A refinement judge (pardnn.placers.pardnn.refinement.first_improving) that repairs the
+    trial first: (repaired device, its makespan, the Repair), or None when the trial
+    cannot be repaired."""
+    def judge(trial):
+        try:
+            fixed = repair(graph, cluster, trial)
+        except UserError:
+            return None
+        return fixed.device, fixed.schedule.makespan, fixed
+    return judge

@@ -1,0 +1,252 @@
+"""Refinement of the mapping (thesis §4.1.1, "Refinement"): cluster swapping, then
+critical-path node switching, each judged by the emulator.
+
+The thesis accepts a change when its own estimate improves. Here every batch of
+changes is also emulated (pardnn.emulator.scheduler.simulate) and kept only when
+the emulated makespan is not worse, so refinement can never hurt. Emulating each
+candidate move alone would cost a full emulation per move (about 1 s at 200k
+nodes), so candidates are chosen by local estimates and verified once per
+batch: once for all swaps, once or twice per node-switching round.
+
+1. Cluster swapping: a secondary cluster sc on device a whose span is better
+   balanced elsewhere (device b has less work in span(sc) even with sc added)
+   looks for a secondary sc' on b whose first node starts within span(sc); the pair
+   swaps devices when that lowers the Eq. 4.2 costs of both (work of the device
+   within the cluster's span, other than the cluster itself, plus the cluster's
+   communication there). Each cluster swaps at most once (as in the thesis). The
+   search for sc' scans at most SCAN clusters in start order (binary search into
+   the clusters sorted by first-node level), which keeps it O(C log C).
+   Then, not in the thesis, the affinity placements (pardnn.placers.pardnn.affinity:
+   groups feeding heavy tensors, e.g. an RNN layer's weights, with the ops tied to
+   them, balanced two ways) replace the result when one emulates faster: two more
+   emulations.
+2. Rounds of node moves, at most K (the thesis repeats node switching "at most K
+   times"). A round first switches nodes on the critical path (see
+   pardnn.placers.pardnn.switching): the transfers on the emulated critical path,
+   the endpoint to move for each, all chosen moves emulated at once and, if that
+   is not faster, the best one alone. Then, not in the thesis, communication
+   moves (pardnn.placers.pardnn.volume): nodes whose cut edges cost more than their
+   compute follow their data; all of them, else the better half. A batch is kept
+   only if the emulated step gets faster. Rounds stop when one gains less than
+   MIN_ROUND_GAIN (0.5%) of the makespan: each costs two to four emulations,
+   about 0.3 s each at 200k nodes, and later rounds gain little (measured on
+   tools/synth_graph.py graphs: 0.65%, then 0.09%, 0.06%).
+3. Last, if one device would run the step faster than the refined split (ops too
+   short to pay for any transfer), everything goes to one device; see
+   `_one_device_if_faster`.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pardnn.emulator.scheduler import simulate
+from pardnn.placers.pardnn.affinity import affinity_candidates
+from pardnn.placers.pardnn.switching import critical_moves, unblock_moves
+from pardnn.placers.pardnn.volume import comm_moves
+
+SCAN = 32
+MIN_ROUND_GAIN = 0.005
+
+
+@dataclass
+class Refined:
+    device: np.ndarray
+    mapped_makespan_us: float       # emulated, before refinement
+    makespan_us: float              # emulated, after
+    swaps: int                      # cluster pairs swapped (and kept)
+    switches: int                   # nodes moved by critical-path switching (and kept)
+    followed: int                   # nodes moved by communication moves (and kept)
+    one_device: bool                # everything ended on one device (faster than any split)
+    affinity: bool                  # refinement started from the affinity placement
+
+
+def refine(graph, cluster, slices, mapping, allowed, rounds: int) -> Refined:
+    """Refine `mapping` (from map_clusters); `allowed` is (groups x devices)."""
+    device = mapping.device
+    schedule = simulate(graph, cluster, device)
+    start = schedule.makespan
+    swaps = swap_clusters(graph, slices, mapping)
+    if swaps:
+        trial = np.asarray(mapping.links.dev, np.int32)
+        swapped = simulate(graph, cluster, trial)
+        if swapped.makespan <= schedule.makespan:
+            device, schedule = trial, swapped
+        else:
+            swaps = 0
+    device, schedule, affine = _affinity_if_faster(graph, cluster, device, schedule, allowed)
+    switches = followed = 0
+    judge = _emulated(graph, cluster)
+    for _ in range(rounds):
+        begin = schedule.makespan
+        for finder, halves in MOVE_FINDERS:
+            moves = finder(graph, cluster, device, schedule, allowed)
+            kept = first_improving(graph, device, schedule.makespan, batches_of(moves, halves), judge)
+            if kept is not None:
+                device, schedule, moved = kept
+                if finder is follow_data:
+                    followed += moved
+                else:
+                    switches += moved
+        if schedule.makespan > begin * (1.0 - MIN_ROUND_GAIN):
+            break
+    device, makespan, merged = _one_device_if_faster(graph, cluster, device, schedule.makespan, allowed)
+    return Refined(device, start, makespan, swaps, switches, followed, merged, affine)
+
+
+def follow_data(graph, cluster, device, schedule, allowed) -> list:
+    """pardnn.placers.pardnn.volume's communication moves, with the move finders' signature."""
+    return comm_moves(graph, cluster, device, allowed)
+
+
+# The move finders of a refinement round, in order, and how each batch is cut when
+# all its moves together are not faster: "one" tries the best move alone (switching:
+# its moves interact along one path), "half" the better half (communication moves).
+MOVE_FINDERS = ((critical_moves, "one"), (unblock_moves, "one"), (follow_data, "half"))
+
+
+def batches_of(moves, cut) -> list:
+    """The batches to try of `moves`, cut as MOVE_FINDERS says."""
+    return [moves, moves[:1] if cut == "one" else moves[:len(moves) // 2]]
+
+
+def _affinity_if_faster(graph, cluster, device, schedule, allowed):
+    """(device, schedule, True) with the fastest of pardnn.placers.pardnn.affinity's
+    candidates if the emulator finds it faster than the (swapped) mapping; else
+    the input."""
+    affine = False
+    for candidate in affinity_candidates(graph, cluster, allowed):
+        trial = simulate(graph, cluster, candidate)
+        if trial.makespan < schedule.makespan:
+            device, schedule, affine = candidate, trial, True
+    return device, schedule, affine
+
+
+def _one_device_if_faster(graph, cluster, device, makespan, allowed):
+    """(device, makespan, True) with every node on the device that already holds
+    the most work, if all groups may go there and that is faster; else the input.
+
+    Not in the thesis: when ops are short next to link latency (small batches,
+    tiny layers), no split pays for its transfers and Step 1's K primaries would
+    be slower than one device, whose emulated step is exactly the total work."""
+    usable = np.flatnonzero(allowed.all(axis=0))
+    if len(usable) == 0 or graph.total_work_us() >= makespan:
+        return device, makespan, False
+    held = np.bincount(device, graph.comp_us, minlength=cluster.num_devices)[usable]
+    one = np.full(graph.num_nodes, usable[np.argmax(held)], np.int32)
+    single = simulate(graph, cluster, one).makespan
+    return (one, single, True) if single < makespan else (device, makespan, False)
+
+
+def first_improving(graph, device, makespan, batches, judge):
+    """(device, result, nodes moved) for the first batch of moves [(gain, group,
+    device)] whose placement `judge` finds faster than `makespan`; None if none is.
+
+    judge(trial) -> (device, makespan, result) or None (the trial is unusable); the
+    device it returns may differ from the trial (a repair may move more)."""
+    tried = set()
+    for batch in batches:
+        if not batch or len(batch) in tried:
+            continue
+        tried.add(len(batch))
+        trial = device.copy()
+        for _, g, d in batch:
+            trial[graph.group_members(g)] = d
+        judged = judge(trial)
+        if judged is not None and judged[1] < makespan:
+            moved = int(sum(graph.group_ptr[g + 1] - graph.group_ptr[g] for _, g, _ in batch))
+            return judged[0], judged[2], moved
+    return None
+
+
+def _emulated(graph, cluster):
+    """The judge of refinement without memory limits: the emulated schedule."""
+    def judge(trial):
+        schedule = simulate(graph, cluster, trial)
+        return trial, schedule.makespan, schedule
+    return judge
+
+
+# ------------------------------------------------------------ cluster swapping
+def swap_clusters(graph, slices, mapping) -> int:
+    """Swap pairs of secondary clusters within spans (updates mapping.links and
+    mapping.work in place); returns the number of swaps."""
+    links, span, ok = mapping.links, mapping.span, mapping.allowed
+    lalb = np.setdiff1d(np.arange(slices.num_primary, slices.num_clusters), mapping.merged)
+    if len(lalb) < 2:
+        return 0
+    head_level = mapping.level[slices.head[lalb]]
+    by_start = lalb[np.argsort(head_level, kind="stable")].tolist()
+    starts = np.sort(head_level)
+    swapped = [False] * slices.num_clusters
+    cdev, weight = links.cdev.tolist(), mapping.weight.tolist()
+    comp, level = graph.comp_us.tolist(), mapping.level.tolist()
+    count = 0
+    for c, target in _unbalanced(mapping, lalb):
+        if swapped[c]:
+            continue
+        lo, hi = np.searchsorted(starts, span[c], side="left").tolist()
+        partners = [c2 for c2 in by_start[lo:min(hi, lo + SCAN)]
+                    if cdev[c2] == target and not swapped[c2] and weight[c2] < weight[c]
+                    and ok[c2, cdev[c]]]
+        if not partners:
+            continue
+        me = _Side(mapping, c, comp, level)
+        gain, partner = max((me.swap_gain(_Side(mapping, c2, comp, level)), -c2) for c2 in partners)
+        if gain > 0.0:
+            _swap(mapping, c, -partner, comp, level)
+            cdev[c], cdev[-partner] = cdev[-partner], cdev[c]
+            swapped[c] = swapped[-partner] = True
+            count += 1
+    return count
+
+
+def _unbalanced(mapping, clusters) -> list:
+    """(cluster, device) pairs, heaviest cluster first, where the allowed device
+    with least work in the cluster's span would still have less with the cluster
+    added (a snapshot of the loads after mapping)."""
+    work = mapping.work
+    cum = np.vstack([np.zeros(work.k), np.cumsum(work.values(), axis=0)])
+    lo, hi = mapping.span[clusters].T
+    loads = np.where(mapping.allowed[clusters], cum[hi] - cum[lo], np.inf)
+    here = loads[np.arange(len(clusters)), mapping.links.cdev[clusters]]
+    target = np.argmin(loads, axis=1)
+    pick = np.flatnonzero(loads[np.arange(len(clusters)), target] + mapping.weight[clusters] < here)
+    pick = pick[np.argsort(-mapping.weight[clusters[pick]], kind="stable")]
+    return list(zip(clusters[pick].tolist(), target[pick].tolist()))
+
+
+class _Side:
+    """One cluster of a candidate swap: its device, span, the work of every device
+    in its span, and its communication cost on every device (Eq. 4.2 terms)."""
+
+    def __init__(self, mapping, c, comp, level):
+        self.device = int(mapping.links.cdev[c])
+        self.span = mapping.span[c].tolist()
+        self.load = mapping.work.range_sum(*self.span)
+        self.comm = mapping.links.comm_cost(c)
+        self.nodes, self.comp, self.level = mapping.links.members[c], comp, level
+        self.own = self.work_in(self.span)
+
+    def work_in(self, span) -> float:
+        lo, hi = span
+        return sum(self.comp[n] for n in self.nodes if lo <= self.level[n] < hi)
+
+    def swap_gain(self, other) -> float:
+        """Eq. 4.2 costs of both clusters where they are, minus after swapping."""
+        a, b = self.device, other.device
+        before = self.load[a] - self.own + self.comm[a] + other.load[b] - other.own + other.comm[b]
+        after = (self.load[b] - other.work_in(self.span) + self.comm[b]
+                 + other.load[a] - self.work_in(other.span) + other.comm[a])
+        return float(before - after)
+
+
+def _swap(mapping, c, c2, comp, level):
+    links = mapping.links
+    a, b = int(links.cdev[c]), int(links.cdev[c2])
+    for x, old, new in ((c, a, b), (c2, b, a)):
+        nodes = links.members[x]
+        levels, amounts = [level[n] for n in nodes], [comp[n] for n in nodes]
+        mapping.work.add(levels, old, [-v for v in amounts])
+        mapping.work.add(levels, new, amounts)
+        links.assign(x, new)

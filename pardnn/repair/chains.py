@@ -1,0 +1,78 @@
+"""Which colocation groups must leave a device before a buffer there is freed, and when:
+the rows of memory a move frees, for the overflow repair (pardnn.repair.footprint).
+
+A buffer on a device (a node's output, or a received copy) lives until its last local
+consumer finishes (pardnn.emulator.memory). The thesis' M_pot credits the whole buffer,
+from the moment it is complete, to that last consumer; but if another consumer runs
+later than the moment looked at, moving the last one frees nothing then. So each
+buffer gets a *chain* of rows, one per consumer group, latest finish first: with
+consumer groups G_0, G_1, ... finishing at f_0 >= f_1 >= ..., row k is the interval
+[max(ready, f_{k+1}), f_k) (row 0 ends where the buffer is freed), which G_k's leaving
+frees once G_0 .. G_{k-1} have left. Row 0 is active from the start: it is M_pot's
+term, less the time others still read the buffer. When a group leaves, the next row
+of each of its chains becomes active (and is freed at once if its group left earlier).
+
+The producer's own row frees the buffer while the producer runs (M_pot's second
+term), and its whole life if no node on the device reads it.
+
+A received copy is matched to all of its producer's consumers on the device (one
+chain per producer and device, shared by the copies of its output slots).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def buffer_rows(graph, profile, k):
+    """Rows (group, device, start, end, bytes, active, next row) freed by moves: the
+    producers' rows, then the consumer chains; `next` is -1 at a chain's end."""
+    p = profile
+    keys, starts, cgroup, cfin = _consumers(graph, p, k)
+    bkey = p.buf_node * k + p.buf_device
+    at = np.minimum(np.searchsorted(keys, bkey), max(len(keys) - 1, 0))
+    found = (keys[at] == bkey) if len(keys) else np.zeros(len(bkey), bool)
+    own = np.flatnonzero(p.buf_device == p.node_device[p.buf_node])
+    run = (graph.group[p.buf_node[own]].astype(np.int64), p.buf_device[own], p.buf_alloc[own],
+           np.where(found[own], p.buf_ready[own], p.buf_free[own]), p.buf_bytes[own],
+           np.ones(len(own), bool), np.full(len(own), -1, np.int64))
+    chain = _chains(p, np.flatnonzero(found), at, starts, cgroup, cfin)
+    shift = np.where(chain[6] >= 0, chain[6] + len(own), -1)
+    return tuple(np.concatenate([a, b]) for a, b in zip(run, (*chain[:6], shift)))
+
+
+def _consumers(graph, p, k):
+    """Per (producer, device) key with a data consumer there: the consumer groups, one
+    entry each with its latest finish, latest first. Returns (keys, block starts,
+    groups, finishes); the block of keys[i] is starts[i]:starts[i + 1]."""
+    data = np.flatnonzero(graph.edge_slot >= 0)
+    v = graph.edge_dst[data]
+    ekey = graph.edge_src[data].astype(np.int64) * k + p.node_device[v]
+    grp, fin = graph.group[v].astype(np.int64), p.node_running[1][v]
+    order = np.lexsort((fin, grp, ekey))
+    ekey, grp, fin = ekey[order], grp[order], fin[order]
+    last = np.ones(len(ekey), bool)
+    last[:-1] = (ekey[1:] != ekey[:-1]) | (grp[1:] != grp[:-1])
+    ekey, grp, fin = ekey[last], grp[last], fin[last]
+    order = np.lexsort((-grp, -fin, ekey))
+    ekey, grp, fin = ekey[order], grp[order], fin[order]
+    first = np.ones(len(ekey), bool)
+    first[1:] = ekey[1:] != ekey[:-1]
+    starts = np.append(np.flatnonzero(first), len(ekey))
+    return ekey[first], starts, grp, fin
+
+
+def _chains(p, bufs, at, starts, cgroup, cfin):
+    """The chain rows of buffers `bufs` (see the module docstring), in chain order."""
+    block = at[bufs]
+    count = starts[block + 1] - starts[block]
+    buf = np.repeat(bufs, count)
+    first_row = np.repeat(np.cumsum(count) - count, count)
+    rank = np.arange(len(buf)) - first_row                       # k within the chain
+    pos = np.repeat(starts[block], count) + rank
+    more = rank + 1 < np.repeat(count, count)
+    later = np.where(more, cfin[np.minimum(pos + 1, len(cfin) - 1)], -np.inf)
+    lo = np.maximum(p.buf_ready[buf], later)
+    hi = np.where(rank == 0, p.buf_free[buf], cfin[pos])
+    nxt = np.where(more, np.arange(len(buf)) + 1, -1)
+    return cgroup[pos], p.buf_device[buf], lo, hi, p.buf_bytes[buf], rank == 0, nxt

@@ -1,0 +1,190 @@
+"""What moving a colocation group changes in memory and communication, read from one
+emulation; the raw material of the overflow repair (pardnn.repair.overflow_repair).
+
+The repair moves whole colocation groups (a variable with its reads, updaters and
+optimizer slots: TF would refuse to split them), so the thesis' per-node quantities are
+summed over a group's members:
+
+- move cost (Eq. 4.5): comp(n) plus the communication of n's edges to nodes on its own
+  device, both directions. The extracted Eq. 4.5 reads "comp(n) 8 sum comm(u, n) + sum
+  comm(n, v)"; the "8" is a garbled "+" (the text explains the cost as computation plus
+  the communication with ancestors *and* descendants on the same pe). Edges inside the
+  group are never cut and do not count. The target is not known yet when the cost is
+  needed, so an edge costs latency + bytes / bandwidth over the cluster's mean link.
+- potential at time t: what leaving the device frees there at t:
+  * the buffers of the memory profile (pardnn.emulator.memory) the group frees, as
+    rows built by pardnn.repair.chains: an input buffer whose last local consumer
+    is in the group (the thesis' M_pot, Table 4.2), from when it is complete or when
+    the last other reader has finished, until it is freed; then, once that group has
+    left, the next reader's part, and so on down the buffer's chain of readers; a
+    member's own output while it runs (M_pot's "st(n) <= t < ft(n)"), or its whole
+    life when nothing on the device reads it;
+  * the group's resident state (variables, optimizer slots, persistent bytes) for the
+    whole step. Table 4.2 has no term for it, yet moving a variable frees exactly that,
+    and it is what makes most large models fit;
+  * minus the copy that readers outside the group must then receive of a variable or
+    reference member's value, from its producer's finish to the last such reader's:
+    without it, moving a variable away from its readers looks like a saving of its
+    whole size while the emulator then holds a copy of it for most of the step.
+  For a group of one NORMAL node whose inputs have no other reader this is M_pot(n, t).
+- need on a target device: the resident state for the whole step, the members' own
+  outputs for their lifetime, and a copy of each input tensor produced elsewhere for
+  the interval the group's buffers above hold it. Inputs the group reads but does not
+  free last are left out: an approximation the next emulation corrects.
+
+Intervals are kept as ranges of positions on a time grid (segment i holds from
+grid[i] to grid[i + 1]): on the source, the segments that start inside the interval,
+so the bytes freed at a segment's start are exactly the potential there.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pardnn.graph.node_memory import resident_bytes
+from pardnn.repair.chains import buffer_rows
+from pardnn.graph import NORMAL
+
+
+def distinct(sorted_keys) -> np.ndarray:
+    """Mask of the first of each run of equal keys in a sorted array. (np.unique hashes
+    in numpy 2 and is two orders of magnitude slower than a sort on large int arrays.)"""
+    first = np.ones(len(sorted_keys), bool)
+    first[1:] = sorted_keys[1:] != sorted_keys[:-1]
+    return first
+
+
+def sum_by_key(keys, values):
+    """(distinct keys in increasing order, sum of values per key)."""
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order]
+    starts = np.flatnonzero(distinct(keys))
+    if len(starts) == 0:
+        return keys, values[:0]
+    return keys[starts], np.add.reduceat(values[order], starts)
+
+
+def _csr_ptr(sorted_keys, n):
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(sorted_keys, minlength=n), out=ptr[1:])
+    return ptr
+
+
+class GroupLinks:
+    """Per colocation group: compute time, resident bytes and the edges crossing its
+    boundary (neighbour node and cost over the mean link). Fixed for a graph and cluster."""
+
+    def __init__(self, graph, cluster):
+        ng = graph.num_groups
+        latency, bandwidth = cluster.mean_link()
+        ecost = (latency + graph.edge_bytes / bandwidth) if cluster.num_devices > 1 \
+            else np.zeros(graph.num_edges)
+        gs, gd = graph.group[graph.edge_src], graph.group[graph.edge_dst]
+        cut = np.flatnonzero(gs != gd)
+        owner = np.concatenate([gs[cut], gd[cut]]).astype(np.int64)
+        order = np.argsort(owner, kind="stable")
+        self.owner = owner[order]
+        self.nbr = np.concatenate([graph.edge_dst[cut], graph.edge_src[cut]])[order]
+        self.ecost = np.concatenate([ecost[cut], ecost[cut]])[order]
+        self.ptr = _csr_ptr(self.owner, ng)
+        self.comp = np.bincount(graph.group, graph.comp_us, minlength=ng)
+        self.resident = np.bincount(graph.group, resident_bytes(graph), minlength=ng).astype(np.int64)
+
+    def move_cost(self, group_dev, node_dev) -> np.ndarray:
+        """Eq. 4.5 per group under placement node_dev (see the module docstring)."""
+        local = node_dev[self.nbr] == group_dev[self.owner]
+        return self.comp + np.bincount(self.owner[local], self.ecost[local], minlength=len(self.comp))
+
+    def affinity(self, g: int, node_dev, k: int) -> np.ndarray:
+        """Communication time between group g and the nodes on each device."""
+        lo, hi = self.ptr[g], self.ptr[g + 1]
+        return np.bincount(node_dev[self.nbr[lo:hi]], self.ecost[lo:hi], minlength=k)
+
+
+class Footprints:
+    """Per group, from one emulation: the intervals of memory it frees on its device
+    (signed: a copy that must come back costs bytes) and of the buffers it needs on
+    another (see the module docstring), each in CSR by group."""
+
+    def __init__(self, graph, profile, k, grid):
+        returned = _returned_rows(graph, profile)
+        rows = [buffer_rows(graph, profile, k),
+                (*returned, np.ones(len(returned[0]), bool), np.full(len(returned[0]), -1, np.int64))]
+        g, dev, lo, hi, nbytes, active, nxt = (np.concatenate(col) for col in zip(*rows))
+        order = np.argsort(g, kind="stable")
+        where = np.empty(len(order), np.int64)
+        where[order] = np.arange(len(order))
+        self.group, self.dev, self.bytes = g[order], dev[order], nbytes[order]
+        self.active = active[order]             # rows whose group's leaving frees them now
+        self.next = np.where(nxt[order] >= 0, where[np.maximum(nxt[order], 0)], -1)
+        self.prev = np.full(len(order), -1, np.int64)
+        self.prev[self.next[self.next >= 0]] = np.flatnonzero(self.next >= 0)
+        self.ptr = _csr_ptr(self.group, graph.num_groups)
+        self.i0 = np.searchsorted(grid, lo[order], side="left")
+        self.i1 = np.searchsorted(grid, hi[order], side="left")
+        self._index_needed(graph, profile, _buffer_pairs(graph, profile))
+
+    def _index_needed(self, graph, profile, pairs):
+        p, (g, b, produced, tail) = profile, pairs
+        needed = np.flatnonzero(produced | tail)
+        self.need_group, self.need_buf = g[needed], b[needed]
+        self.need_lo = np.where(produced, p.buf_alloc[b], p.buf_ready[b])[needed]
+        self.need_ready = p.buf_ready[b][needed]
+        self.need_hi, self.need_bytes = p.buf_free[b][needed], p.buf_bytes[b][needed]
+        self.need_prod = np.where(produced, -1, p.buf_node[b])[needed]
+        self.need_ptr = _csr_ptr(self.need_group, graph.num_groups)
+
+    def rows(self, g: int) -> range:
+        """Ids of the rows group g's leaving may free (see `active` and `next`)."""
+        return range(self.ptr[g], self.ptr[g + 1])
+
+    def needed(self, g: int):
+        """Rows (start, end, bytes, producer, buffer, ready) of the buffers group g would
+        need on another device; producer is -1 for a member's own output, else the node
+        whose output it is (no copy is needed where that node already runs)."""
+        s = slice(self.need_ptr[g], self.need_ptr[g + 1])
+        return (self.need_lo[s], self.need_hi[s], self.need_bytes[s], self.need_prod[s],
+                self.need_buf[s], self.need_ready[s])
+
+    def on_device(self, d: int) -> np.ndarray:
+        """Ids of the rows on device d."""
+        return np.flatnonzero(self.dev == d)
+
+
+def _buffer_pairs(graph, profile):
+    """(group, buffer) pairs: each group's members' own outputs and the buffers a member
+    frees last; flags `produced` (a member wrote it) and `tail` (a member reads it last)."""
+    p = profile
+    nbuf = len(p.buf_bytes)
+    own = p.buf_device == p.node_device[p.buf_node]      # received copies live elsewhere
+    has_owner = p.buf_owner >= 0
+    group = graph.group.astype(np.int64)
+    owner_group = np.where(has_owner, group[np.maximum(p.buf_owner, 0)], -1)
+    buf = np.arange(nbuf, dtype=np.int64)
+    key = np.sort(np.concatenate([group[p.buf_node[own]] * nbuf + buf[own],
+                                  owner_group[has_owner] * nbuf + buf[has_owner]]))
+    key = key[distinct(key)]
+    g, b = key // nbuf, key % nbuf
+    return g, b, own[b] & (group[p.buf_node[b]] == g), owner_group[b] == g
+
+
+def _returned_rows(graph, profile):
+    """(group, device, start, end, -bytes): a variable or reference member read by a
+    node outside the group on the same device holds no buffer there (the variable is
+    resident); once the group leaves, that node needs a received copy, from the
+    producer's finish to the last such reader's finish."""
+    p = profile
+    u, v = graph.edge_src, graph.edge_dst
+    m = np.flatnonzero((graph.edge_slot >= 0) & (graph.kind[u] != NORMAL)
+                       & (graph.group[u] != graph.group[v]) & (p.node_device[u] == p.node_device[v]))
+    tensor = u[m].astype(np.int64) * (int(graph.edge_slot.max(initial=0)) + 1) + graph.edge_slot[m]
+    order = np.argsort(tensor, kind="stable")
+    starts = distinct(tensor[order])
+    first, inv = order[starts], np.empty(len(m), np.int64)
+    inv[order] = np.cumsum(starts) - 1
+    hi = np.full(len(first), -np.inf)
+    np.maximum.at(hi, inv, p.node_running[1][v[m]])
+    nbytes = np.zeros(len(first), np.int64)
+    np.maximum.at(nbytes, inv, graph.edge_bytes[m])
+    src = u[m][first]
+    return (graph.group[src].astype(np.int64), p.node_device[src], p.node_running[1][src], hi, -nbytes)

@@ -1,0 +1,245 @@
+"""One round of overflow repair between two emulations (thesis §4.1.2, "Addressing
+Overflow"): on every overflowing device, cover each overflow with the greedy two-heap
+min-knapsack and move the chosen colocation groups to devices that can absorb them.
+
+Re-emulating after every move would cost O(V + E) per move (the thesis' O(V^2)), so a
+round works on the memory timelines of one emulation and updates them approximately as
+it moves groups (pardnn.repair.footprint says what a move frees and needs, and
+pardnn.repair.rangemax keeps the levels): subtract what a group frees on its device,
+add what it needs on the target, then take the device's new highest point. The caller
+re-emulates once per round.
+
+Choices the thesis leaves open:
+- Devices are repaired in decreasing order of relative overflow; on a device the
+  highest point of its (updated) timeline is covered first, so one knapsack can lower a
+  whole plateau.
+- The target: among the devices the group's pins allow, those whose timeline can take
+  the group's need without passing their capacity at any point ("only to a device whose
+  emulated memory can absorb it"); of those, the one the group communicates with most,
+  then the one with the least compute time, then the lowest index. Communication
+  first makes a run of moved groups (a slice of the critical path leaving a full
+  device) land together, so its edges stay local; weighing communication against
+  compute time instead scattered such runs over the least busy devices, one transfer
+  per op (e3d at K = 8 with 0.3x memory: makespan 1.32x the unconstrained one,
+  1.26x with communication first; tools/bench_repair.py quality).
+- A candidate no device can absorb is dropped for the rest of the round, as the thesis
+  drops it ("the node is not considered again"); it may be tried again after the next
+  emulation. A group moved in any round never moves again.
+- When the potentials at a point cannot cover its overflow (buffers there are still
+  read later by another group, so no single group frees them: see
+  pardnn.repair.chains), the groups blocking those buffers are credited with them,
+  as the thesis' M_pot credits a buffer to its last consumer, and moved by the same
+  knapsack; the buffers' next readers can then free them. Without this, a step whose
+  activations are read in both passes would take one emulation per reader.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pardnn.repair.footprint import Footprints, distinct, sum_by_key
+from pardnn.repair.knapsack import TwoHeaps
+from pardnn.repair.rangemax import RangeMax
+
+
+class RepairRound:
+    """Moves chosen in one round: `moves` (group, target) pairs; `stuck` holds
+    (device, time_us, overflow_bytes, group, bytes) for each device whose overflow
+    nothing could cover, with the group that holds the most bytes there and how many."""
+
+    def __init__(self, graph, cluster, links, allowed, device, schedule, profile, frozen):
+        self.graph, self.links, self.allowed = graph, links, allowed
+        self.k = cluster.num_devices
+        self.cap = cluster.capacity
+        self.node_dev = np.array(device, np.int64)
+        self.group_dev = self.node_dev[graph.group_nodes[graph.group_ptr[:-1]]]
+        self.cost = links.move_cost(self.group_dev, self.node_dev)
+        self.times = _grid(profile.times)
+        self.fp = Footprints(graph, profile, self.k, self.times)
+        self.tl = [RangeMax(_on_grid(profile, d, self.times)) for d in range(self.k)]
+        self.peak = profile.peak_bytes
+        self.busy = np.array(schedule.busy_us, float)
+        self.taken = np.array(frozen, bool)
+        self.moves, self.stuck = [], []
+        self.copies = set()         # (buffer, device): copies this round added to a device
+        self.gone = np.zeros(graph.num_groups, bool)    # groups moved this round
+
+    def run(self):
+        over = (self.peak - self.cap) / np.maximum(self.cap, 1)
+        for d in np.lexsort((np.arange(self.k), -over)):
+            if over[d] > 0:
+                self._drain(int(d))
+        return self
+
+    def _drain(self, d):
+        """Cover device d's highest point until its timeline fits, or it is stuck."""
+        rows = self.fp.on_device(d)
+        resident = np.flatnonzero((self.group_dev == d) & (self.links.resident > 0))
+        while True:
+            i, level = self.tl[d].argmax()
+            overflow = level - int(self.cap[d])
+            if overflow <= 0:
+                return
+            if not self._cover(d, i, overflow, rows, resident):
+                self.stuck.append((d, float(self.times[i]), overflow, *self._holder(i, rows, resident)))
+                return
+
+    def _cover(self, d, i, overflow, rows, resident):
+        """Move groups whose potentials at segment i of device d add up to `overflow`;
+        False when nothing could move. If they fall short, move the groups that block a
+        buffer's chain there (see `_blockers`): the next pass can then free it."""
+        overflow, moved = self._knapsack(d, *self._potentials(i, rows, resident), overflow)
+        if overflow > 0:
+            moved |= self._knapsack(d, *self._blockers(i, rows), overflow)[1]
+        return moved
+
+    def _knapsack(self, d, cand, pot, overflow):
+        """Pop candidates off the two heaps and move them until `overflow` is covered;
+        (overflow left, whether anything moved)."""
+        heaps = TwoHeaps(self.cost[cand], pot)
+        moved = False
+        while overflow > 0:
+            j = heaps.pop(overflow)
+            if j < 0:
+                break
+            g = int(cand[j])
+            self.taken[g] = True
+            if self._move(g, d):
+                overflow -= int(pot[j])
+                moved = True
+        return overflow, moved
+
+    def _potentials(self, i, rows, resident):
+        """(groups, bytes) that leaving the device would free at segment i."""
+        fp = self.fp
+        rows = rows[fp.active[rows] & (fp.i0[rows] <= i) & (i < fp.i1[rows])]
+        groups = np.concatenate([fp.group[rows], resident])
+        freed = np.concatenate([fp.bytes[rows], self.links.resident[resident]])
+        keep = ~self.taken[groups]
+        cand, pot = sum_by_key(groups[keep], freed[keep])
+        return cand[pot > 0], pot[pot > 0]
+
+    def _holder(self, i, rows, resident):
+        """(group, bytes): the group holding the most at segment i of the device (its
+        resident state and the buffers of its rows there, whether or not its leaving
+        would free them now); when that alone passes the capacity, no move can help."""
+        fp = self.fp
+        rows = rows[(fp.i0[rows] <= i) & (i < fp.i1[rows]) & (fp.bytes[rows] > 0)]
+        rows, resident = rows[~self.gone[fp.group[rows]]], resident[~self.gone[resident]]
+        groups, held = sum_by_key(np.concatenate([fp.group[rows], resident]),
+                                  np.concatenate([fp.bytes[rows], self.links.resident[resident]]))
+        if len(groups) == 0:
+            return -1, 0
+        j = int(np.argmax(held))
+        return int(groups[j]), int(held[j])
+
+    def _blockers(self, i, rows):
+        """(groups, bytes): buffers live at segment i that no group here can free alone,
+        because a later reader still needs them, credited to that reader's group, as the
+        thesis' M_pot credits a buffer to its last consumer."""
+        fp = self.fp
+        blocked = rows[~fp.active[rows] & (fp.i0[rows] <= i) & (i < fp.i1[rows])]
+        groups, credit = [], []
+        for r in blocked.tolist():
+            h = fp.prev[r]
+            while h >= 0 and not fp.active[h]:
+                h = fp.prev[h]
+            if h >= 0 and not self.taken[fp.group[h]]:
+                groups.append(fp.group[h])
+                credit.append(fp.bytes[r])
+        cand, pot = sum_by_key(np.array(groups, np.int64), np.array(credit, np.int64))
+        return cand[pot > 0], pot[pot > 0]
+
+    def _move(self, g, d) -> bool:
+        """Move group g off device d to the best device that can absorb it."""
+        options = np.flatnonzero(self.allowed[g])
+        options = options[options != d]
+        if len(options) == 0:
+            return False
+        talk = self.links.affinity(g, self.node_dev, self.k)[options]
+        resident = int(self.links.resident[g])
+        for e in options[np.lexsort((options, self.busy[options], -talk))]:
+            need = self._fit(g, int(e), resident)
+            if need is not None:
+                self._apply(g, d, int(e), resident, need)
+                return True
+        return False
+
+    def _need(self, g, e):
+        """(start, end, bytes, buffer, is copy) of what group g would add on device e.
+
+        An input whose producer already runs on e needs no copy. A member's output
+        that an earlier move of this round already copied to e (for a consumer that
+        went there first) is only added for the part before the copy: while it runs."""
+        lo, hi, nbytes, prod, buf, ready = self.fp.needed(g)
+        copy = prod >= 0
+        keep = ~copy | (self.node_dev[np.maximum(prod, 0)] != e)
+        hi = hi.copy()
+        for r in np.flatnonzero(~copy).tolist():
+            if (int(buf[r]), e) in self.copies:
+                hi[r] = ready[r]
+        keep &= hi > lo
+        return lo[keep], hi[keep], nbytes[keep], buf[keep], copy[keep]
+
+    def _fit(self, g, e, resident):
+        """Segment ranges and bytes group g would add on device e, or None if e cannot take them."""
+        tl, cap = self.tl[e], int(self.cap[e])
+        if resident and tl.max() + resident > cap:
+            return None
+        lo, hi, nbytes, buf, copy = self._need(g, e)
+        times = self.times
+        j0 = np.maximum(np.searchsorted(times, lo, side="right") - 1, 0)
+        j1 = np.maximum(np.searchsorted(times, hi, side="left"), j0 + 1)
+        cuts = np.sort(np.concatenate([j0, j1]))
+        cuts = cuts[distinct(cuts)]
+        step = np.zeros(len(cuts), np.int64)
+        np.add.at(step, np.searchsorted(cuts, j0), nbytes)
+        np.add.at(step, np.searchsorted(cuts, j1), -nbytes)
+        level = np.cumsum(step)
+        for a, b, x in zip(cuts[:-1].tolist(), cuts[1:].tolist(), level[:-1].tolist()):
+            if x > 0 and tl.max(a, b) + x + resident > cap:
+                return None
+        return j0, j1, nbytes, buf[copy]
+
+    def _apply(self, g, d, e, resident, need):
+        j0, j1, nbytes, copied = need
+        self.gone[g] = True
+        for r in self.fp.rows(g):
+            if self.fp.active[r]:
+                self._free(d, r)
+        for a, b, x in zip(j0.tolist(), j1.tolist(), nbytes.tolist()):
+            self.tl[e].add(a, b, x)
+        self.copies.update((int(b), e) for b in copied)
+        self.tl[d].add(0, self.tl[d].n, -resident)
+        self.tl[e].add(0, self.tl[e].n, resident)
+        self.busy[d] -= self.links.comp[g]
+        self.busy[e] += self.links.comp[g]
+        self.node_dev[self.graph.group_members(g)] = e
+        self.moves.append((g, e))
+
+    def _free(self, d, r):
+        """Take row r off device d's timeline and pass the buffer to the next group of
+        its chain, freeing that row too if its group has already left."""
+        fp = self.fp
+        while True:
+            self.tl[d].add(int(fp.i0[r]), int(fp.i1[r]), -int(fp.bytes[r]))
+            r = fp.next[r]
+            if r < 0 or fp.active[r]:
+                return
+            fp.active[r] = True
+            if not self.gone[fp.group[r]]:
+                return
+
+
+def _grid(times):
+    """The event times of all devices, sorted and distinct: one grid for every device,
+    so what a move adds to a device keeps its timing even where that device had no
+    event of its own."""
+    grid = np.sort(times)
+    return grid[distinct(grid)]
+
+
+def _on_grid(profile, d, grid):
+    """Device d's memory level on each segment of the grid."""
+    times, levels = profile.timeline(d)
+    return levels[np.maximum(np.searchsorted(times, grid, side="right") - 1, 0)]

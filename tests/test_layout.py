@@ -1,0 +1,127 @@
+"""The house rules of the source tree (docs/architecture.md): the packages form layers
+that import only downwards, no module imports itself back through a cycle, TensorFlow
+stays in pardnn/tf and the model scripts, and setup.cfg installs every package."""
+
+import ast
+import configparser
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Pipeline layers, lowest first. A module may import its own package or a lower layer.
+LAYERS = [
+    {"pardnn.errors"},
+    {"pardnn.units", "pardnn.jsonfile", "pardnn.progress"},
+    {"pardnn.graph", "pardnn.hardware"},
+    {"pardnn.emulator"},
+    {"pardnn.repair"},
+    {"pardnn.placers"},
+    {"pardnn.io", "pardnn.models"},
+    {"pardnn.tf", "pardnn_models"},
+    {"pardnn.pipeline"},
+    {"pardnn.commands"},
+    {"pardnn.cli"},
+    {"pardnn.__main__"},
+]
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[0] == "models":
+        parts[0] = "pardnn_models"
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def source_modules() -> dict:
+    files = sorted((ROOT / "pardnn").rglob("*.py")) + sorted((ROOT / "models").glob("*.py"))
+    return {module_name(f): f for f in files}
+
+
+def imports_of(path: Path, known: set) -> set:
+    """Project modules `path` imports, at any depth in the file (lazy imports count)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            subs = [f"{node.module}.{a.name}" for a in node.names]
+            names = [s for s in subs if s in known] or [node.module]
+        else:
+            continue
+        found |= {n for n in names if n in known}
+    return found
+
+
+def import_graph() -> nx.DiGraph:
+    modules = source_modules()
+    graph = nx.DiGraph()
+    graph.add_nodes_from(modules)
+    for name, path in modules.items():
+        graph.add_edges_from((name, dep) for dep in imports_of(path, set(modules)) if dep != name)
+    return graph
+
+
+def layer_of(module: str) -> tuple:
+    """(layer index, the layer's package) for a module."""
+    for i, layer in enumerate(LAYERS):
+        for package in layer:
+            if module == package or module.startswith(package + "."):
+                return i, package
+    raise AssertionError(f"{module} is in no layer of tests/test_layout.py")
+
+
+def test_no_import_cycles():
+    cycles = list(nx.simple_cycles(import_graph()))
+    assert cycles == []
+
+
+def test_imports_only_run_down_the_pipeline():
+    upward = []
+    for a, b in import_graph().edges:
+        (la, pa), (lb, pb) = layer_of(a), layer_of(b)
+        if a == "pardnn" or b == "pardnn":
+            continue
+        if lb > la or (lb == la and pa != pb):
+            upward.append(f"{a} -> {b}")
+    assert upward == []
+
+
+def test_the_judge_imports_no_placer_and_no_repair():
+    graph = import_graph()
+    judge = [m for m in graph if m.startswith("pardnn.emulator")]
+    reached = set().union(*(nx.descendants(graph, m) for m in judge))
+    assert not {m for m in reached if m.startswith(("pardnn.placers", "pardnn.repair"))}
+
+
+def test_tensorflow_is_imported_only_in_tf_and_models():
+    offenders = []
+    for name, path in source_modules().items():
+        if name.startswith(("pardnn.tf", "pardnn_models", "pardnn.models")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                    else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{name}: {m}" for m in mods if m.split(".")[0] == "tensorflow"]
+    assert offenders == []
+
+
+def test_setup_cfg_installs_every_package():
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    listed = set(cfg["options"]["packages"].split())
+    packages = {module_name(p.parent / "__init__.py") for p in (ROOT / "pardnn").rglob("__init__.py")}
+    assert listed == packages | {"pardnn_models"}
+    assert "pardnn_models = models" in cfg["options"]["package_dir"]
+
+
+@pytest.mark.parametrize("layer", range(len(LAYERS)))
+def test_every_layer_exists(layer):
+    modules = source_modules()
+    for package in LAYERS[layer]:
+        assert package in modules, f"{package} is named in LAYERS but not in the tree"
