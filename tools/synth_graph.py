@@ -1,6 +1,7 @@
 """Synthetic training-like cost graphs, large enough to benchmark placers and the emulator.
 
     python tools/synth_graph.py --nodes 200000 --seed 0 -o /tmp/synth200k.json
+    python tools/synth_graph.py --shape chain --nodes 20000 -o /tmp/chain20k.json
 
 or, from Python (tools/ is not a package; importing this module has no side effects):
 
@@ -21,6 +22,11 @@ The graph mimics a TF1 training step:
   an AddN where a forward tensor had several consumers, and for each weight op a
   weight-gradient op feeding the variable's apply op;
 - a final train_op (NoOp) with control edges from every apply op.
+`--shape chain` makes near-chains instead (parallelism about 1.0-1.3, the shape of
+layer-level CNN and BERT training profiles): layers are mostly one branch, skips are
+rarer, and activations are larger and ops cheaper, so moving a tensor over a 10 GB/s
+link takes longer than the mean op; what decides the step is where a graph that does
+not fit one device is cut.
 Compute times and tensor sizes are lognormal (a few cheap ops, a long tail of expensive
 ones); gradient ops cost about twice their forward op. Nodes are emitted in topological
 order, so building the CostGraph needs no sort. About 1.5 edges per node.
@@ -64,7 +70,14 @@ class _Builder:
         self.edge_kind.append(1 if control else 0)
 
 
-def _forward(b, rng, budget):
+SHAPES = {
+    # branches per layer, skip probability, activation MB (median), op time scale
+    "dag": ((1, 1, 2, 3, 4, 6), 0.2, 0.5e6, 1.0),
+    "chain": ((1, 1, 1, 1, 1, 1, 1, 1, 1, 2), 0.1, 2.0e6, 0.5),
+}
+
+
+def _forward(b, rng, budget, shape):
     """Emit forward layers until the predicted graph size reaches `budget` nodes.
 
     Returns (forward ops in order, their data inputs, their variable or -1)."""
@@ -92,7 +105,7 @@ def _forward(b, rng, budget):
     while predicted < budget:
         scope = f"layer{layer}"
         start, ends = trunk, []
-        for br in range(rng.choice((1, 1, 2, 3, 4, 6))):
+        for br in range(rng.choice(SHAPES[shape][0])):
             x = start
             for k in range(rng.randint(1, 4)):
                 var = -1
@@ -101,7 +114,7 @@ def _forward(b, rng, budget):
                 x = op(f"{scope}/b{br}/op{k}", "MatMul" if var >= 0 else "Relu", [x], layer, var)
             ends.append(x)
         trunk = ends[0] if len(ends) == 1 else op(f"{scope}/concat", "ConcatV2", ends, layer)
-        if rng.random() < 0.2:
+        if rng.random() < SHAPES[shape][1]:
             trunk = op(f"{scope}/skip", "AddV2", [trunk, start], layer)
         layer += 1
     op("loss", "SoftmaxCrossEntropyWithLogits", [trunk], layer)
@@ -146,32 +159,33 @@ def _backward(b, fwd, inputs, weight):
     return applies
 
 
-def synth_graph(nodes: int = 200_000, seed: int = 0):
+def synth_graph(nodes: int = 200_000, seed: int = 0, shape: str = "dag"):
     """A training-like CostGraph of about `nodes` nodes (see the module docstring)."""
     from pardnn.graph import CostGraph
 
     rng = random.Random(seed)
     b = _Builder()
-    fwd, inputs, weight = _forward(b, rng, max(int(nodes), 8))
+    fwd, inputs, weight = _forward(b, rng, max(int(nodes), 8), shape)
     applies = _backward(b, fwd, inputs, weight)
     train = b.node("train_op", "NoOp", NORMAL, 0, 0)
     for a in applies:
         b.edge(a, train, control=True)
     return CostGraph.build(names=b.names, ops=b.ops, kind=b.kind, group=b.group,
-                           edge_src=b.src, edge_dst=b.dst, **_costs(b, seed))
+                           edge_src=b.src, edge_dst=b.dst, **_costs(b, seed, shape))
 
 
-def _costs(b, seed):
+def _costs(b, seed, shape):
     """Lognormal compute times and sizes, vectorised over nodes and edges."""
     r = np.random.default_rng(seed)
     n = len(b.names)
     cls = np.asarray(b.cost_class)
     kind = np.asarray(b.kind)
-    layer_mb = r.lognormal(np.log(0.5e6), 1.0, max(b.size_of) + 1)      # activation size per layer
+    _, _, median_bytes, time_scale = SHAPES[shape]
+    layer_mb = r.lognormal(np.log(median_bytes), 1.0, max(b.size_of) + 1)      # activation size per layer
     out_bytes = (layer_mb[b.size_of] * r.lognormal(0.0, 0.3, n)).astype(np.int64)
     comp = np.choose(cls, [np.full(n, 2.0), r.lognormal(np.log(15), 0.8, n),
                            r.lognormal(np.log(120), 1.0, n), r.lognormal(np.log(60), 1.0, n)])
-    comp *= np.where(cls == 3, 1.0 + out_bytes / 1e6, 1.0)
+    comp *= np.where(cls == 3, 1.0 + out_bytes / 1e6, 1.0) * time_scale
     persist = np.where(kind == RESIDUAL, r.lognormal(np.log(1e6), 1.2, n), 0).astype(np.int64)
     out_bytes[kind != NORMAL] = 0
     out_bytes[cls == 0] = np.minimum(out_bytes[cls == 0], 64)
@@ -188,10 +202,12 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", type=int, default=200_000, help="about how many nodes (default 200000)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--shape", choices=sorted(SHAPES), default="dag",
+                   help="dag: branchy layers (default); chain: near-chain layers with large activations")
     p.add_argument("-o", "--out", required=True, help="cost graph JSON to write")
     args = p.parse_args(argv)
     t0 = time.perf_counter()
-    graph = synth_graph(args.nodes, args.seed)
+    graph = synth_graph(args.nodes, args.seed, args.shape)
     t1 = time.perf_counter()
     graph.to_json(args.out)
     print(f"{graph.num_nodes} nodes, {graph.num_edges} edges, {graph.num_groups} groups; "

@@ -1,5 +1,6 @@
 """Options shared by the commands that need a cluster or a profile."""
 
+from pardnn.errors import UserError
 from pardnn.hardware import parse_devices
 from pardnn.units import parse_rate, parse_size, parse_time
 
@@ -12,6 +13,20 @@ def add_cluster_args(parser, required=True):
                         help="fraction of each device's memory kept free (default 0.10)")
     parser.add_argument("--bandwidth", metavar="RATE", help="link bandwidth for every device pair, e.g. 300GB/s")
     parser.add_argument("--latency", metavar="TIME", help="link latency for every device pair, e.g. 25us")
+
+
+def add_budget_arg(parser):
+    parser.add_argument("--time-budget", default="60s", metavar="TIME",
+                        help="wall time pardnn may spend on candidates after Step 1 and on refinement "
+                             "within memory, e.g. 30s (default 60s)")
+
+
+def budget_from_args(args) -> float:
+    """--time-budget in seconds; UserError unless it is positive."""
+    seconds = parse_time(args.time_budget, "--time-budget") / 1e6
+    if not seconds > 0:
+        raise UserError(f"--time-budget: must be more than 0, got {args.time_budget!r}")
+    return seconds
 
 
 def cluster_from_args(args):

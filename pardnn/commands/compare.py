@@ -17,7 +17,7 @@ import sys
 
 from pardnn.pipeline import place as placer
 from pardnn.placers import registry as algorithms
-from pardnn.commands.common import add_cluster_args, cluster_from_args
+from pardnn.commands.common import add_budget_arg, add_cluster_args, budget_from_args, cluster_from_args
 from pardnn.errors import UserError
 from pardnn.pipeline.load import load_cost_graph
 from pardnn.units import format_size, format_time
@@ -28,6 +28,7 @@ def add_parser(sub):
                        description="Place one graph with several algorithms and compare the emulated results.")
     p.add_argument("profile", metavar="PROFILE", help="profile directory or cost graph .json")
     add_cluster_args(p)
+    add_budget_arg(p)
     p.add_argument("--algorithms", metavar="A,B,C",
                    help=f"comma-separated algorithms (default: all of {', '.join(algorithms.names())})")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
@@ -38,10 +39,11 @@ def add_parser(sub):
 def run(args):
     cluster = cluster_from_args(args)
     names = parse_algorithms(args.algorithms)
+    budget_s = budget_from_args(args)
     if args.plot and not args.plot.lower().endswith(".png"):
         raise UserError(f"--plot: {args.plot} must end in .png")
     graph, _ = load_cost_graph(args.profile)
-    rows = compare(graph, cluster, names)
+    rows = compare(graph, cluster, names, budget_s)
     if args.json:
         doc = {"profile": str(args.profile), "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
                "devices": cluster.names, "capacity_bytes": [int(x) for x in cluster.capacity],
@@ -69,12 +71,12 @@ def parse_algorithms(text) -> list:
     return list(dict.fromkeys(names))
 
 
-def compare(graph, cluster, names) -> list:
+def compare(graph, cluster, names, budget_s=None) -> list:
     """One result dict per algorithm; a placer's UserError becomes an infeasible row."""
     rows = []
     for name in names:
         try:
-            _, report = placer.place(graph, cluster, name)
+            _, report = placer.place(graph, cluster, name, budget_s)
         except UserError as exc:
             rows.append({"algorithm": name, "feasible": False, "error": str(exc)})
             continue
@@ -87,6 +89,7 @@ def compare(graph, cluster, names) -> list:
             "feasible": report["feasible"],
             "comm_bytes": report["comm_bytes"],
             "placement_seconds": report["placement_seconds"],
+            **({"candidate": report["candidate"]} if "candidate" in report else {}),
         })
     return rows
 

@@ -8,7 +8,7 @@ import time
 
 from pardnn.pipeline import place as placer
 from pardnn.placers import registry as algorithms, replicas
-from pardnn.commands.common import add_cluster_args, cluster_from_args
+from pardnn.commands.common import add_budget_arg, add_cluster_args, budget_from_args, cluster_from_args
 from pardnn.pipeline.load import load_cost_graph
 from pardnn.io.outputs import OutputDir
 from pardnn.progress import stage
@@ -27,6 +27,7 @@ def add_parser(sub):
     add_cluster_args(p)
     p.add_argument("--algorithm", default="pardnn", metavar="NAME",
                    help=f"placement algorithm ({', '.join(algorithms.names())}); default pardnn")
+    add_budget_arg(p)
     p.add_argument("--replicas", type=int, metavar="R",
                    help="data parallelism: place on the first host's devices, replicate on R hosts "
                         "with gradients averaged (docs/multihost.md)")
@@ -37,13 +38,14 @@ def add_parser(sub):
 def run(args):
     cluster = cluster_from_args(args)
     algorithms.get(args.algorithm)          # reject a bad name before loading anything
+    budget_s = budget_from_args(args)
     one_replica = cluster if args.replicas is None else replicas.replica_cluster(cluster, args.replicas)
     t0 = time.perf_counter()
     with stage(f"loading {args.profile}"):
         graph, info = load_cost_graph(args.profile)
     load_s = time.perf_counter() - t0
     with stage(f"placing {graph.num_nodes} nodes with {args.algorithm} on {cluster.num_devices} devices"):
-        placement, report = placer.place(graph, one_replica, args.algorithm)
+        placement, report = placer.place(graph, one_replica, args.algorithm, budget_s)
     report["stage_seconds"] = {"load": load_s, **report["stage_seconds"]}
     if args.replicas is not None:
         report["replicas"] = replicas.estimate(graph, placement.device, cluster, args.replicas,

@@ -1,7 +1,7 @@
 """The short summary printed after a placement: makespan, speedup over one device,
 per-device nodes and peak memory against capacity (and, for the devices the memory
-repair had to fix, their peak before it), what refining within memory gained
-(ParDNN), and time taken. Only the report
+repair had to fix, their peak before it), ParDNN's candidates and what refining
+within memory gained, and time taken. Only the report
 fields that were computed are shown."""
 
 from pardnn.units import format_size, format_time
@@ -32,6 +32,8 @@ def print_summary(report, out_dir=None, file=None):
     if report.get("repaired_devices"):
         lines.append(f"  memory repair: {len(report['repaired_devices'])} device(s) overflowed; moved "
                      f"{report['moved_nodes']} nodes ({report['moved_nodes'] / report['num_nodes']:.1%})")
+    if report.get("candidates"):
+        lines.append("  candidates: " + _candidates(report))
     if report.get("refine_memory"):
         fit = report["refine_memory"]
         lines.append(f"  refined within memory: makespan {format_time(fit['makespan_after_repair_us'])} "
@@ -43,3 +45,13 @@ def print_summary(report, out_dir=None, file=None):
     if out_dir:
         lines.append(f"  wrote {out_dir}")
     print("\n".join(lines), file=file)
+
+
+def _candidates(report) -> str:
+    """`step1 12.3 ms, stages 10.1 ms (kept), etf infeasible, metis skipped`."""
+    parts = []
+    for name, c in report["candidates"].items():
+        text = (f"{name} skipped" if "skipped" in c else f"{name} infeasible" if not c["feasible"]
+                else f"{name} {format_time(c['makespan_us'])}")
+        parts.append(text + (" (kept)" if name == report.get("candidate") else ""))
+    return ", ".join(parts)

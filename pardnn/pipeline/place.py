@@ -1,46 +1,45 @@
-"""Orchestrates a placement: run the chosen algorithm, check the rules, report.
+"""Orchestrates a placement: run the chosen algorithm, repair it for memory, judge it,
+and build the report.
 
-Every placer goes through here, so every placement is judged the same way: by the
-emulator (pardnn.emulator.evaluate), whose fields `pardnn emulate` reproduces exactly.
-After every placer the memory repair (pardnn.repair.overflow_repair, thesis §4.1.2) runs
-against cluster.capacity (memory minus the reserve): it moves colocation groups until
-every device fits, or raises UserError saying why it cannot. Its final emulation is
-the one reported. For ParDNN, whose Step 1 ignores memory, refinement then runs
-again on repaired placements (pardnn.placers.pardnn.memory_refinement, stage_seconds["refine_memory"]).
-placement_seconds is the placer's time plus the repair's (stage_seconds["repair"])
-and that refinement's; judging the result is stage_seconds["evaluate"].
+Every placement is judged the same way, by the emulator (pardnn.emulator.evaluate),
+whose fields `pardnn emulate` reproduces exactly. A plain placer's output goes through
+the memory repair (pardnn.repair, thesis §4.1.2) against cluster.capacity (memory minus
+the reserve): it moves colocation groups until every device fits, or raises UserError
+saying why it cannot. `--algorithm pardnn` is a portfolio (registry.PORTFOLIOS): it
+repairs and judges its own candidates and refines the winner within memory
+(pardnn.placers.pardnn.candidates). Either way the final emulation is the one reported.
+placement_seconds is the placer's time plus the repair's and that refinement's;
+judging the result is stage_seconds["evaluate"].
 """
 
 import time
 
 import numpy as np
 
-from pardnn.placers import registry as algorithms
-from pardnn.graph.constraints import allowed_devices, violations
 from pardnn.emulator import report_fields
-from pardnn.repair.overflow_repair import repair
-from pardnn.placers.pardnn.memory_refinement import refine_within_memory
+from pardnn.graph.constraints import violations
 from pardnn.io.placement import Placement
 from pardnn.io.report import base_report
+from pardnn.placers import registry
+from pardnn.repair.overflow_repair import repair
 
 
-def place(graph, cluster, algorithm="pardnn"):
-    """Run `algorithm` on graph and cluster; returns (Placement, report dict)."""
+def place(graph, cluster, algorithm="pardnn", budget_s=None):
+    """Run `algorithm` on graph and cluster; returns (Placement, report dict).
+    `budget_s` bounds a portfolio's work after its first candidate (None: its default)."""
     start = time.perf_counter()
-    placer = algorithms.get(algorithm)
-    timings = {}
-    device = placer(graph, cluster, timings)
-    _check_rules(graph, cluster, device, f"placer {algorithm!r}")
-    t0 = time.perf_counter()
-    fixed = repair(graph, cluster, device)
-    timings["repair"] = time.perf_counter() - t0
-    fitted = None
-    if fixed.rounds and algorithm in algorithms.REFINED_WITHIN_MEMORY:
+    timings, extra = {}, {}
+    portfolio = registry.portfolio(algorithm)
+    if portfolio is not None:
+        chosen = portfolio(graph, cluster, timings, **({} if budget_s is None else {"budget_s": budget_s}))
+        device, fixed, extra = chosen.raw, chosen.repaired, chosen.report_fields()
+        _check_rules(graph, cluster, device, f"candidate {chosen.winner!r} of {algorithm!r}")
+    else:
+        device = registry.get(algorithm)(graph, cluster, timings)
+        _check_rules(graph, cluster, device, f"placer {algorithm!r}")
         t0 = time.perf_counter()
-        fitted = refine_within_memory(graph, cluster, fixed, allowed_devices(graph, cluster),
-                                      rounds=cluster.num_devices)
-        fixed = fitted.repaired
-        timings["refine_memory"] = time.perf_counter() - t0
+        fixed = repair(graph, cluster, device)
+        timings["repair"] = time.perf_counter() - t0
     _check_rules(graph, cluster, fixed.device, "the memory repair")
     placement = Placement(fixed.device, cluster, algorithm, stage_seconds=timings)
     report = base_report(graph, placement)
@@ -49,9 +48,7 @@ def place(graph, cluster, algorithm="pardnn"):
     report.update(report_fields(graph, cluster, fixed.device, fixed.schedule, fixed.profile))
     report.update(fixed.report_fields(cluster))
     report["changed_nodes"] = int(np.count_nonzero(fixed.device != device))
-    if fitted is not None:
-        report["refine_memory"] = {"makespan_after_repair_us": fitted.makespan_before_us,
-                                   "moved_nodes": fitted.refined_nodes, "batches": fitted.batches}
+    report.update(extra)
     report["stage_seconds"] = {**timings, "evaluate": time.perf_counter() - t0}
     return placement, report
 

@@ -13,7 +13,8 @@ from pardnn.errors import UserError
 
 ALGORITHMS = {
     "pardnn": ("pardnn.placers.pardnn.step1:place",
-               "ParDNN Step 1: critical-path slicing, initial merging + LALB, refinement"),
+               "ParDNN: Step 1 and memory-aware candidates (stages, m-ETF, min-cut), repaired, "
+               "the fastest refined within memory"),
     "pardnn-hier": ("pardnn.placers.hierarchical:place",
                     "hosts first, then ParDNN within each host (or one host alone, if faster)"),
     "round-robin": ("pardnn.placers.baselines.round_robin:place",
@@ -26,18 +27,28 @@ ALGORITHMS = {
     "metis": ("pardnn.placers.baselines.metis_cut:place", "METIS balanced min-cut of the undirected graph (pymetis)"),
 }
 
-# Placers whose refinement runs again after the memory repair, judged on repaired
-# placements (pardnn.placers.pardnn.memory_refinement); the baselines stay as their papers define them.
-REFINED_WITHIN_MEMORY = {"pardnn"}
+# Portfolios build, repair and judge several candidates themselves and return a
+# pardnn.placers.pardnn.candidates.Chosen. `get` still gives their plain placer (for
+# pardnn: Step 1 alone), which pardnn-hier uses within each host.
+PORTFOLIOS = {"pardnn": "pardnn.placers.pardnn.candidates:choose"}
 
 
 def names() -> list:
     return list(ALGORITHMS)
 
 
+def portfolio(name: str):
+    """The portfolio function for `name`, or None when it is a plain placer."""
+    return _load(PORTFOLIOS[name]) if name in PORTFOLIOS else None
+
+
 def get(name: str):
     """The placer function for `name`; UserError listing valid names otherwise."""
     if name not in ALGORITHMS:
         raise UserError(f"--algorithm: unknown algorithm {name!r} (choose from {', '.join(names())})")
-    module, func = ALGORITHMS[name][0].split(":")
+    return _load(ALGORITHMS[name][0])
+
+
+def _load(target: str):
+    module, func = target.split(":")
     return getattr(importlib.import_module(module), func)

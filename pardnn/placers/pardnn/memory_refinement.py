@@ -19,6 +19,8 @@ that fits, so the result is never slower than the repair alone, and it always fi
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass, replace
 
 from pardnn.repair.overflow_repair import Repair, repair
@@ -34,16 +36,23 @@ class Fitted:
     makespan_before_us: float   # emulated step of the first repair's placement
     refined_nodes: int          # nodes moved by the kept batches of refinement moves
     batches: int                # batches kept
+    stopped_by_budget: bool     # the deadline ended it before a round gained too little
 
 
-def refine_within_memory(graph, cluster, fixed: Repair, allowed, rounds: int) -> Fitted:
-    """Refine the repaired placement `fixed` under the cluster's capacities."""
+def refine_within_memory(graph, cluster, fixed: Repair, allowed, rounds: int,
+                         deadline: float = math.inf) -> Fitted:
+    """Refine the repaired placement `fixed` under the cluster's capacities, stopping
+    at `deadline` (time.perf_counter() seconds) between batches."""
     current, moved = fixed, fixed.moved.copy()
     refined = batches = repair_rounds = 0
     judge = judged_by_repair(graph, cluster)
+    late = False
     for _ in range(rounds):
         begin = current.schedule.makespan
         for finder, cut in MOVE_FINDERS:
+            late = time.perf_counter() > deadline
+            if late:
+                break
             moves = finder(graph, cluster, current.device, current.schedule, allowed)
             kept = first_improving(graph, current.device, current.schedule.makespan,
                                    batches_of(moves, cut), judge)
@@ -52,11 +61,11 @@ def refine_within_memory(graph, cluster, fixed: Repair, allowed, rounds: int) ->
                 moved |= current.moved
                 refined, batches = refined + count, batches + 1
                 repair_rounds += current.rounds
-        if current.schedule.makespan > begin * (1.0 - MIN_ROUND_GAIN):
+        if late or current.schedule.makespan > begin * (1.0 - MIN_ROUND_GAIN):
             break
     result = replace(current, moved=moved, peak_before=fixed.peak_before,
                      rounds=fixed.rounds + repair_rounds)
-    return Fitted(result, fixed.schedule.makespan, refined, batches)
+    return Fitted(result, fixed.schedule.makespan, refined, batches, late)
 
 
 def judged_by_repair(graph, cluster):

@@ -1,0 +1,110 @@
+"""`--algorithm pardnn`: build several candidate placements, repair each for memory
+(Step 2, pardnn.repair), keep the fastest that fits, and refine it within memory.
+
+No single method wins everywhere. Step 1 (thesis §4.1.1) ignores memory; on
+near-chains that do not fit one device, cutting the graph into stages
+(pardnn.placers.pardnn.stages) or a memory-aware list schedule does better; on
+graphs with many parallel branches, a balanced min-cut can. So the candidates are,
+in this order: Step 1, stages, Baechi's m-ETF and a METIS min-cut. The emulator
+judges each after the same repair every placement gets, and the fastest feasible one
+(the earliest on ties) is refined within memory (memory_refinement.py) until no
+round gains or the time budget is spent. Candidates after Step 1 are built only
+while the budget lasts. report.json names the winner and every candidate's makespan.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pardnn.errors import UserError
+from pardnn.graph.constraints import allowed_devices
+from pardnn.placers.baselines import etf, metis_cut
+from pardnn.placers.pardnn import stages, step1
+from pardnn.placers.pardnn.memory_refinement import refine_within_memory
+from pardnn.repair.overflow_repair import repair
+
+DEFAULT_BUDGET_S = 60.0     # wall time for the whole placement; Step 1 always runs to the end
+
+BUILDERS = (("step1", None), ("stages", stages.place), ("etf", etf.place), ("metis", metis_cut.place))
+
+
+@dataclass
+class Chosen:
+    """The placement pardnn keeps, and what each candidate did."""
+
+    winner: str
+    raw: np.ndarray              # the winner's device per node before the repair
+    repaired: object             # pardnn.repair.overflow_repair.Repair, refined within memory
+    fitted: object               # memory_refinement.Fitted, or None when refinement did not run
+    step1_output: str            # "thesis", "affinity" or "one-device": what Step 1 returned
+    candidates: dict = field(default_factory=dict)
+
+    def report_fields(self) -> dict:
+        fields = {"candidate": self.winner, "step1_output": self.step1_output,
+                  "candidates": self.candidates}
+        if self.fitted is not None:
+            fields["refine_memory"] = {"makespan_after_repair_us": self.fitted.makespan_before_us,
+                                       "moved_nodes": self.fitted.refined_nodes,
+                                       "batches": self.fitted.batches,
+                                       "stopped_by_budget": self.fitted.stopped_by_budget}
+        return fields
+
+
+def choose(graph, cluster, timings=None, budget_s: float = DEFAULT_BUDGET_S) -> Chosen:
+    """Build, repair and judge the candidates; refine the winner within memory."""
+    timings = {} if timings is None else timings
+    start = time.perf_counter()
+    deadline = start + budget_s
+    first = step1.partition(graph, cluster, timings)
+    built = {"step1": first.device}
+    report, repaired, errors = {}, {}, []
+    timings["repair"] = 0.0
+    for name, build in BUILDERS:
+        if name != "step1" and time.perf_counter() > deadline:
+            report[name] = {"skipped": "time budget spent"}
+            continue
+        t0 = time.perf_counter()
+        if build is not None:
+            built[name] = np.asarray(build(graph, cluster), np.int32)
+            timings[name] = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        report[name], fixed = _judge(graph, cluster, built[name], errors)
+        timings["repair"] += time.perf_counter() - t1
+        report[name]["seconds"] = time.perf_counter() - t0
+        if fixed is not None:
+            repaired[name] = fixed
+    if not repaired:
+        raise errors[0]
+    winner = min(repaired, key=lambda n: (repaired[n].schedule.makespan, _order(n)))
+    fixed, fitted = repaired[winner], None
+    if winner != "step1" or fixed.rounds:       # Step 1 refined itself when nothing moved
+        t0 = time.perf_counter()
+        fitted = refine_within_memory(graph, cluster, fixed, allowed_devices(graph, cluster),
+                                      rounds=cluster.num_devices, deadline=deadline)
+        timings["refine_memory"] = time.perf_counter() - t0
+        fixed = fitted.repaired
+    return Chosen(winner, built[winner], fixed, fitted, _step1_output(first), report)
+
+
+def _judge(graph, cluster, device, errors):
+    """(report entry, Repair or None): the candidate repaired and emulated."""
+    try:
+        fixed = repair(graph, cluster, device)
+    except UserError as exc:
+        errors.append(exc)
+        return {"feasible": False, "makespan_us": None, "reason": str(exc)}, None
+    return {"feasible": True, "makespan_us": fixed.schedule.makespan,
+            "moved_nodes": int(fixed.moved.sum())}, fixed
+
+
+def _order(name) -> int:
+    return [n for n, _ in BUILDERS].index(name)
+
+
+def _step1_output(first) -> str:
+    if first.one_device:
+        return "one-device"
+    return "affinity" if first.affinity else "thesis"

@@ -1,0 +1,190 @@
+"""Stage partition: a candidate for near-chain graphs that do not fit one device.
+
+When a graph has little parallelism, what is left to decide is where to cut it into
+stages that fit, with little traffic between them (RaNNC, paper 000 §III-C; Piper,
+paper 003 §4: a dynamic program over contiguous stretches). A training graph runs its
+layers forward, then backward in reverse, and a layer's backward ops read the
+activations its forward ops saved; so the order that is cut is the graph *folded* at
+the turning point (the loss): a node after it takes the position of the oldest
+forward tensor it reads. A stage is then a contiguous stretch of this order: the
+forward and the backward of the same layers, two stretches of the topological order.
+
+Colocation groups are atomic: a group sits at the latest folded position of its
+members. A stage's memory is its groups' resident state plus their outputs scaled by
+the share of activation bytes that one device holds at its emulated peak (one
+emulation calibrates it). The dynamic program picks at most K stages, each within
+STAGE_FILL of capacity, minimising the time of the tensors crossing the cuts on the
+mean link; it runs over the whole order with range-minimum tables, O(K G log G) for
+G groups. Stage s goes to device s. docs/algorithm.md, "Candidates", explains the
+choices.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pardnn.emulator.memory import track_memory
+from pardnn.emulator.scheduler import simulate
+from pardnn.graph import NORMAL
+from pardnn.graph.constraints import allowed_devices
+from pardnn.graph.node_memory import resident_bytes
+
+STAGE_FILL = 0.9     # a stage may fill this share of a device's capacity (the estimate is rough)
+
+
+def place(graph, cluster, timings=None) -> np.ndarray:
+    """Device (int32) per node: the folded order cut into stages that fit."""
+    seq, rank = _group_sequence(graph)
+    group_res = np.bincount(graph.group, resident_bytes(graph), graph.num_groups)
+    group_act = np.bincount(graph.group, np.where(graph.kind == NORMAL, graph.out_bytes, 0),
+                            graph.num_groups)
+    held = _held_share(graph, cluster, group_res.sum(), group_act.sum())
+    mem = np.concatenate([[0.0], np.cumsum((group_res + held * group_act)[seq])])
+    cut = _cut_costs(graph, cluster, rank)
+    cap = STAGE_FILL * float(cluster.capacity.min())
+    bounds = _cheapest_cuts(mem, cut, cap, cluster.num_devices)
+    stage_of_rank = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
+    group_dev = np.empty(graph.num_groups, np.int32)
+    group_dev[seq] = stage_of_rank
+    allowed = allowed_devices(graph, cluster)
+    barred = ~allowed[np.arange(graph.num_groups), group_dev]
+    group_dev[barred] = np.argmax(allowed[barred], axis=1)      # pinned elsewhere: first allowed
+    return group_dev[graph.group]
+
+
+def fold_positions(graph) -> np.ndarray:
+    """Per node, its position in the folded order (see the module docstring)."""
+    n = graph.num_nodes
+    data = (graph.edge_slot >= 0) & (graph.kind[graph.edge_src] == NORMAL)
+    src, dst = graph.edge_src[data].astype(np.int64), graph.edge_dst[data].astype(np.int64)
+    turn = _turning_point(graph, src, dst)
+    pos = np.arange(n, dtype=np.int64)
+    oldest = np.full(n, n, np.int64)
+    np.minimum.at(oldest, dst, np.where(src <= turn, src, n))
+    after = np.arange(turn + 1, n)
+    direct = after[oldest[after] < n]
+    pos[direct] = oldest[direct]
+    _inherit(graph, pos, after[oldest[after] == n], turn)
+    return pos
+
+
+def _turning_point(graph, src, dst) -> int:
+    """The position where the bytes of live tensors peak: the loss of a training step."""
+    n = graph.num_nodes
+    if len(src) == 0:
+        return n - 1
+    last_use = np.full(n, -1, np.int64)
+    np.maximum.at(last_use, src, dst)
+    live = np.flatnonzero(last_use > np.arange(n))
+    diff = np.zeros(n + 1)
+    np.add.at(diff, live, graph.out_bytes[live].astype(float))
+    np.add.at(diff, last_use[live], -graph.out_bytes[live].astype(float))
+    return int(np.argmax(np.cumsum(diff[:-1])))
+
+
+def _inherit(graph, pos, nodes, turn):
+    """Nodes after the turn that read no forward tensor take their inputs' least position."""
+    ptr, pred = graph.pred_ptr.tolist(), graph.pred_src.tolist()
+    p = pos.tolist()
+    for v in nodes.tolist():
+        ins = [p[u] for u in pred[ptr[v]:ptr[v + 1]] if u > turn]
+        p[v] = min(ins) if ins else turn
+    pos[nodes] = np.asarray(p, np.int64)[nodes]
+
+
+def _group_sequence(graph):
+    """(groups in folded order, each group's rank in it)."""
+    gpos = np.full(graph.num_groups, -1, np.int64)
+    np.maximum.at(gpos, graph.group, fold_positions(graph))
+    seq = np.lexsort((np.arange(graph.num_groups), gpos))
+    rank = np.empty_like(seq)
+    rank[seq] = np.arange(len(seq))
+    return seq, rank
+
+
+def _held_share(graph, cluster, resident, activations) -> float:
+    """Share of activation bytes one device holds at its emulated peak."""
+    if activations <= 0:
+        return 0.0
+    one = np.zeros(graph.num_nodes, np.int32)
+    peak = track_memory(graph, cluster, one, simulate(graph, cluster, one)).peak_bytes[0]
+    return float(np.clip((peak - resident) / activations, 0.0, 1.0))
+
+
+def _cut_costs(graph, cluster, rank) -> np.ndarray:
+    """cut[j]: time (us, mean link) of the tensors crossing the boundary before rank j."""
+    g = graph.num_groups
+    latency, bandwidth = cluster.mean_link()
+    a, b = rank[graph.group[graph.edge_src]], rank[graph.group[graph.edge_dst]]
+    cross = a != b
+    lo, hi = np.minimum(a, b)[cross], np.maximum(a, b)[cross]
+    cost = latency + graph.edge_bytes[cross] / bandwidth
+    diff = np.zeros(g + 2)
+    np.add.at(diff, lo + 1, cost)
+    np.add.at(diff, hi + 1, -cost)
+    return np.cumsum(diff)[:g + 1]
+
+
+def _cheapest_cuts(mem, cut, cap, k) -> np.ndarray:
+    """Stage boundaries (ranks, first 0, last G) of at most k stages that each fit `cap`,
+    with the least total cut cost; the fewest stages among equals. When no k stages fit,
+    the order is filled greedily and the last stage takes the rest (the repair follows)."""
+    g = len(mem) - 1
+    lo = np.searchsorted(mem, mem - cap, side="left")      # stage [i, j) fits iff i >= lo[j]
+    best = np.full(g + 1, np.inf)
+    best[0] = 0.0
+    back = []
+    for _ in range(k):
+        value = best + np.where(np.arange(g + 1) > 0, cut, 0.0)
+        arg = _range_argmin(value, lo[1:], np.arange(1, g + 1))
+        nxt = np.full(g + 1, np.inf)
+        ok = arg >= 0
+        nxt[1:][ok] = value[arg[ok]]
+        back.append(np.concatenate([[-1], arg]))
+        best = nxt
+        if np.isfinite(best[g]):
+            return _walk_back(back, g)
+    return _greedy(mem, cap, k)
+
+
+def _range_argmin(values, lo, hi) -> np.ndarray:
+    """Per query q: argmin of values[lo[q]:hi[q]] (first on ties), -1 when empty or all inf."""
+    n = len(values)
+    table = [np.arange(n)]
+    span = 1
+    while 2 * span <= n:
+        prev = table[-1]
+        left, right = prev[:n - 2 * span + 1], prev[span:n - span + 1]
+        table.append(np.where(values[right] < values[left], right, left))
+        span *= 2
+    length = np.maximum(hi - lo, 1)
+    level = np.floor(np.log2(length)).astype(np.int64)
+    out = np.full(len(lo), -1, np.int64)
+    for lv in np.unique(level):
+        q = np.flatnonzero(level == lv)
+        left = table[lv][lo[q]]
+        right = table[lv][hi[q] - (1 << lv)]
+        out[q] = np.where(values[right] < values[left], right, left)
+    empty = (hi <= lo) | ~np.isfinite(values[np.maximum(out, 0)])
+    out[empty] = -1
+    return out
+
+
+def _walk_back(back, g) -> np.ndarray:
+    bounds = [g]
+    for arg in reversed(back):
+        if bounds[-1] == 0:
+            break
+        bounds.append(int(arg[bounds[-1]]))
+    return np.asarray(bounds[::-1], np.int64)
+
+
+def _greedy(mem, cap, k) -> np.ndarray:
+    g = len(mem) - 1
+    bounds = [0]
+    while len(bounds) < k and bounds[-1] < g:
+        j = int(np.searchsorted(mem, mem[bounds[-1]] + cap, side="right")) - 1
+        bounds.append(min(max(j, bounds[-1] + 1), g))
+    if bounds[-1] < g:
+        bounds.append(g)
+    return np.asarray(bounds, np.int64)
