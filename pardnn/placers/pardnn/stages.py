@@ -10,10 +10,10 @@ forward tensor it reads. A stage is then a contiguous stretch of this order: the
 forward and the backward of the same layers, two stretches of the topological order.
 
 Colocation groups are atomic: a group sits at the latest folded position of its
-members. A stage's memory is its groups' resident state plus their outputs scaled by
-the share of activation bytes that one device holds at its emulated peak (one
-emulation calibrates it). The dynamic program picks at most K stages, each within
-STAGE_FILL of capacity, minimising the time of the tensors crossing the cuts on the
+members. A stage's memory is its groups' resident state plus the activations they
+save across the turn (what a training step holds at its peak), and every stage keeps
+room for the largest op's input and output. The dynamic program picks at most K
+stages, each within STAGE_FILL of capacity, minimising the time of the tensors crossing the cuts on the
 mean link; it runs over the whole order with range-minimum tables, O(K G log G) for
 G groups. Stage s goes to device s. docs/algorithm.md, "Candidates", explains the
 choices.
@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from pardnn.emulator.memory import track_memory
-from pardnn.emulator.scheduler import simulate
 from pardnn.graph import NORMAL
 from pardnn.graph.constraints import allowed_devices
 from pardnn.graph.node_memory import resident_bytes
@@ -34,14 +32,13 @@ STAGE_FILL = 0.9     # a stage may fill this share of a device's capacity (the e
 
 def place(graph, cluster, timings=None) -> np.ndarray:
     """Device (int32) per node: the folded order cut into stages that fit."""
-    seq, rank = _group_sequence(graph)
-    group_res = np.bincount(graph.group, resident_bytes(graph), graph.num_groups)
-    group_act = np.bincount(graph.group, np.where(graph.kind == NORMAL, graph.out_bytes, 0),
-                            graph.num_groups)
-    held = _held_share(graph, cluster, group_res.sum(), group_act.sum())
-    mem = np.concatenate([[0.0], np.cumsum((group_res + held * group_act)[seq])])
+    pos, saved = fold_positions(graph)
+    seq, rank = _group_sequence(graph, pos)
+    held = resident_bytes(graph) + np.where(saved, graph.out_bytes, 0)
+    mem = np.concatenate([[0.0], np.cumsum(np.bincount(graph.group, held, graph.num_groups)[seq])])
     cut = _cut_costs(graph, cluster, rank)
-    cap = STAGE_FILL * float(cluster.capacity.min())
+    working = 2.0 * float(np.max(graph.out_bytes, initial=0))     # an op's input and output
+    cap = STAGE_FILL * float(cluster.capacity.min()) - working
     bounds = _cheapest_cuts(mem, cut, cap, cluster.num_devices)
     stage_of_rank = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
     group_dev = np.empty(graph.num_groups, np.int32)
@@ -52,12 +49,13 @@ def place(graph, cluster, timings=None) -> np.ndarray:
     return group_dev[graph.group]
 
 
-def fold_positions(graph) -> np.ndarray:
-    """Per node, its position in the folded order (see the module docstring)."""
+def fold_positions(graph):
+    """(position in the folded order, saved: the node's output is live across the turn)
+    per node (see the module docstring)."""
     n = graph.num_nodes
     data = (graph.edge_slot >= 0) & (graph.kind[graph.edge_src] == NORMAL)
     src, dst = graph.edge_src[data].astype(np.int64), graph.edge_dst[data].astype(np.int64)
-    turn = _turning_point(graph, src, dst)
+    turn, last_use = _turning_point(graph, src, dst)
     pos = np.arange(n, dtype=np.int64)
     oldest = np.full(n, n, np.int64)
     np.minimum.at(oldest, dst, np.where(src <= turn, src, n))
@@ -65,21 +63,23 @@ def fold_positions(graph) -> np.ndarray:
     direct = after[oldest[after] < n]
     pos[direct] = oldest[direct]
     _inherit(graph, pos, after[oldest[after] == n], turn)
-    return pos
+    saved = (np.arange(n) <= turn) & (last_use > turn) & (graph.kind == NORMAL)
+    return pos, saved
 
 
-def _turning_point(graph, src, dst) -> int:
-    """The position where the bytes of live tensors peak: the loss of a training step."""
+def _turning_point(graph, src, dst):
+    """(the position where the bytes of live tensors peak: the loss of a training step,
+    each node's last data consumer or -1)."""
     n = graph.num_nodes
-    if len(src) == 0:
-        return n - 1
     last_use = np.full(n, -1, np.int64)
+    if len(src) == 0:
+        return n - 1, last_use
     np.maximum.at(last_use, src, dst)
     live = np.flatnonzero(last_use > np.arange(n))
     diff = np.zeros(n + 1)
     np.add.at(diff, live, graph.out_bytes[live].astype(float))
     np.add.at(diff, last_use[live], -graph.out_bytes[live].astype(float))
-    return int(np.argmax(np.cumsum(diff[:-1])))
+    return int(np.argmax(np.cumsum(diff[:-1]))), last_use
 
 
 def _inherit(graph, pos, nodes, turn):
@@ -92,23 +92,14 @@ def _inherit(graph, pos, nodes, turn):
     pos[nodes] = np.asarray(p, np.int64)[nodes]
 
 
-def _group_sequence(graph):
+def _group_sequence(graph, pos):
     """(groups in folded order, each group's rank in it)."""
     gpos = np.full(graph.num_groups, -1, np.int64)
-    np.maximum.at(gpos, graph.group, fold_positions(graph))
+    np.maximum.at(gpos, graph.group, pos)
     seq = np.lexsort((np.arange(graph.num_groups), gpos))
     rank = np.empty_like(seq)
     rank[seq] = np.arange(len(seq))
     return seq, rank
-
-
-def _held_share(graph, cluster, resident, activations) -> float:
-    """Share of activation bytes one device holds at its emulated peak."""
-    if activations <= 0:
-        return 0.0
-    one = np.zeros(graph.num_nodes, np.int32)
-    peak = track_memory(graph, cluster, one, simulate(graph, cluster, one)).peak_bytes[0]
-    return float(np.clip((peak - resident) / activations, 0.0, 1.0))
 
 
 def _cut_costs(graph, cluster, rank) -> np.ndarray:
@@ -133,18 +124,19 @@ def _cheapest_cuts(mem, cut, cap, k) -> np.ndarray:
     lo = np.searchsorted(mem, mem - cap, side="left")      # stage [i, j) fits iff i >= lo[j]
     best = np.full(g + 1, np.inf)
     best[0] = 0.0
-    back = []
+    back, total = [], []
     for _ in range(k):
         value = best + np.where(np.arange(g + 1) > 0, cut, 0.0)
         arg = _range_argmin(value, lo[1:], np.arange(1, g + 1))
-        nxt = np.full(g + 1, np.inf)
+        best = np.full(g + 1, np.inf)
         ok = arg >= 0
-        nxt[1:][ok] = value[arg[ok]]
+        best[1:][ok] = value[arg[ok]]
         back.append(np.concatenate([[-1], arg]))
-        best = nxt
-        if np.isfinite(best[g]):
-            return _walk_back(back, g)
-    return _greedy(mem, cap, k)
+        total.append(best[g])
+    if not np.isfinite(min(total)):
+        return _greedy(mem, cap, k)
+    stages = int(np.argmin(total)) + 1          # first minimum: the fewest stages
+    return _walk_back(back[:stages], g)
 
 
 def _range_argmin(values, lo, hi) -> np.ndarray:

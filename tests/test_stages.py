@@ -1,0 +1,162 @@
+"""The stage candidate (pardnn.placers.pardnn.stages) and ParDNN's portfolio of candidates
+(pardnn.placers.pardnn.candidates), on hand-made training chains whose answer is known."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pardnn.cli import main
+from pardnn.emulator import evaluate
+from pardnn.errors import UserError
+from pardnn.graph import CostGraph
+from pardnn.hardware import parse_devices
+from pardnn.pipeline import place as placer
+from pardnn.placers.pardnn import candidates, stages
+from pardnn.placers.pardnn.stages import _cheapest_cuts, fold_positions
+from pardnn.placers.registry import names
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from synth_graph import synth_graph  # noqa: E402
+
+MB = 1_000_000
+
+
+def training_chain(layers=6, act=MB, grad=MB, comp=10.0):
+    """input -> f0 .. f{L-1} -> loss -> b{L-1} .. b0, where b_i reads f_i's input (the saved
+    activation) and the gradient from b_{i+1}. Every tensor is `act` bytes."""
+    names = ["input"] + [f"f{i}" for i in range(layers)] + ["loss"] + \
+        [f"b{i}" for i in reversed(range(layers))]
+    src, dst, nbytes = [], [], []
+
+    def edge(u, v, b):
+        src.append(u), dst.append(v), nbytes.append(b)
+
+    prev = "input"
+    for i in range(layers):
+        edge(prev, f"f{i}", act)
+        prev = f"f{i}"
+    edge(prev, "loss", act)
+    up = "loss"
+    for i in reversed(range(layers)):
+        edge(up, f"b{i}", grad)
+        edge("input" if i == 0 else f"f{i - 1}", f"b{i}", act)     # the saved activation
+        up = f"b{i}"
+    n = len(names)
+    return CostGraph.build(names, comp_us=[comp] * n, out_bytes=[act] * n,
+                           edge_src=src, edge_dst=dst, edge_bytes=nbytes)
+
+
+def one_device_peak(graph):
+    one = parse_devices("cpu:1").with_options(memory=2**50)
+    return evaluate(graph, one, np.zeros(graph.num_nodes, np.int32))["peak_memory_bytes"][0]
+
+
+def cluster_at(graph, k, fraction):
+    return parse_devices(f"cpu:{k}").with_options(memory=int(fraction * one_device_peak(graph)),
+                                                  reserve=0.0)
+
+
+def test_backward_ops_fold_onto_their_forward_layers():
+    g = training_chain(layers=4)
+    pos, saved = fold_positions(g)
+    at = {name: int(pos[i]) for i, name in enumerate(g.names)}
+    for i in range(4):
+        # b_i reads f_{i-1}'s output (or input's): it sits where that tensor was made
+        assert at[f"b{i}"] == at["input" if i == 0 else f"f{i - 1}"]
+        assert at[f"f{i}"] == g.index()[f"f{i}"]
+    saved_names = {g.names[i] for i in np.flatnonzero(saved)}
+    # read again after the turn (f3, whose output the loss reads): by b1..b3 and the loss
+    assert saved_names == {"input"} | {f"f{i}" for i in range(4)}
+
+
+def test_a_chain_twice_one_device_is_cut_into_stages_with_one_transfer_each_way_per_cut():
+    g = training_chain(layers=16)
+    cluster = cluster_at(g, 4, 0.6)
+    device = stages.place(g, cluster)
+    used = np.unique(device)
+    assert 2 <= len(used) <= 3
+    layer_dev = [device[g.index()[f"f{i}"]] for i in range(16)]
+    assert layer_dev == sorted(layer_dev)                      # contiguous stretches
+    for i in range(16):                                         # a layer's backward stays with it
+        assert device[g.index()[f"b{i}"]] == device[g.index()["input" if i == 0 else f"f{i - 1}"]]
+    cross = device[g.edge_src] != device[g.edge_dst]
+    forward = cross & (g.edge_dst > g.edge_src) & np.isin(g.edge_dst, [g.index()[f"f{i}"] for i in range(16)])
+    cuts = len(used) - 1
+    assert forward.sum() == cuts
+    report = evaluate(g, cluster, device)
+    assert report["feasible"]
+
+
+def test_the_cheapest_feasible_cuts_win():
+    mem = np.array([0, 1, 2, 3, 4], float)           # four groups of 1 byte
+    cut = np.array([0, 0.5, 5.0, 0.1, 0])            # cut[j]: cost of the boundary before group j
+    assert _cheapest_cuts(mem, cut, cap=4, k=3).tolist() == [0, 4]           # fits on one
+    assert _cheapest_cuts(mem, cut, cap=3, k=3).tolist() == [0, 3, 4]        # cheapest single cut
+    assert _cheapest_cuts(mem, cut, cap=2, k=3).tolist() == [0, 1, 3, 4]     # avoids the 5.0 cut
+    assert _cheapest_cuts(mem, cut, cap=2, k=2).tolist() == [0, 2, 4]        # the only 2-stage split
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_pardnn_beats_every_other_placer_on_a_near_chain_that_does_not_fit(seed):
+    g = synth_graph(2000, seed=seed, shape="chain")
+    cluster = cluster_at(g, 4, 0.3)
+    _, report = placer.place(g, cluster, "pardnn")
+    assert report["feasible"] and report["candidate"] != "step1"
+    for name in names():
+        if name == "pardnn":
+            continue
+        try:
+            _, other = placer.place(g, cluster, name)
+        except UserError:
+            continue
+        assert report["makespan_us"] <= other["makespan_us"] * (1 + 1e-9), name
+
+
+def test_the_winner_is_the_fastest_feasible_candidate_and_refinement_never_hurts():
+    g = synth_graph(2000, seed=3)
+    cluster = cluster_at(g, 4, 0.35)
+    chosen = candidates.choose(g, cluster)
+    feasible = {n: c["makespan_us"] for n, c in chosen.candidates.items() if c.get("feasible")}
+    assert feasible and chosen.winner == min(feasible, key=feasible.get)
+    final = evaluate(g, cluster, chosen.repaired.device)
+    assert final["feasible"]
+    assert final["makespan_us"] <= feasible[chosen.winner] + 1e-6
+
+
+def test_etf_row_is_matched_where_step1_and_the_repair_lost_to_it():
+    # 0.3x memory on this graph: Step 1 cannot even be repaired, m-ETF can
+    g = synth_graph(5000, seed=1)
+    cluster = cluster_at(g, 4, 0.3)
+    _, etf = placer.place(g, cluster, "etf")
+    _, pardnn = placer.place(g, cluster, "pardnn")
+    assert pardnn["candidates"]["step1"]["feasible"] is False
+    assert pardnn["makespan_us"] <= etf["makespan_us"]
+
+
+def test_report_names_every_candidate_and_the_same_input_gives_the_same_placement():
+    g = synth_graph(1500, seed=4, shape="chain")
+    cluster = cluster_at(g, 4, 0.4)
+    (a, ra), (b, rb) = placer.place(g, cluster, "pardnn"), placer.place(g, cluster, "pardnn")
+    assert np.array_equal(a.device, b.device)
+    assert set(ra["candidates"]) == {"step1", "stages", "etf", "metis"}
+    assert ra["candidate"] == rb["candidate"] and ra["step1_output"] in {"thesis", "affinity", "one-device"}
+
+
+def test_a_spent_budget_skips_the_later_candidates():
+    g = synth_graph(1500, seed=4)
+    chosen = candidates.choose(g, parse_devices("cpu:4"), budget_s=1e-9)
+    assert chosen.winner == "step1"
+    assert all("skipped" in chosen.candidates[n] for n in ("stages", "etf", "metis"))
+
+
+@pytest.mark.parametrize("budget", ["0", "-5s", "soon"])
+def test_a_time_budget_that_is_not_positive_exits_2(tmp_path, capsys, budget):
+    path = tmp_path / "g.json"
+    training_chain(3).to_json(str(path))
+    assert main(["place", str(path), "--devices", "cpu:2", f"--time-budget={budget}",
+                 "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--time-budget" in err[0]
+    assert not (tmp_path / "out").exists()
