@@ -12,7 +12,7 @@ from pardnn.hardware import parse_devices
 from pardnn.emulator import evaluate
 from pardnn.graph import CostGraph
 from pardnn.placers.pardnn.memory_refinement import judged_by_repair
-from pardnn.placers.pardnn.step1 import place as step1
+from pardnn.placers.pardnn import candidates
 from pardnn.io.summary import print_summary
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
@@ -40,7 +40,7 @@ def test_refined_placement_fits_and_is_never_slower_than_the_repair_alone(seed):
     assert report["stage_seconds"]["refine_memory"] >= 0
     assert (fit["batches"] == 0) == (report["makespan_us"] == fit["makespan_after_repair_us"])
     placed = placer.place(g, cluster, "pardnn")[0].device
-    first = step1(g, cluster, {})
+    first = candidates.choose(g, cluster).raw         # the winning candidate, before its repair
     assert report["changed_nodes"] == int(np.count_nonzero(placed != first))
 
 

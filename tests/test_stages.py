@@ -119,7 +119,9 @@ def test_the_winner_is_the_fastest_feasible_candidate_and_refinement_never_hurts
     cluster = cluster_at(g, 4, 0.35)
     chosen = candidates.choose(g, cluster)
     feasible = {n: c["makespan_us"] for n, c in chosen.candidates.items() if c.get("feasible")}
-    assert feasible and chosen.winner == min(feasible, key=feasible.get)
+    few = {n: t for n, t in feasible.items()
+           if chosen.candidates[n]["moved_nodes"] <= candidates.MAX_MOVED_SHARE * g.num_nodes}
+    assert feasible and chosen.winner == min(few or feasible, key=(few or feasible).get)
     final = evaluate(g, cluster, chosen.repaired.device)
     assert final["feasible"]
     assert final["makespan_us"] <= feasible[chosen.winner] + 1e-6
@@ -140,7 +142,7 @@ def test_report_names_every_candidate_and_the_same_input_gives_the_same_placemen
     cluster = cluster_at(g, 4, 0.4)
     (a, ra), (b, rb) = placer.place(g, cluster, "pardnn"), placer.place(g, cluster, "pardnn")
     assert np.array_equal(a.device, b.device)
-    assert set(ra["candidates"]) == {"step1", "stages", "etf", "metis"}
+    assert set(ra["candidates"]) == {"step1", "stages", "etf", "heft", "metis"}
     assert ra["candidate"] == rb["candidate"] and ra["step1_output"] in {"thesis", "affinity", "one-device"}
 
 
@@ -148,7 +150,7 @@ def test_a_spent_budget_skips_the_later_candidates():
     g = synth_graph(1500, seed=4)
     chosen = candidates.choose(g, parse_devices("cpu:4"), budget_s=1e-9)
     assert chosen.winner == "step1"
-    assert all("skipped" in chosen.candidates[n] for n in ("stages", "etf", "metis"))
+    assert all("skipped" in chosen.candidates[n] for n in ("stages", "etf", "heft", "metis"))
 
 
 @pytest.mark.parametrize("budget", ["0", "-5s", "soon"])

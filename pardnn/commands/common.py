@@ -16,9 +16,9 @@ def add_cluster_args(parser, required=True):
 
 
 def add_budget_arg(parser):
-    parser.add_argument("--time-budget", default="60s", metavar="TIME",
+    parser.add_argument("--time-budget", default="300s", metavar="TIME",
                         help="wall time pardnn may spend on candidates after Step 1 and on refinement "
-                             "within memory, e.g. 30s (default 60s)")
+                             "within memory, e.g. 30s (default 300s)")
 
 
 def budget_from_args(args) -> float:

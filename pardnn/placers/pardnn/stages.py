@@ -149,6 +149,7 @@ def _range_argmin(values, lo, hi) -> np.ndarray:
         left, right = prev[:n - 2 * span + 1], prev[span:n - span + 1]
         table.append(np.where(values[right] < values[left], right, left))
         span *= 2
+    lo = np.minimum(lo, hi)
     length = np.maximum(hi - lo, 1)
     level = np.floor(np.log2(length)).astype(np.int64)
     out = np.full(len(lo), -1, np.int64)
