@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import Schedule, simulate
 from pardnn.graph import NORMAL, REFERENCE, RESIDUAL, CostGraph
+from pardnn.hardware import parse_devices
 from test_emulator_scheduler import cluster, placed_graphs
 
 # A graph in the spirit of thesis Fig. 4.3: output sizes A1 B4 C1 D2 E2 F2 G2.
@@ -137,3 +138,20 @@ def test_timelines_match_the_definition_at_every_event(case):
             assert level == level_by_definition(g, device, s, d, t)
             assert m.potentials(d, t)[1].sum() <= level - m.resident_bytes[d]   # nothing twice
         assert m.peak_bytes[d] == levels.max()
+
+
+def test_scratch_memory_is_held_while_the_op_runs_and_counts_in_its_potential():
+    # a (10 us) -> b (20 us, 500 B scratch) -> c (5 us); every output 100 B, one device
+    g = CostGraph.build(["a", "b", "c"], comp_us=[10, 20, 5], out_bytes=[100, 100, 100],
+                        temp_bytes=[0, 500, 0], edge_src=["a", "b"], edge_dst=["b", "c"],
+                        edge_bytes=[100, 100])
+    c1 = parse_devices("cpu:1")
+    device = np.zeros(3, np.int32)
+    profile = track_memory(g, c1, device, simulate(g, c1, device))
+    assert profile.peak_bytes[0] == 100 + 100 + 500          # a's output, b's output, b's scratch
+    assert profile.level_at(0, 15.0) == 700 and profile.level_at(0, 31.0) == 200
+    assert profile.potential(g.index()["b"], 15.0) == 100 + 100 + 500
+    without = CostGraph.from_dict({**g.to_dict(), "nodes": [{k: v for k, v in n.items() if k != "temp_bytes"}
+                                                            for n in g.to_dict()["nodes"]]})
+    assert without.temp_bytes.tolist() == [0, 0, 0]
+    assert CostGraph.from_dict(g.to_dict()).temp_bytes.tolist() == [0, 500, 0]

@@ -6,7 +6,7 @@ import pytest
 import pardnn.tf  # noqa: F401  (quiet TensorFlow import first)
 import tensorflow as tf
 
-from pardnn.graph import NORMAL, REFERENCE, RESIDUAL
+from pardnn.graph import NORMAL, REFERENCE, RESIDUAL, CostGraph
 from pardnn.models import load_module
 from pardnn.tf import load_profile, profile, profile_model, session_config
 from pardnn.tf.profile_loader import _has_gpu_kernels, cpu_pins, node_kinds
@@ -164,3 +164,25 @@ def test_ref_variables_their_aliases_and_updaters(tmp_path):
     assert len({cost.group[ix[n]] for n in ("w", "w/read", "w/Assign")} | {cost.group[apply]}) == 1
     dst, nbytes, _ = _out_edges(cost, ix["w/read"])
     assert nbytes[list(dst).index(ix["mm"])] == 3 * 5 * 4        # the tensor still crosses devices whole
+
+
+def test_scratch_memory_of_convolutions_is_loaded_from_step_stats(tmp_path):
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [4, 32, 32, 16], name="x")
+        w = tf1.get_variable("w", [3, 3, 16, 32], use_resource=True)
+        y = tf.nn.conv2d(x, w, strides=1, padding="SAME", name="conv")
+        logits = tf.reduce_mean(y, axis=[1, 2])
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=tf.zeros([4], tf.int32), logits=logits), name="loss")
+        train = tf1.train.MomentumOptimizer(0.1, 0.9).minimize(loss, name="train")
+        init = tf1.global_variables_initializer()
+    with tf1.Session(graph=graph, config=session_config()) as session:
+        session.run(init)
+        profile(session, train, {"x:0": np.ones((4, 32, 32, 16), np.float32)}, steps=2,
+                out_dir=str(tmp_path / "conv"))
+    cost, _ = load_profile(str(tmp_path / "conv"))
+    conv = [i for i in range(cost.num_nodes) if cost.ops[i].startswith("Conv2D")]
+    assert conv and max(cost.temp_bytes[conv]) > 0                  # TF's temp_memory_size
+    assert cost.temp_bytes[cost.index()["loss"]] == 0
+    assert CostGraph.from_dict(cost.to_dict()).temp_bytes.tolist() == cost.temp_bytes.tolist()

@@ -12,6 +12,10 @@ Given a Schedule (pardnn.emulator.scheduler), every byte on a device is one of:
   finishes, so a node with no consumers holds its output while it runs.
 - a received copy: the tensor's bytes on the destination device from the transfer's
   arrival until its last consumer there finishes.
+- an op's scratch memory (`temp_bytes`: cuDNN workspaces, the temporaries TF's step
+  stats record as `temp_memory_size`) on its device while it runs, [start, finish).
+  Eq. 4.3 has no such term; without it a placement that fits by the emulator can run
+  out of memory for real. Scratch is part of the running node's M_pot.
 - REFERENCE nodes allocate nothing (they alias the variable they refer to).
 Only data edges (slot >= 0) keep a tensor alive; control edges carry no buffer.
 
@@ -96,9 +100,13 @@ def track_memory(graph, cluster, device, schedule) -> MemoryProfile:
     cols = [np.concatenate(col) for col in zip(*bufs)]
     keep = (cols[2] > cols[1]) & (cols[3] > 0)
     dev, alloc, free, nbytes, node, owner, ready = (col[keep] for col in cols)
-    time_ptr, times, levels = _timelines(k, resident, dev, alloc, free, nbytes)
+    scratch = np.flatnonzero((graph.temp_bytes > 0) & (schedule.finish > schedule.start))
+    time_ptr, times, levels = _timelines(
+        k, resident, np.concatenate([dev, device[scratch]]),
+        np.concatenate([alloc, schedule.start[scratch]]), np.concatenate([free, schedule.finish[scratch]]),
+        np.concatenate([nbytes, graph.temp_bytes[scratch]]))
     peak_bytes, peak_time = _peaks(k, time_ptr, times, levels)
-    own = np.where(graph.kind == NORMAL, graph.out_bytes, 0)
+    own = np.where(graph.kind == NORMAL, graph.out_bytes, 0) + graph.temp_bytes
     return MemoryProfile(
         resident_bytes=resident, buf_device=dev, buf_alloc=alloc, buf_free=free, buf_bytes=nbytes,
         buf_node=node, buf_owner=owner, buf_ready=ready, time_ptr=time_ptr, times=times, levels=levels,

@@ -44,6 +44,7 @@ class CostGraph:
     comp_us: np.ndarray
     out_bytes: np.ndarray
     persist_bytes: np.ndarray
+    temp_bytes: np.ndarray      # int64 per node: scratch memory held while the op runs
     kind: np.ndarray
     group: np.ndarray
     pinned: tuple
@@ -92,7 +93,7 @@ class CostGraph:
     @classmethod
     def build(cls, names, ops=None, comp_us=None, out_bytes=None, persist_bytes=None,
               kind=None, group=None, pinned=None, edge_src=(), edge_dst=(),
-              edge_bytes=None, edge_slot=None) -> "CostGraph":
+              edge_bytes=None, edge_slot=None, temp_bytes=None) -> "CostGraph":
         """Validate the inputs and build a graph renumbered in topological order.
 
         `edge_src`/`edge_dst` hold node ids (ints) or node names. `group` holds any
@@ -105,6 +106,7 @@ class CostGraph:
         names = [str(x) for x in names]
         n = len(names)
         cols = _node_columns(n, ops, comp_us, out_bytes, persist_bytes, kind, pinned)
+        cols["temp_bytes"] = _column(temp_bytes, n, np.int64, "temp bytes")
         src, dst = _edge_ids(names, edge_src, edge_dst)
         m = len(src)
         ebytes = _column(edge_bytes, m, np.int64, "edge bytes")
@@ -142,7 +144,8 @@ class CostGraph:
         return cls(
             names=names, ops=ops,
             comp_us=cols["comp_us"][order], out_bytes=cols["out_bytes"][order],
-            persist_bytes=cols["persist_bytes"][order], kind=cols["kind"][order],
+            persist_bytes=cols["persist_bytes"][order], temp_bytes=cols["temp_bytes"][order],
+            kind=cols["kind"][order],
             group=group, pinned=pinned,
             edge_src=src, edge_dst=dst, edge_bytes=ebytes, edge_slot=eslot,
             succ_ptr=succ_ptr, pred_ptr=_ptr(dst[pred_eid], n),
@@ -159,6 +162,7 @@ class CostGraph:
                 "comp_us": float(self.comp_us[i]),
                 "out_bytes": int(self.out_bytes[i]),
                 "persist_bytes": int(self.persist_bytes[i]),
+                "temp_bytes": int(self.temp_bytes[i]),
                 "kind": KIND_NAMES[self.kind[i]],
                 "group": int(self.group[i]),
                 "pinned": self.pinned[i] or None,
@@ -190,6 +194,7 @@ class CostGraph:
                 comp_us=[x.get("comp_us", 0.0) for x in nodes],
                 out_bytes=[x.get("out_bytes", 0) for x in nodes],
                 persist_bytes=[x.get("persist_bytes", 0) for x in nodes], kind=kinds,
+                temp_bytes=[x.get("temp_bytes", 0) for x in nodes],
                 group=[x.get("group", ("node", x["name"])) for x in nodes],
                 pinned=[x.get("pinned") or "" for x in nodes],
                 edge_src=[e["src"] for e in edges], edge_dst=[e["dst"] for e in edges],

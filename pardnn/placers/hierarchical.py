@@ -118,7 +118,7 @@ def subgraph(graph, nodes) -> CostGraph:
     return CostGraph.build(
         names=[graph.names[i] for i in nodes.tolist()], ops=[graph.ops[i] for i in nodes.tolist()],
         comp_us=graph.comp_us[nodes], out_bytes=graph.out_bytes[nodes],
-        persist_bytes=graph.persist_bytes[nodes], kind=graph.kind[nodes],
+        persist_bytes=graph.persist_bytes[nodes], temp_bytes=graph.temp_bytes[nodes], kind=graph.kind[nodes],
         group=graph.group[nodes].tolist(), pinned=[graph.pinned[i] for i in nodes.tolist()],
         edge_src=new_id[graph.edge_src[keep]], edge_dst=new_id[graph.edge_dst[keep]],
         edge_bytes=graph.edge_bytes[keep], edge_slot=graph.edge_slot[keep])

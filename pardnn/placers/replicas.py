@@ -150,6 +150,7 @@ def replicated_graph(graph, averaging, device, table):
         comp_us=np.concatenate([np.tile(graph.comp_us, replicas), np.zeros(t)]),
         out_bytes=np.concatenate([np.tile(graph.out_bytes, replicas), averaging.nbytes]),
         persist_bytes=np.concatenate([np.tile(graph.persist_bytes, replicas), np.zeros(t, np.int64)]),
+        temp_bytes=np.concatenate([np.tile(graph.temp_bytes, replicas), np.zeros(t, np.int64)]),
         kind=np.concatenate([np.tile(graph.kind, replicas), np.zeros(t, np.int8)]),
         group=np.concatenate([(graph.group + np.arange(replicas)[:, None] * graph.num_groups).ravel(),
                               replicas * graph.num_groups + np.arange(t)]).tolist(),

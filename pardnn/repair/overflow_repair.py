@@ -86,7 +86,7 @@ def least_memory(graph, k: int) -> dict:
     """Lower bounds (bytes) on the memory some device needs under the emulator's model,
     whatever the placement: the largest colocation group's resident state; the total
     resident state shared over k devices; the largest working set of one op, held at
-    the instant it starts: its group's resident state, its own output, and each input
+    the instant it starts: its group's resident state, its own output and scratch, and each input
     from a NORMAL producer (the smaller of the producer's output and the bytes sent,
     as the input is either that output or a received copy). Ops that take no time are
     left out (their buffers may live for zero time), as are inputs from variables and
@@ -109,7 +109,7 @@ def _working_sets(graph, group_res):
         sent = np.add.reduceat(graph.edge_bytes[data], starts)
         first = data[starts]
         np.add.at(inputs, dst[first], np.minimum(sent, graph.out_bytes[src[first]]))
-    own = np.where(graph.kind == NORMAL, graph.out_bytes, 0)
+    own = np.where(graph.kind == NORMAL, graph.out_bytes, 0) + graph.temp_bytes
     return np.where(graph.comp_us > 0, group_res[graph.group] + inputs + own, 0)
 
 

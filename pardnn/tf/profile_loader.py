@@ -78,7 +78,7 @@ def load_profile(path):
     clock.lap("kinds_groups")
     graph = CostGraph.build(
         names=table.names, ops=table.ops, comp_us=stats.comp_us, out_bytes=out_bytes,
-        persist_bytes=persist, kind=kind, group=group, pinned=pinned,
+        persist_bytes=persist, kind=kind, group=group, pinned=pinned, temp_bytes=stats.temp_bytes,
         edge_src=table.edge_src, edge_dst=table.edge_dst, edge_bytes=edge_bytes,
         edge_slot=table.edge_slot)
     clock.lap("build")

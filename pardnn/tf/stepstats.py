@@ -14,7 +14,8 @@ placeholder appears as `_arg_<name>_<slot>_<index>`; GPU stream records may read
 and replicated constants named `.../_<n>`) are skipped. When most remaining names
 are unknown, the RunMetadata belongs to another graph: UserError naming the file.
 
-Output bytes per slot are the largest `requested_bytes` seen over steps.
+Output bytes per slot are the largest `requested_bytes` seen over steps; a node's
+scratch memory is the largest `memory_stats.temp_memory_size` seen over steps.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class StepStats:
     comp_us: np.ndarray          # float64 per node, 0 where never timed
     timed: np.ndarray            # bool per node: seen in at least one step
     slot_bytes: np.ndarray       # int64 per global slot, -1 where never measured
+    temp_bytes: np.ndarray       # int64 per node: largest scratch memory over steps
     unknown_records: int         # records whose name matched no node
 
 
@@ -46,10 +48,12 @@ def read_step_stats(paths, table) -> StepStats:
     n = table.num_nodes
     times = np.full((len(paths), n), np.nan)
     slot_bytes = np.full(int(table.slot_ptr[-1]), -1, np.int64)
+    temp = np.zeros(n, np.int64)
     unknown = 0
     for step, path in enumerate(paths):
-        ids, us, outs, bad = _records(path, table)
+        ids, us, scratch, outs, bad = _records(path, table)
         np.fmax.at(times[step], ids, us)
+        np.maximum.at(temp, ids, scratch)
         if len(outs):
             np.maximum.at(slot_bytes, outs[:, 0], outs[:, 1])
         unknown += bad
@@ -57,18 +61,19 @@ def read_step_stats(paths, table) -> StepStats:
     comp = np.zeros(n)
     if timed.any():
         comp[timed] = np.nanmedian(times[:, timed], axis=0)
-    return StepStats(comp, timed, slot_bytes, unknown)
+    return StepStats(comp, timed, slot_bytes, temp, unknown)
 
 
 def _records(path, table):
-    """(node ids, durations in us, [[global slot, bytes]], unknown count) of one step.
+    """(node ids, durations in us, scratch bytes, [[global slot, bytes]], unknown count)
+    of one step.
 
     A tight loop over the protobuf records (a 200k-node step has 200k of them);
     slot bookkeeping is done afterwards on arrays."""
     meta = _parse(path)
     index = table.index
     get = index.get
-    ids, us, out_node, out_slot, out_size = [], [], [], [], []
+    ids, us, scratch, out_node, out_slot, out_size = [], [], [], [], [], []
     unknown = 0
     for dev in meta.step_stats.dev_stats:
         for ns in dev.node_stats:
@@ -82,6 +87,7 @@ def _records(path, table):
             ids.append(i)
             nanos = ns.all_end_rel_nanos
             us.append(nanos / 1e3 if nanos else ns.all_end_rel_micros)
+            scratch.append(ns.memory_stats.temp_memory_size)
             for out in ns.output:
                 out_node.append(i)
                 out_slot.append(out.slot)
@@ -95,7 +101,7 @@ def _records(path, table):
     nslots = table.slot_ptr[node + 1] - table.slot_ptr[node]
     ok = (slot >= 0) & (slot < nslots) & (size > 0)
     outs = np.stack([table.slot_ptr[node[ok]] + slot[ok], size[ok]], axis=1)
-    return np.asarray(ids, np.int64), np.asarray(us, float), outs, unknown
+    return np.asarray(ids, np.int64), np.asarray(us, float), np.asarray(scratch, np.int64), outs, unknown
 
 
 def _resolve(name, index):
