@@ -171,6 +171,21 @@ def bench_heft(nodes, devices):
             heft._Timeline = original
     a, b = out.values()
     print(f"  placements identical: {bool(np.array_equal(a, b))}")
+    narrow_gaps(original)
+
+
+def narrow_gaps(blocks, gaps=20_000, queries=2_000):
+    """The case the blocks are for: many idle gaps too short for the node, so a
+    query must pass them all to reach the first wide one."""
+    print(f"  {gaps} gaps of 1 us, then {queries} queries for a 2 us slot from time 0:")
+    for name, cls in (("blocks (heft._Timeline)", blocks), ("SortedList", SortedTimeline)):
+        tl = cls()
+        for i in range(gaps):
+            tl.add(3.0 * i + 1, 3.0 * i + 3)        # busy [3i+1, 3i+3): gaps [3i, 3i+1)
+        t = time.perf_counter()
+        got = [tl.earliest(0.0, 2.0) for _ in range(queries)]
+        print(f"    {name}: {(time.perf_counter() - t) / queries * 1e6:.1f} us per query "
+              f"(slot at {got[0]:.0f})", flush=True)
 
 
 def main(argv=None) -> int:
