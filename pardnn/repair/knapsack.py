@@ -3,7 +3,8 @@ candidates whose memory potentials a_j add up to at least the overflow O at leas
 move cost c_j.
 
 The thesis keeps two heaps: `nodes_heap`, keyed by move_cost / M_pot (cost per byte
-freed), and a second heap of the candidates whose potential alone covers the overflow,
+freed; the text also calls move_cost alone its key, and we take the ratio, docs/repair.md
+"Departures"), and a second heap of the candidates whose potential alone covers the overflow,
 keyed by move_cost. Each selection takes the top of both, keeps the one with the smaller
 move_cost and returns the other to its heap. The ratio heap alone would pick many cheap
 small nodes where one slightly dearer node would do; the second heap catches that.

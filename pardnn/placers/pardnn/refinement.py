@@ -4,16 +4,18 @@ critical-path node switching, each judged by the emulator.
 The thesis accepts a change when its own estimate improves. Here every batch of
 changes is also emulated (pardnn.emulator.scheduler.simulate) and kept only when
 the emulated makespan is not worse, so refinement can never hurt. Emulating each
-candidate move alone would cost a full emulation per move (about 1 s at 200k
-nodes), so candidates are chosen by local estimates and verified once per
-batch: once for all swaps, once or twice per node-switching round.
+candidate move alone would cost a full emulation per move, so candidates are
+chosen by local estimates and verified once per batch: once for all swaps, once
+or twice per node-switching round.
 
 1. Cluster swapping: a secondary cluster sc on device a whose span is better
    balanced elsewhere (device b has less work in span(sc) even with sc added)
    looks for a secondary sc' on b whose first node starts within span(sc); the pair
-   swaps devices when that lowers the Eq. 4.2 costs of both (work of the device
-   within the cluster's span, other than the cluster itself, plus the cluster's
-   communication there). Each cluster swaps at most once (as in the thesis). The
+   swaps devices when that lowers the sum of their Eq. 4.2 costs (work of the
+   device within the cluster's span, other than the cluster itself, plus the
+   cluster's communication there); the thesis asks for a "better quality
+   partitioning" without a formula. Only secondaries LALB mapped swap: those
+   initial merging placed stay. Each cluster swaps at most once (as in the thesis). The
    search for sc' scans at most SCAN clusters in start order (binary search into
    the clusters sorted by first-node level), which keeps it O(C log C).
    Then, not in the thesis, the affinity placements (pardnn.placers.pardnn.affinity:
@@ -28,9 +30,8 @@ batch: once for all swaps, once or twice per node-switching round.
    moves (pardnn.placers.pardnn.volume): nodes whose cut edges cost more than their
    compute follow their data; all of them, else the better half. A batch is kept
    only if the emulated step gets faster. Rounds stop when one gains less than
-   MIN_ROUND_GAIN (0.5%) of the makespan: each costs two to four emulations,
-   about 0.3 s each at 200k nodes, and later rounds gain little (measured on
-   tools/synth_graph.py graphs: 0.65%, then 0.09%, 0.06%).
+   MIN_ROUND_GAIN of the makespan: each costs two to four emulations, and later
+   rounds gain little (docs/algorithm.md).
 3. Last, if one device would run the step faster than the refined split (ops too
    short to pay for any transfer), everything goes to one device; see
    `_one_device_if_faster`.
