@@ -87,10 +87,7 @@ class SortedHeaps:
 
 def _pops(heaps, overflow, pot):
     out = []
-    while overflow > 0:
-        j = heaps.pop(overflow)
-        if j < 0:
-            break
+    while overflow > 0 and (j := heaps.pop(overflow)) >= 0:
         out.append(j)
         overflow -= int(pot[j])
     return out
@@ -128,15 +125,12 @@ class SortedTimeline:
         self.tail = 0.0
 
     def earliest(self, ready, length) -> float:
-        if ready >= self.tail:
-            return ready
-        gaps = self.gaps
-        i = max(gaps.bisect_right((ready, float("inf"))) - 1, 0)
-        for gs, ge in gaps.islice(i):
-            t = gs if gs > ready else ready
-            if ge - t >= length:
-                return t
-        return self.tail
+        if ready < self.tail:
+            first = max(self.gaps.bisect_right((ready, float("inf"))) - 1, 0)
+            for gs, ge in self.gaps.islice(first):
+                if ge - max(gs, ready) >= length:
+                    return max(gs, ready)
+        return max(ready, self.tail)
 
     def add(self, s, f):
         if s >= self.tail:
