@@ -89,3 +89,35 @@ def test_json_errors_name_the_file(tmp_path):
         CostGraph.from_json(bad)
     with pytest.raises(GraphError, match="cannot read"):
         CostGraph.from_json(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_numbering_is_networkx_lexicographic_topological_order(seed):
+    # Kahn's algorithm taking the smallest input index first: the order networkx's
+    # lexicographical_topological_sort gives on the input graph keyed by index.
+    import networkx as nx
+    rng = np.random.default_rng(seed)
+    n = 30
+    perm = rng.permutation(n)                     # input position of each DAG rank
+    pairs = [(perm[u], perm[v]) for u in range(n) for v in range(u + 1, n) if rng.random() < 0.15]
+    g = CostGraph.build(names=[f"n{i}" for i in range(n)],
+                        edge_src=[int(a) for a, _ in pairs], edge_dst=[int(b) for _, b in pairs])
+    inputs = nx.DiGraph()
+    inputs.add_nodes_from(range(n))
+    inputs.add_edges_from(pairs)
+    want = [f"n{i}" for i in nx.lexicographical_topological_sort(inputs, key=int)]
+    assert list(g.names) == want
+    exported = g.to_networkx()
+    assert nx.is_directed_acyclic_graph(exported)
+    assert all(u < v for u, v in exported.edges)
+    assert {(g.names[u], g.names[v]) for u, v in exported.edges} == {(f"n{a}", f"n{b}") for a, b in pairs}
+
+
+def test_networkx_export_carries_costs_placement_and_summed_bytes():
+    g = CostGraph.build(names=["a", "b"], comp_us=[1, 2], out_bytes=[24, 0],
+                        edge_src=["a", "a"], edge_dst=["b", "b"], edge_bytes=[8, 16],
+                        edge_slot=[0, 1])
+    d = g.to_networkx(device=[0, 1])
+    assert d.nodes[1] == {"name": "b", "op": "", "comp_us": 2.0, "out_bytes": 0,
+                          "group": 1, "device": 1}
+    assert list(d.edges(data=True)) == [(0, 1, {"bytes": 24})]

@@ -43,6 +43,30 @@ def test_ties_go_to_the_lower_index():
     assert pops(TwoHeaps([2, 2, 2], [10, 10, 10]), 5, [10, 10, 10]) == [0]
 
 
+def reference_pops(cost, pot, overflow):
+    """The two heaps by brute force: each pop rescans every candidate left."""
+    left, out = set(range(len(cost))), []
+    while overflow > 0 and left:
+        best = min(left, key=lambda j: (cost[j] / pot[j], j))
+        covers = [j for j in left if pot[j] >= overflow]
+        if covers:
+            whole = min(covers, key=lambda j: (cost[j], j))
+            if cost[whole] <= cost[best]:
+                best = whole
+        left.discard(best)
+        out.append(best)
+        overflow -= pot[best]
+    return out
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 9), st.integers(1, 60)), min_size=1, max_size=40),
+       st.integers(1, 800))
+def test_two_heaps_match_a_rescan_per_pop(pairs, overflow):
+    cost, pot = [c for c, _ in pairs], [p for _, p in pairs]
+    assert pops(TwoHeaps(cost, pot), overflow, pot) == reference_pops(cost, pot, overflow)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(-50, 50), min_size=1, max_size=700),
        st.lists(st.tuples(st.integers(0, 700), st.integers(0, 700), st.integers(-20, 20)), max_size=30))

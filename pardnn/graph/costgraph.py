@@ -153,6 +153,25 @@ class CostGraph:
             group_ptr=group_ptr, group_nodes=group_nodes,
         )
 
+    def to_networkx(self, device=None):
+        """The graph as a networkx.DiGraph on node ids, for checks and analysis of
+        small graphs (never on a hot path). Nodes carry name, op, comp_us, out_bytes,
+        group and, given a placement, device; edges carry bytes (summed over the
+        tensors one pair of nodes exchanges)."""
+        import networkx as nx
+        out = nx.DiGraph()
+        for i in range(self.num_nodes):
+            out.add_node(i, name=self.names[i], op=self.ops[i], comp_us=float(self.comp_us[i]),
+                         out_bytes=int(self.out_bytes[i]), group=int(self.group[i]))
+            if device is not None:
+                out.nodes[i]["device"] = int(device[i])
+        for s, d, b in zip(self.edge_src.tolist(), self.edge_dst.tolist(), self.edge_bytes.tolist()):
+            if out.has_edge(s, d):
+                out.edges[s, d]["bytes"] += b
+            else:
+                out.add_edge(s, d, bytes=b)
+        return out
+
     # ------------------------------------------------------------------- JSON
     def to_dict(self) -> dict:
         nodes = []

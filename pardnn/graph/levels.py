@@ -11,12 +11,10 @@ A node whose cost is -inf counts as removed from the graph (thesis Algorithm 1
 removes each critical path before recomputing levels): it lies on no path, its bl
 and tl are -inf, and its neighbours see it as absent.
 
-Speed: ParDNN's slicing runs these sweeps K+1 times. Both are plain loops over
-Python lists of the CSR arrays (cached per graph), which measured 0.04-0.06 s on
-the 200k-node, 340k-edge graph of tools/synth_graph.py. Vectorising by depth
-level with numpy was rejected: training graphs are deep (that graph has 81,544
-depth levels, about 2.5 nodes per level), so per-level numpy calls would cost
-more than the loop.
+ParDNN's slicing runs these sweeps K+1 times. Both are plain loops over Python
+lists of the CSR arrays (cached per graph), not numpy calls per depth level:
+training graphs are deep and narrow, so per-level calls would cost more than the
+loop (measurements in docs/algorithm.md, "Costs").
 """
 
 import weakref

@@ -15,16 +15,9 @@ the datasheet's. Tensor cores (and TF32, which TensorFlow enables by default on
 Ampere and later) are not modelled: MatMul and convolution estimates are those of
 FP32 CUDA cores, an upper bound on A100/H100 times.
 
-| preset     | GPU                  | CC  | SMs | FP32 lanes/SM | boost clock | peak FP32   | memory | bandwidth  | L2     |
-|------------|----------------------|-----|-----|---------------|-------------|-------------|--------|------------|--------|
-| gpu:K      | Tesla V100-PCIe-32GB | 7.0 | 80  | 64            | 1380 MHz    | 14.1 TFLOPS | 32 GiB | 900 GB/s   | 6 MiB  |
-| dgx1-v100  | Tesla V100-SXM2-32GB | 7.0 | 80  | 64            | 1530 MHz    | 15.7 TFLOPS | 32 GiB | 900 GB/s   | 6 MiB  |
-| dgx2       | Tesla V100-SXM3-32GB | 7.0 | 80  | 64            | 1530 MHz    | 15.7 TFLOPS | 32 GiB | 900 GB/s   | 6 MiB  |
-| dgx-a100   | A100-SXM4-40GB       | 8.0 | 108 | 64            | 1410 MHz    | 19.5 TFLOPS | 40 GiB | 1555 GB/s  | 40 MiB |
-| dgx-h100   | H100-SXM5-80GB       | 9.0 | 132 | 128           | 1980 MHz    | 66.9 TFLOPS | 80 GiB | 3350 GB/s  | 50 MiB |
-
-Sources are in each spec's `source` and in docs/estimates.md. Memory sizes match the
-cluster presets in pardnn.hardware.cluster, so an estimated profile and `--devices PRESET`
+The specs (SMs, clock, lanes, memory, bandwidth, L2) are tabled with their sources in
+docs/estimates.md and in each spec's `source`. Memory sizes match the cluster presets
+in pardnn.hardware.presets, so an estimated profile and `--devices PRESET`
 describe the same machine. No TensorFlow import here.
 """
 

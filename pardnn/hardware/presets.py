@@ -1,16 +1,7 @@
 """The machines pardnn knows by name: each preset builds a Cluster for K devices.
 
-Presets (figures are per direction; see docs/clusters.md for sources):
-
-| preset     | devices                 | memory   | link                                          | latency |
-|------------|-------------------------|----------|-----------------------------------------------|---------|
-| cpu:K      | K virtual CPU devices   | host RAM | in-process copy, 10 GB/s                      | 5 us    |
-| gpu:K      | K generic PCIe GPUs     | 32 GiB   | PCIe 4.0 x16, 24 GB/s                         | 15 us   |
-| dgx1-v100  | 8 x V100-SXM2-32GB      | 32 GiB   | NVLink2 hybrid cube-mesh, 25 GB/s per link    | 10 us   |
-|            |                         |          | (1 or 2 links); other pairs PCIe+QPI 10 GB/s  | 25 us   |
-| dgx2       | 16 x V100-SXM3-32GB     | 32 GiB   | NVSwitch, 6 NVLink2 links: 150 GB/s           | 10 us   |
-| dgx-a100   | 8 x A100-SXM4-40GB      | 40 GiB   | NVSwitch, 12 NVLink3 links: 300 GB/s          | 8 us    |
-| dgx-h100   | 8 x H100-SXM5-80GB      | 80 GiB   | NVSwitch, 18 NVLink4 links: 450 GB/s          | 8 us    |
+Presets: cpu:K, gpu:K, dgx1-v100, dgx2, dgx-a100, dgx-h100; docs/clusters.md lists each
+one's devices, memory, links and latencies (per direction) with their sources.
 
 A preset name may take `:K` to use its first K GPUs (`dgx-h100:4`); a bare count
 `K` means `gpu:K`; `NxPRESET` (e.g. `2xdgx-h100`) and cluster files describe several

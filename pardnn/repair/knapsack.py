@@ -3,20 +3,24 @@ candidates whose memory potentials a_j add up to at least the overflow O at leas
 move cost c_j.
 
 The thesis keeps two heaps: `nodes_heap`, keyed by move_cost / M_pot (cost per byte
-freed), and a second heap of the candidates whose potential alone covers the overflow,
+freed; the text also calls move_cost alone its key, and we take the ratio, docs/repair.md
+"Departures"), and a second heap of the candidates whose potential alone covers the overflow,
 keyed by move_cost. Each selection takes the top of both, keeps the one with the smaller
 move_cost and returns the other to its heap. The ratio heap alone would pick many cheap
 small nodes where one slightly dearer node would do; the second heap catches that.
 
-All candidates of one overflow are known before the first pop, so a heap is just the
-candidates in key order: `TwoHeaps` sorts them once (ties by candidate index, so the
-result is deterministic) and walks that order. The second heap's membership grows as
-the overflow left to cover shrinks, so its top is found by one vectorised scan per pop.
-(The extracted Eq. 4.4 reads "sum a_j x_j <= O"; a min-knapsack that must cover the
-overflow needs ">=", which is what the text around it describes and what we solve.)
+All candidates of one overflow are known before the first pop, so the ratio heap is the
+candidates sorted once (ties by candidate index, so the result is deterministic). The
+overflow left only shrinks, so candidates join the covering heap (heapq, lazy deletion)
+in decreasing order of potential and never leave it early: O(log C) per pop, the
+thesis' logarithmic pick. (The extracted Eq. 4.4 reads "sum a_j x_j <= O"; a
+min-knapsack that must cover the overflow needs ">=", which the text around it
+describes and which we solve.)
 """
 
 from __future__ import annotations
+
+import heapq
 
 import numpy as np
 
@@ -26,26 +30,47 @@ class TwoHeaps:
 
     def __init__(self, cost, pot):
         self.cost = np.asarray(cost, float)
-        self.pot = np.asarray(pot, np.int64)
+        pot = np.asarray(pot, np.int64)
         idx = np.arange(len(self.cost))
-        self.by_ratio = np.lexsort((idx, self.cost / self.pot))
-        self.by_cost = np.lexsort((idx, self.cost))
+        self.by_ratio = np.lexsort((idx, self.cost / pot))
+        self.by_pot = np.lexsort((idx, -pot))
+        self.neg_pot = -pot[self.by_pot]            # ascending
         self.left = np.ones(len(self.cost), bool)
-        self.head = 0
+        self.covers = []            # heap of (cost, j) over candidates with pot >= overflow
+        self.head = self.joined = 0
 
     def pop(self, overflow: int) -> int:
         """The next candidate for an overflow of `overflow` bytes, or -1 when none is left.
 
-        A popped candidate leaves both heaps, whether or not the caller can move it."""
-        while self.head < len(self.by_ratio) and not self.left[self.by_ratio[self.head]]:
+        `overflow` must not grow between pops. A popped candidate leaves both heaps,
+        whether or not the caller can move it."""
+        by_ratio, left = self.by_ratio, self.left
+        while self.head < len(by_ratio) and not left[by_ratio[self.head]]:
             self.head += 1
-        if self.head == len(self.by_ratio):
+        if self.head == len(by_ratio):
             return -1
-        best = int(self.by_ratio[self.head])
-        covers = self.left[self.by_cost] & (self.pot[self.by_cost] >= overflow)
-        if covers.any():
-            whole = int(self.by_cost[np.argmax(covers)])
-            if self.cost[whole] <= self.cost[best]:
-                best = whole
-        self.left[best] = False
+        self._join(overflow)
+        covers = self.covers
+        while covers and not left[covers[0][1]]:
+            heapq.heappop(covers)
+        best = int(by_ratio[self.head])
+        if covers and covers[0][0] <= self.cost[best]:
+            best = covers[0][1]
+        left[best] = False
         return best
+
+    def _join(self, overflow):
+        """Add the candidates whose potential now covers `overflow` to the covering heap."""
+        end = int(np.searchsorted(self.neg_pot, -overflow, side="right"))
+        if end <= self.joined:
+            return
+        js = self.by_pot[self.joined:end]
+        js = js[self.left[js]]
+        new = list(zip(self.cost[js].tolist(), js.tolist()))
+        self.joined = end
+        if len(new) > len(self.covers):
+            self.covers.extend(new)
+            heapq.heapify(self.covers)
+        else:
+            for item in new:
+                heapq.heappush(self.covers, item)

@@ -9,10 +9,12 @@ pardnn.repair.rangemax keeps the levels): subtract what a group frees on its dev
 add what it needs on the target, then take the device's new highest point. The caller
 re-emulates once per round.
 
+Departure from the thesis: it walks the graph from the sink and covers overflows as it
+meets them. Here devices are repaired in decreasing order of relative overflow, and on a
+device the highest point of its (updated) timeline is covered first, so one knapsack can
+lower a whole plateau (docs/repair.md, "Departures").
+
 Choices the thesis leaves open:
-- Devices are repaired in decreasing order of relative overflow; on a device the
-  highest point of its (updated) timeline is covered first, so one knapsack can lower a
-  whole plateau.
 - The target: among the devices the group's pins allow, those whose timeline can take
   the group's need without passing their capacity at any point ("only to a device whose
   emulated memory can absorb it"); of those, the one the group communicates with most,
@@ -20,8 +22,7 @@ Choices the thesis leaves open:
   first makes a run of moved groups (a slice of the critical path leaving a full
   device) land together, so its edges stay local; weighing communication against
   compute time instead scattered such runs over the least busy devices, one transfer
-  per op (e3d at K = 8 with 0.3x memory: makespan 1.32x the unconstrained one,
-  1.26x with communication first; tools/bench_repair.py quality).
+  per op (measured in docs/repair.md).
 - A candidate no device can absorb is dropped for the rest of the round, as the thesis
   drops it ("the node is not considered again"); it may be tried again after the next
   emulation. A group moved in any round never moves again.

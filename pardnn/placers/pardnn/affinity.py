@@ -6,10 +6,9 @@ ReadVariableOp per step, all in the variable's colocation group) and sends back 
 weight gradient of the same size. Slicing follows the critical path, which crosses
 the layers diagonally, so the time steps of a layer end up in different clusters
 from the weights and LALB spreads them over devices: every step then fetches the
-weights and returns the gradient (11.5 GB per step for word-rnn-big at K = 8).
-Putting each such group together with the ops tied to it by heavy edges gives a
-layer-per-device pipeline instead, which the emulator finds 1.5-2x faster on the
-RNN benchmarks (docs/algorithm.md, "Quality").
+weights and returns the gradient. Putting each such group together with the ops
+tied to it by heavy edges gives a layer-per-device pipeline instead (measured in
+docs/algorithm.md, "Measured").
 
 1. Heavy edge: one whose time on the wire (bytes / mean bandwidth) exceeds both the
    mean link latency and its consumer's compute: bandwidth-bound transfers, which
@@ -26,10 +25,8 @@ RNN benchmarks (docs/algorithm.md, "Quality").
    - pipeline: in order of their earliest start, each to the device whose queue
      it delays least (`_devices_in_time_order`). Balance alone can put two RNN
      layers on one device, which then runs both forward passes in turn, and can
-     leave a layer's gradient accumulation (one AddN of 1.4 ms on char-crn-big)
-     where it stalls another layer's backward wave: char-crn-big at K = 8 emulates
-     at 1.52x the lower bound with balance and 1.28x with pipeline. Neither wins
-     everywhere (word-rnn-big at K = 8: 1.30x against 1.58x), hence both.
+     leave a layer's gradient accumulation where it stalls another layer's
+     backward wave. Neither wins everywhere, hence both.
 
 Refinement emulates the candidates and keeps the fastest only when it beats the
 mapping, so they can never make Step 1 worse. It is skipped when some group may not use every device
@@ -41,7 +38,7 @@ import numpy as np
 from pardnn.graph.levels import top_levels
 
 MIN_HEAVY = 2
-WINDOWS = 32    # time windows of the pipeline candidate's queue model (32 and 64 measured alike)
+WINDOWS = 32    # time windows of the pipeline candidate's queue model
 
 
 def affinity_candidates(graph, cluster, allowed) -> list:

@@ -1,39 +1,24 @@
 """Refinement of the mapping (thesis §4.1.1, "Refinement"): cluster swapping, then
-critical-path node switching, each judged by the emulator.
+rounds of node moves, every batch judged by the emulator (docs/algorithm.md §3).
 
-The thesis accepts a change when its own estimate improves. Here every batch of
-changes is also emulated (pardnn.emulator.scheduler.simulate) and kept only when
-the emulated makespan is not worse, so refinement can never hurt. Emulating each
-candidate move alone would cost a full emulation per move (about 1 s at 200k
-nodes), so candidates are chosen by local estimates and verified once per
-batch: once for all swaps, once or twice per node-switching round.
+The thesis accepts a change when its own estimate improves. Here candidates are
+chosen by local estimates, but a batch is kept only when the emulated makespan
+(pardnn.emulator.scheduler.simulate) does not get worse, so refinement never hurts;
+emulating once per batch rather than once per move keeps it affordable.
 
-1. Cluster swapping: a secondary cluster sc on device a whose span is better
-   balanced elsewhere (device b has less work in span(sc) even with sc added)
-   looks for a secondary sc' on b whose first node starts within span(sc); the pair
-   swaps devices when that lowers the Eq. 4.2 costs of both (work of the device
-   within the cluster's span, other than the cluster itself, plus the cluster's
-   communication there). Each cluster swaps at most once (as in the thesis). The
-   search for sc' scans at most SCAN clusters in start order (binary search into
-   the clusters sorted by first-node level), which keeps it O(C log C).
-   Then, not in the thesis, the affinity placements (pardnn.placers.pardnn.affinity:
-   groups feeding heavy tensors, e.g. an RNN layer's weights, with the ops tied to
-   them, balanced two ways) replace the result when one emulates faster: two more
-   emulations.
-2. Rounds of node moves, at most K (the thesis repeats node switching "at most K
-   times"). A round first switches nodes on the critical path (see
-   pardnn.placers.pardnn.switching): the transfers on the emulated critical path,
-   the endpoint to move for each, all chosen moves emulated at once and, if that
-   is not faster, the best one alone. Then, not in the thesis, communication
-   moves (pardnn.placers.pardnn.volume): nodes whose cut edges cost more than their
-   compute follow their data; all of them, else the better half. A batch is kept
-   only if the emulated step gets faster. Rounds stop when one gains less than
-   MIN_ROUND_GAIN (0.5%) of the makespan: each costs two to four emulations,
-   about 0.3 s each at 200k nodes, and later rounds gain little (measured on
-   tools/synth_graph.py graphs: 0.65%, then 0.09%, 0.06%).
-3. Last, if one device would run the step faster than the refined split (ops too
-   short to pay for any transfer), everything goes to one device; see
-   `_one_device_if_faster`.
+1. Cluster swapping: a secondary sc whose span is less loaded on device b swaps with
+   a lighter secondary on b that starts within span(sc) when the sum of their Eq. 4.2
+   costs drops (the thesis gives no formula). Only secondaries LALB mapped swap;
+   each at most once; at most SCAN partners scanned in start order, O(C log C).
+   Then the affinity candidates (pardnn.placers.pardnn.affinity, not in the thesis)
+   replace the result when one emulates faster.
+2. At most K rounds (the thesis switches nodes "at most K times") of the batches in
+   MOVE_FINDERS: critical-path switching (pardnn.placers.pardnn.switching), then,
+   not in the thesis, unblocking moves and communication moves
+   (pardnn.placers.pardnn.volume). Rounds stop when one gains less than
+   MIN_ROUND_GAIN of the makespan.
+3. Last, everything goes to one device if that runs the step faster than the split
+   (`_one_device_if_faster`, not in the thesis).
 """
 
 from dataclasses import dataclass

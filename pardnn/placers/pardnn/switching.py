@@ -18,8 +18,8 @@ held fixed:
 
 Not in the thesis: the path also steps through queue waits, u -> v, where v was
 ready but its device was still running u (FIFO order). Level-based paths cannot see
-these, yet on the device holding the first critical path they are most of the step
-(e3d at K = 8: 71 of 87 ms busy on that device). The move there is u to another
+these, yet on the device holding the first critical path they can be most of the
+step (docs/algorithm.md). The move there is u to another
 device, into the first idle gap that lets it deliver its outputs in time; the gain
 is how much earlier v can start: when u started, or when v was ready.
 
