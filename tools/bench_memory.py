@@ -3,6 +3,7 @@
     python tools/bench_memory.py quality [--profiles DIR] [--families mlp,e3d] [--synth chain:3000:1,...]
                                          [--ks 2,4,8,16] [--fractions 0.6,0.3,tight] [--csv F]
     python tools/bench_memory.py speed [--nodes 200000] [--k 16] [--fraction 0.3]
+    python tools/bench_memory.py step1-memory [--profiles DIR] [--families e3d:8,wrn:4]
 
 quality: for each graph (built-in families profiled once into --profiles with default
 knobs, as tools/bench_repair.py does; synthetic graphs `SHAPE:NODES:SEED` from
@@ -14,6 +15,9 @@ best other placer's, its winning candidate, the share of nodes its repairs moved
 placement time. The summary gives the geometric mean of that ratio, the rows above
 1.00, the rows where pardnn is infeasible but another placer is not, and the most nodes
 moved.
+
+step1-memory: where Step 1 alone puts resident state and activations: per device,
+its share of the resident bytes and of the sum of emulated peaks (memory unlimited).
 
 speed: Steps 1+2 of pardnn on a synthetic graph (default 200k nodes, K = 16, 0.3x),
 with the stage times, and the other placers' times measured in the same run.
@@ -164,6 +168,22 @@ def run_speed(args):
               + (f"  candidate {rep['candidate']}" if "candidate" in rep else ""), flush=True)
 
 
+def run_step1_memory(args):
+    from pardnn.emulator import evaluate
+    from pardnn.graph.node_memory import resident_bytes
+    from pardnn.pipeline.load import load_cost_graph
+    from pardnn.placers.pardnn import step1
+    for spec in args.families:
+        family, k = spec.split(":")
+        graph = load_cost_graph(profile_dir(args.profiles, family, "default"))[0]
+        cluster = parse_devices(f"cpu:{k}")
+        device = step1.partition(graph, cluster, {}).device
+        res = np.bincount(device, resident_bytes(graph), int(k))
+        peaks = np.array(evaluate(graph, cluster, device)["peak_memory_bytes"], float)
+        print(f"{family:12s} K={k:2s} resident share % {np.round(100 * res / res.sum()).astype(int).tolist()}"
+              f"  peak share % {np.round(100 * peaks / peaks.sum()).astype(int).tolist()}")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="mode", required=True)
@@ -181,8 +201,12 @@ def main(argv=None) -> int:
     s.add_argument("--fraction", type=float, default=0.3)
     s.add_argument("--shape", default="dag")
     s.add_argument("--reference", type=lambda s: s.split(","), default=["etf", "metis", "topo"])
+    m = sub.add_parser("step1-memory")
+    m.add_argument("--profiles", default="/tmp/pardnn-profiles")
+    m.add_argument("--families", type=lambda s: s.split(","),
+                   default=["e3d:8", "word-rnn:8", "transformer:4", "wrn:4"])
     args = p.parse_args(argv)
-    (run_quality if args.mode == "quality" else run_speed)(args)
+    {"quality": run_quality, "speed": run_speed, "step1-memory": run_step1_memory}[args.mode](args)
     return 0
 
 
