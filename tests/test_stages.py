@@ -162,3 +162,16 @@ def test_a_time_budget_that_is_not_positive_exits_2(tmp_path, capsys, budget):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--time-budget" in err[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_candidates_built_in_worker_processes_give_the_same_placement(monkeypatch):
+    g = synth_graph(1500, seed=5, shape="chain")
+    cluster = cluster_at(g, 4, 0.35)
+    inline = candidates.choose(g, cluster)
+    monkeypatch.setattr(candidates, "PARALLEL_MIN_NODES", 0)
+    monkeypatch.setattr(candidates.os, "cpu_count", lambda: 3)
+    forked = candidates.choose(g, cluster)
+    assert forked.winner == inline.winner
+    assert np.array_equal(forked.repaired.device, inline.repaired.device)
+    assert {n: c.get("makespan_us") for n, c in forked.candidates.items()} == \
+        {n: c.get("makespan_us") for n, c in inline.candidates.items()}

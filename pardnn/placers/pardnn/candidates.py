@@ -9,14 +9,18 @@ the candidates are, in this order: Step 1, stages, Baechi's m-ETF, HEFT and a ME
 min-cut. The emulator judges each after the same repair every placement gets, and
 the fastest feasible one (the earliest on ties; one whose repair moved more than
 MAX_MOVED_SHARE of the nodes only when no other fits) is refined within memory (memory_refinement.py) until no
-round gains or the time budget is spent. Candidates after Step 1 are built only
-while the budget lasts. The default budget is far above what graphs of 200k nodes
+round gains or the time budget is spent. On a graph of PARALLEL_MIN_NODES or more,
+the candidates after Step 1 are built and repaired in worker processes while Step 1
+runs; a candidate not ready when the budget ends is skipped. The default budget is far above what graphs of 200k nodes
 need, so the same input gives the same placement; a budget that cuts the work makes
 the result depend on the machine's speed (report.json says when it did). report.json names the winner and every candidate's makespan.
 """
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -31,6 +35,7 @@ from pardnn.repair.overflow_repair import repair
 
 DEFAULT_BUDGET_S = 300.0    # wall time for the whole placement; Step 1 always runs to the end
 MAX_MOVED_SHARE = 0.10      # a winner whose repair moved more is taken only if no other fits
+PARALLEL_MIN_NODES = 20_000  # smaller graphs build their candidates in this process
 
 BUILDERS = (("step1", None), ("stages", stages.place), ("etf", etf.place), ("heft", heft.place),
             ("metis", metis_cut.place))
@@ -61,26 +66,27 @@ class Chosen:
 def choose(graph, cluster, timings=None, budget_s: float = DEFAULT_BUDGET_S) -> Chosen:
     """Build, repair and judge the candidates; refine the winner within memory."""
     timings = {} if timings is None else timings
-    start = time.perf_counter()
-    deadline = start + budget_s
-    first = step1.partition(graph, cluster, timings)
-    built = {"step1": first.device}
-    report, repaired, errors = {}, {}, []
+    deadline = time.perf_counter() + budget_s
+    with _workers(graph.num_nodes) as pool:
+        pending = [(name, pool.apply_async(_candidate, (graph, cluster, name))) for name, _ in BUILDERS[1:]]
+        first = step1.partition(graph, cluster, timings)
+        results = [_judged(graph, cluster, first.device, 0.0)]
+        for name, job in pending:
+            results.append(_collect(job, deadline))
+    built, report, repaired, errors = {}, {}, {}, []
     timings["repair"] = 0.0
-    for name, build in BUILDERS:
-        if name != "step1" and time.perf_counter() > deadline:
-            report[name] = {"skipped": "time budget spent"}
+    for (name, _), (device, entry, fixed, error, build_s, repair_s) in zip(BUILDERS, results):
+        report[name] = entry
+        if device is None:
             continue
-        t0 = time.perf_counter()
-        if build is not None:
-            built[name] = np.asarray(build(graph, cluster), np.int32)
-            timings[name] = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        report[name], fixed = _judge(graph, cluster, built[name], errors)
-        timings["repair"] += time.perf_counter() - t1
-        report[name]["seconds"] = time.perf_counter() - t0
+        built[name] = device
+        if name != "step1":
+            timings[name] = build_s
+        timings["repair"] += repair_s
         if fixed is not None:
             repaired[name] = fixed
+        if error is not None:
+            errors.append(error)
     if not repaired:
         raise errors[0]
     winner = _winner(repaired, graph.num_nodes)
@@ -94,15 +100,67 @@ def choose(graph, cluster, timings=None, budget_s: float = DEFAULT_BUDGET_S) -> 
     return Chosen(winner, built[winner], fixed, fitted, _step1_output(first), report)
 
 
-def _judge(graph, cluster, device, errors):
-    """(report entry, Repair or None): the candidate repaired and emulated."""
+def _candidate(graph, cluster, name):
+    """Build candidate `name` and judge it (runs in a worker process when there are any)."""
+    t0 = time.perf_counter()
+    device = np.asarray(dict(BUILDERS)[name](graph, cluster), np.int32)
+    return _judged(graph, cluster, device, time.perf_counter() - t0)
+
+
+def _judged(graph, cluster, device, build_s):
+    """(device, report entry, Repair or None, UserError or None, build s, repair s)."""
+    t0 = time.perf_counter()
     try:
-        fixed = repair(graph, cluster, device)
+        fixed, error = repair(graph, cluster, device), None
     except UserError as exc:
-        errors.append(exc)
-        return {"feasible": False, "makespan_us": None, "reason": str(exc)}, None
-    return {"feasible": True, "makespan_us": fixed.schedule.makespan,
-            "moved_nodes": int(fixed.moved.sum())}, fixed
+        fixed, error = None, exc
+    repair_s = time.perf_counter() - t0
+    entry = ({"feasible": False, "makespan_us": None, "reason": str(error)} if fixed is None else
+             {"feasible": True, "makespan_us": fixed.schedule.makespan, "moved_nodes": int(fixed.moved.sum())})
+    entry["seconds"] = build_s + repair_s
+    return device, entry, fixed, error, build_s, repair_s
+
+
+def _collect(job, deadline):
+    """A candidate's result, or a skipped entry when the budget ends first."""
+    try:
+        return job.get(timeout=max(deadline - time.perf_counter(), 0.0))
+    except multiprocessing.TimeoutError:
+        return None, {"skipped": "time budget spent"}, None, None, 0.0, 0.0
+
+
+@contextlib.contextmanager
+def _workers(num_nodes):
+    """Worker processes for the candidates after Step 1, which run beside it: one fewer
+    than the CPUs, none for graphs under PARALLEL_MIN_NODES (a fork costs more than
+    they take) or on one CPU. Without workers the candidates run in turn, each only
+    while the budget lasts."""
+    count = min(len(BUILDERS) - 1, (os.cpu_count() or 1) - 1)
+    if num_nodes < PARALLEL_MIN_NODES or count < 1 or "fork" not in multiprocessing.get_all_start_methods():
+        yield _InlinePool()
+        return
+    pool = multiprocessing.get_context("fork").Pool(count)
+    try:
+        yield pool
+    finally:
+        pool.terminate()
+
+
+class _InlinePool:
+    """The Pool interface, run in this process when the result is asked for."""
+
+    def apply_async(self, func, args):
+        return _Deferred(func, args)
+
+
+class _Deferred:
+    def __init__(self, func, args):
+        self.func, self.args = func, args
+
+    def get(self, timeout):
+        if timeout <= 0:
+            raise multiprocessing.TimeoutError
+        return self.func(*self.args)
 
 
 def _winner(repaired, num_nodes) -> str:
