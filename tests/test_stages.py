@@ -142,7 +142,7 @@ def test_report_names_every_candidate_and_the_same_input_gives_the_same_placemen
     cluster = cluster_at(g, 4, 0.4)
     (a, ra), (b, rb) = placer.place(g, cluster, "pardnn"), placer.place(g, cluster, "pardnn")
     assert np.array_equal(a.device, b.device)
-    assert set(ra["candidates"]) == {"step1", "stages", "etf", "heft", "metis"}
+    assert set(ra["candidates"]) == set(candidates.CORE + candidates.EXTRAS)        # a small graph
     assert ra["candidate"] == rb["candidate"] and ra["step1_output"] in {"thesis", "affinity", "one-device"}
 
 
@@ -150,7 +150,7 @@ def test_a_spent_budget_skips_the_later_candidates():
     g = synth_graph(1500, seed=4)
     chosen = candidates.choose(g, parse_devices("cpu:4"), budget_s=1e-9)
     assert chosen.winner == "step1"
-    assert all("skipped" in chosen.candidates[n] for n in ("stages", "etf", "heft", "metis"))
+    assert all("skipped" in chosen.candidates[n] for n in candidates.CORE[1:] + candidates.EXTRAS)
 
 
 @pytest.mark.parametrize("budget", ["0", "-5s", "soon"])
@@ -175,3 +175,16 @@ def test_candidates_built_in_worker_processes_give_the_same_placement(monkeypatc
     assert np.array_equal(forked.repaired.device, inline.repaired.device)
     assert {n: c.get("makespan_us") for n, c in forked.candidates.items()} == \
         {n: c.get("makespan_us") for n, c in inline.candidates.items()}
+
+
+def test_pardnn_fits_wherever_a_repaired_single_device_placement_fits():
+    # mlp-like tiny chain at a capacity only the repair of one device's placement reaches
+    g = training_chain(layers=5, act=MB, grad=MB)
+    for fraction in np.arange(0.30, 0.80, 0.04):
+        cluster = cluster_at(g, 2, fraction)
+        try:
+            placer.place(g, cluster, "single")
+        except UserError:
+            continue
+        _, report = placer.place(g, cluster, "pardnn")
+        assert report["feasible"]

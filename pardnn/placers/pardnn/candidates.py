@@ -2,18 +2,20 @@
 (Step 2, pardnn.repair), keep the fastest that fits, and refine it within memory.
 
 No single method wins everywhere. Step 1 (thesis §4.1.1) ignores memory; on
-near-chains that do not fit one device, cutting the graph into stages
-(pardnn.placers.pardnn.stages) or a memory-aware list schedule does better; on
-graphs with many parallel branches, a list schedule or a balanced min-cut can. So
-the candidates are, in this order: Step 1, stages, Baechi's m-ETF, HEFT and a METIS
-min-cut. The emulator judges each after the same repair every placement gets, and
-the fastest feasible one (the earliest on ties; one whose repair moved more than
-MAX_MOVED_SHARE of the nodes only when no other fits) is refined within memory (memory_refinement.py) until no
-round gains or the time budget is spent. On a graph of PARALLEL_MIN_NODES or more,
-the candidates after Step 1 are built and repaired in worker processes while Step 1
-runs; a candidate not ready when the budget ends is skipped. The default budget is far above what graphs of 200k nodes
-need, so the same input gives the same placement; a budget that cuts the work makes
-the result depend on the machine's speed (report.json says when it did). report.json names the winner and every candidate's makespan.
+near-chains that do not fit one device, cutting the graph into stages (stages.py)
+does better; on other graphs a list schedule or a balanced min-cut can. The core
+candidates are, in order: Step 1, stages, Baechi's m-ETF, HEFT and a METIS min-cut;
+on graphs under EXTRAS_MAX_NODES, or when no core candidate fits, also linear
+clustering, m-TOPO, round-robin and one device. The emulator judges each after the
+same repair every placement gets. The fastest feasible one wins (the earliest on
+ties; one whose repair moved more than MAX_MOVED_SHARE of the nodes only when no
+other fits) and is refined within memory (memory_refinement.py).
+
+On graphs of PARALLEL_MIN_NODES or more, the candidates after Step 1 are built and
+repaired in worker processes while Step 1 runs. The time budget skips candidates not
+ready when it ends and stops the refinement; its default is far above what 200k-node
+graphs need, so the same input gives the same placement (report.json says when the
+budget cut). report.json names the winner and every candidate's makespan.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import numpy as np
 
 from pardnn.errors import UserError
 from pardnn.graph.constraints import allowed_devices
-from pardnn.placers.baselines import etf, heft, metis_cut
+from pardnn.placers.baselines import etf, heft, linear, metis_cut, round_robin, single, topo
 from pardnn.placers.pardnn import stages, step1
 from pardnn.placers.pardnn.memory_refinement import refine_within_memory
 from pardnn.repair.overflow_repair import repair
@@ -37,8 +39,12 @@ DEFAULT_BUDGET_S = 300.0    # wall time for the whole placement; Step 1 always r
 MAX_MOVED_SHARE = 0.10      # a winner whose repair moved more is taken only if no other fits
 PARALLEL_MIN_NODES = 20_000  # smaller graphs build their candidates in this process
 
-BUILDERS = (("step1", None), ("stages", stages.place), ("etf", etf.place), ("heft", heft.place),
-            ("metis", metis_cut.place))
+CORE = ("step1", "stages", "etf", "heft", "metis")
+EXTRAS = ("linear", "topo", "round-robin", "single")   # on small graphs, or when no core one fits
+EXTRAS_MAX_NODES = 20_000
+BUILDERS = {"stages": stages.place, "etf": etf.place, "heft": heft.place, "metis": metis_cut.place,
+            "linear": linear.place, "topo": topo.place, "round-robin": round_robin.place,
+            "single": single.place}
 
 
 @dataclass
@@ -67,28 +73,27 @@ def choose(graph, cluster, timings=None, budget_s: float = DEFAULT_BUDGET_S) -> 
     """Build, repair and judge the candidates; refine the winner within memory."""
     timings = {} if timings is None else timings
     deadline = time.perf_counter() + budget_s
-    with _workers(graph.num_nodes) as pool:
-        pending = [(name, pool.apply_async(_candidate, (graph, cluster, name))) for name, _ in BUILDERS[1:]]
+    names = list(CORE[1:]) + (list(EXTRAS) if graph.num_nodes < EXTRAS_MAX_NODES else [])
+    with _workers(graph.num_nodes, len(names)) as pool:
+        pending = {name: pool.apply_async(_candidate, (graph, cluster, name)) for name in names}
         first = step1.partition(graph, cluster, timings)
-        results = [_judged(graph, cluster, first.device, 0.0)]
-        for name, job in pending:
-            results.append(_collect(job, deadline))
-    built, report, repaired, errors = {}, {}, {}, []
-    timings["repair"] = 0.0
-    for (name, _), (device, entry, fixed, error, build_s, repair_s) in zip(BUILDERS, results):
-        report[name] = entry
-        if device is None:
-            continue
-        built[name] = device
-        if name != "step1":
-            timings[name] = build_s
-        timings["repair"] += repair_s
-        if fixed is not None:
-            repaired[name] = fixed
-        if error is not None:
-            errors.append(error)
+        results = {"step1": _judged(graph, cluster, first.device, 0.0)}
+        results.update({name: _collect(job, deadline) for name, job in pending.items()})
+    if all(r[2] is None for r in results.values()):          # nothing fits yet: the rest
+        inline = _InlinePool()
+        results.update({name: _collect(inline.apply_async(_candidate, (graph, cluster, name)), deadline)
+                        for name in EXTRAS if name not in results})
+    return _pick(graph, cluster, results, _step1_output(first), timings, deadline)
+
+
+def _pick(graph, cluster, results, step1_output, timings, deadline) -> Chosen:
+    """The winner among the judged candidates, refined within memory."""
+    report = {name: r[1] for name, r in results.items()}
+    repaired = {name: r[2] for name, r in results.items() if r[2] is not None}
     if not repaired:
-        raise errors[0]
+        raise next(r[3] for r in results.values() if r[3] is not None)
+    timings["repair"] = sum(r[5] for r in results.values())
+    timings.update({name: r[4] for name, r in results.items() if name != "step1" and r[0] is not None})
     winner = _winner(repaired, graph.num_nodes)
     fixed, fitted = repaired[winner], None
     if winner != "step1" or fixed.rounds:       # Step 1 refined itself when nothing moved
@@ -97,13 +102,13 @@ def choose(graph, cluster, timings=None, budget_s: float = DEFAULT_BUDGET_S) -> 
                                       rounds=cluster.num_devices, deadline=deadline)
         timings["refine_memory"] = time.perf_counter() - t0
         fixed = fitted.repaired
-    return Chosen(winner, built[winner], fixed, fitted, _step1_output(first), report)
+    return Chosen(winner, results[winner][0], fixed, fitted, step1_output, report)
 
 
 def _candidate(graph, cluster, name):
     """Build candidate `name` and judge it (runs in a worker process when there are any)."""
     t0 = time.perf_counter()
-    device = np.asarray(dict(BUILDERS)[name](graph, cluster), np.int32)
+    device = np.asarray(BUILDERS[name](graph, cluster), np.int32)
     return _judged(graph, cluster, device, time.perf_counter() - t0)
 
 
@@ -130,12 +135,12 @@ def _collect(job, deadline):
 
 
 @contextlib.contextmanager
-def _workers(num_nodes):
+def _workers(num_nodes, jobs):
     """Worker processes for the candidates after Step 1, which run beside it: one fewer
     than the CPUs, none for graphs under PARALLEL_MIN_NODES (a fork costs more than
     they take) or on one CPU. Without workers the candidates run in turn, each only
     while the budget lasts."""
-    count = min(len(BUILDERS) - 1, (os.cpu_count() or 1) - 1)
+    count = min(jobs, (os.cpu_count() or 1) - 1)
     if num_nodes < PARALLEL_MIN_NODES or count < 1 or "fork" not in multiprocessing.get_all_start_methods():
         yield _InlinePool()
         return
@@ -166,7 +171,7 @@ class _Deferred:
 def _winner(repaired, num_nodes) -> str:
     """The fastest feasible candidate (the earliest on ties), among those whose repair moved
     at most MAX_MOVED_SHARE of the nodes when there are any."""
-    order = [n for n, _ in BUILDERS]
+    order = list(CORE + EXTRAS)
     few = [n for n, r in repaired.items() if r.moved.sum() <= MAX_MOVED_SHARE * num_nodes]
     return min(few or repaired, key=lambda n: (repaired[n].schedule.makespan, order.index(n)))
 
