@@ -45,6 +45,7 @@ from pardnn.graph import NORMAL, REFERENCE, RESIDUAL, CostGraph
 # Ops whose access to a resource variable switches it to copy-on-read mode.
 SPARSE_ACCESS = ("ResourceGather", "ResourceScatter", "ResourceSparseApply")
 from pardnn.tf.colocation import colocation_groups
+from pardnn.tf.fusion import fusion_ties
 from pardnn.tf.graphdef import (DT_RESOURCE, graph_table, profile_files, read_graph_def,
                                 shape_bytes)
 from pardnn.tf.stepstats import read_step_stats
@@ -58,7 +59,7 @@ def load_profile(path):
     info: nodes, edges, steps, untimed_nodes (absent from every step's step_stats:
     zero time, static sizes), outside_step_nodes (untimed and feeding no timed
     node, e.g. initializers: no memory either), unknown_stats_records, dropped_back_edges, pinned_cpu,
-    stage_seconds and, when present, the profile.json written by `pardnn profile`."""
+    fusions (pattern -> matches tied into one group, pardnn.tf.fusion), stage_seconds and, when present, the profile.json written by `pardnn profile`."""
     clock = _Stages()
     graph_pb, steps = profile_files(path)
     table = graph_table(read_graph_def(graph_pb), source=graph_pb)
@@ -74,7 +75,8 @@ def load_profile(path):
     gslot = table.edge_global_slot()
     edge_bytes = np.where(gslot >= 0, slot_bytes[np.maximum(gslot, 0)], 0)
     pinned = cpu_pins(table.ops)
-    group = colocation_groups(table).tolist()
+    fusions = fusion_ties(table)
+    group = colocation_groups(table, fusions.ties).tolist()
     clock.lap("kinds_groups")
     graph = CostGraph.build(
         names=table.names, ops=table.ops, comp_us=stats.comp_us, out_bytes=out_bytes,
@@ -88,6 +90,7 @@ def load_profile(path):
             "unknown_stats_records": stats.unknown_records,
             "dropped_back_edges": table.back_edges,
             "pinned_cpu": sum(1 for p in pinned if p),
+            "fusions": fusions.counts,
             "stage_seconds": clock.seconds}
     meta = _profile_json(path)
     if meta is not None:

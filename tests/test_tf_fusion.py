@@ -1,0 +1,84 @@
+"""Grappler fusion patterns become colocation ties (pardnn.tf.fusion)."""
+
+import pytest
+
+import pardnn.tf  # noqa: F401  (quiet TensorFlow import first)
+import tensorflow as tf
+
+from pardnn.tf.colocation import colocation_groups
+from pardnn.tf.fusion import fusion_ties
+from pardnn.tf.graphdef import graph_table
+
+pytestmark = pytest.mark.tf
+tf1 = tf.compat.v1
+
+
+def _groups(build):
+    """{pattern: count} and the sets of node names tied together, for a graph
+    built by build() in a fresh tf.Graph."""
+    graph = tf.Graph()
+    with graph.as_default():
+        build()
+    table = graph_table(graph.as_graph_def(add_shapes=True))
+    fusions = fusion_ties(table)
+    label = colocation_groups(table, fusions.ties).tolist()
+    sets = {}
+    for name, g in zip(table.names, label):
+        sets.setdefault(g, set()).add(name)
+    return fusions.counts, [s for s in sets.values() if len(s) > 1]
+
+
+def _x(shape=(2, 3)):
+    return tf1.placeholder(tf.float32, shape, name="x")
+
+
+def test_matmul_bias_relu_is_one_group_and_a_second_consumer_is_not_in_it():
+    def build():
+        m = tf.matmul(_x(), tf.ones([3, 4]), name="mm")
+        r = tf.nn.relu(tf.nn.bias_add(m, tf.ones([4]), name="bias"), name="act")
+        tf.identity(r, name="after")
+    counts, groups = _groups(build)
+    assert counts == {"contraction_bias_activation": 1}
+    assert groups == [{"mm", "bias", "act"}]
+
+
+def test_bias_without_activation_and_add_with_residual():
+    def build():
+        x = _x((2, 4))
+        m = tf.matmul(x, tf.ones([4, 4]), name="mm")
+        b = tf.nn.bias_add(m, tf.ones([4]), name="bias")
+        tf.add(b, x, name="residual")                      # Contraction+BiasAdd+Add (oneDNN)
+        m2 = tf.matmul(x, tf.ones([4, 4]), name="mm2")
+        tf.nn.bias_add(m2, tf.ones([4]), name="bias2")
+    counts, groups = _groups(build)
+    assert counts == {"contraction_bias": 1, "contraction_bias_add": 1}
+    assert sorted(map(sorted, groups)) == [["bias", "mm", "residual"], ["bias2", "mm2"]]
+
+
+def test_conv_squeeze_bias_and_batchnorm_relu():
+    def build():
+        x = tf1.placeholder(tf.float32, [1, 1, 4, 2], name="x")
+        c = tf.nn.conv2d(x, tf.ones([1, 1, 2, 3]), 1, "VALID", name="conv")
+        s = tf.squeeze(c, [1], name="sq")
+        tf.nn.bias_add(s, tf.ones([3]), name="bias")
+        y, _, _ = tf1.nn.fused_batch_norm(x, tf.ones([2]), tf.zeros([2]), is_training=True, name="bn")
+        tf.nn.relu(y, name="bn_relu")
+    counts, groups = _groups(build)
+    assert counts == {"batchnorm_activation": 1, "conv_squeeze_bias": 1}
+    assert sorted(map(sorted, groups)) == [["bias", "conv", "sq"], ["bn", "bn_relu"]]
+
+
+def test_swish_and_unrelated_mul():
+    def build():
+        x = _x()
+        tf.multiply(x, tf.sigmoid(x, name="sig"), name="swish")
+        tf.multiply(x, tf.sigmoid(tf.ones([2, 3]), name="sig2"), name="not_swish")
+    counts, groups = _groups(build)
+    assert counts == {"swish": 1}
+    assert groups == [{"sig", "swish"}]
+
+
+def test_a_graph_without_patterns_gets_no_ties():
+    def build():
+        tf.nn.relu(tf.add(_x(), 1.0, name="add"), name="act")
+    assert _groups(build) == ({}, [])
