@@ -1,12 +1,13 @@
 """Grappler fusion patterns become colocation ties (pardnn.tf.fusion)."""
 
+import numpy as np
 import pytest
 
 import pardnn.tf  # noqa: F401  (quiet TensorFlow import first)
 import tensorflow as tf
 
 from pardnn.tf.colocation import colocation_groups
-from pardnn.tf.fusion import fusion_ties
+from pardnn.tf.fusion import fusion_ties, spread_fused_times
 from pardnn.tf.graphdef import graph_table
 
 pytestmark = pytest.mark.tf
@@ -82,3 +83,27 @@ def test_a_graph_without_patterns_gets_no_ties():
     def build():
         tf.nn.relu(tf.add(_x(), 1.0, name="add"), name="act")
     assert _groups(build) == ({}, [])
+
+
+def test_a_fused_groups_time_is_spread_over_the_nodes_it_replaced():
+    comp = np.array([0.0, 0.0, 9.0, 4.0, 2.0, 5.0])
+    timed = np.array([False, False, True, True, True, False])
+    # group [0, 1, 2]: fused, timed under node 2; group [3, 4]: not fused; node 5 alone
+    spread, given = spread_fused_times(comp, timed, [[0, 1, 2], [3, 4]])
+    assert spread.tolist() == [3.0, 3.0, 3.0, 4.0, 2.0, 5.0] and given == 2
+    assert comp.tolist() == [0.0, 0.0, 9.0, 4.0, 2.0, 5.0]      # input unchanged
+
+
+def test_profile_with_rewrites_on_spreads_the_fused_kernels_time(tmp_path):
+    from pardnn.cli import main
+    from pardnn.tf import load_profile
+    assert main(["profile", "mlp", "--size", "tiny", "--steps", "2", "--rewrites", "on",
+                 "-o", str(tmp_path / "prof")]) == 0
+    graph, info = load_profile(str(tmp_path / "prof"))
+    assert info["profile"]["rewrites"] == "on"
+    assert info["fusions"] == {"contraction_bias": 1, "contraction_bias_activation": 2}
+    assert info["fused_timed_nodes"] == 5           # 2 x (MatMul, BiasAdd) + logits/MatMul
+    ix = graph.index()
+    times = [graph.comp_us[ix[n]] for n in ("layer0/MatMul", "layer0/BiasAdd", "layer0/relu")]
+    assert times[0] > 0 and times == [times[0]] * 3
+    assert info["untimed_nodes"] >= 5               # still counted as untimed

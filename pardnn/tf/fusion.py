@@ -51,10 +51,31 @@ GELU_OPS = frozenset(("Mul", "AddV2", "Add", "Erf", "Tanh", "Square", "Pow", "Re
 
 @dataclass
 class Fusions:
-    """Node groups Grappler may fuse: `ties` (pairs of node ids) and matches per pattern."""
+    """Node groups Grappler may fuse: `groups` (node id lists, one per match), `ties`
+    (pairs of node ids joining each group) and matches per pattern."""
 
+    groups: list = field(default_factory=list)
     ties: list = field(default_factory=list)
     counts: dict = field(default_factory=dict)
+
+
+def spread_fused_times(comp_us, timed, groups):
+    """(compute times, nodes given time) with each fused group's time spread evenly.
+
+    In a profile taken with Grappler on, a fused kernel is timed under one name (the
+    remapper's: the pattern's last node, or its first for Conv+Squeeze+BiasAdd) and
+    the nodes it replaced are absent from the step stats. A group with timed and
+    untimed members (fusion happened) gets the sum of its members' times split equally
+    among all of them; a group timed throughout (not fused) keeps its times. The
+    group is one colocation group, so the split moves no time between devices."""
+    comp = np.asarray(comp_us, np.float64).copy()
+    given = 0
+    for members in groups:
+        hit = timed[members]
+        if hit.any() and not hit.all():
+            comp[members] = comp[members].sum() / len(members)
+            given += int((~hit).sum())
+    return comp, given
 
 
 def fusion_ties(table) -> Fusions:
@@ -71,6 +92,7 @@ def fusion_ties(table) -> Fusions:
             if members and not taken[members].any():
                 taken[members] = True
                 counts[name] += 1
+                fusions.groups.append(members)
                 fusions.ties.extend((members[0], j) for j in members[1:])
     fusions.counts = dict(sorted(counts.items()))
     return fusions

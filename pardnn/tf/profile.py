@@ -81,15 +81,18 @@ def write_profile_dir(out_dir, graph, run_metadatas, doc) -> None:
 
 
 def profile_model(model, steps: int = 5, devices: str = "cpu:1", out_dir: str = "profile",
-                  meta=None) -> dict:
+                  meta=None, rewrites: bool = False) -> dict:
     """Profile a pardnn.models.Model: initialise, then `profile` its train op and loss
-    on `devices` ("cpu:K" virtual CPU devices, or "gpu" for the visible GPUs)."""
+    on `devices` ("cpu:K" virtual CPU devices, or "gpu" for the visible GPUs), with
+    Grappler's rewrites on if `rewrites` (the loader spreads fused nodes' times)."""
     cpu_devices, gpus = parse_profile_devices(devices)
-    with tf1.Session(graph=model.graph, config=session_config(cpu_devices, gpus)) as session:
+    config = session_config(cpu_devices, gpus, rewrites)
+    with tf1.Session(graph=model.graph, config=config) as session:
         session.run(model.init)
         return profile(session, [model.train_op, model.loss], model.feed, steps, out_dir, meta={
             "train_op": model.train_op, "loss": model.loss, "init": model.init,
-            "seed": model.seed, "profile_devices": devices, **(meta or {})})
+            "seed": model.seed, "profile_devices": devices, "rewrites": "on" if rewrites else "off",
+            **(meta or {})})
 
 
 def _describe(session, fetches, feed, steps, meta):

@@ -29,12 +29,15 @@ from pardnn.errors import UserError
 tf1 = tf.compat.v1
 
 
-def session_config(cpu_devices: int = 1, gpus: bool = False):
-    """ConfigProto with `cpu_devices` virtual CPU devices; GPUs hidden unless `gpus`."""
+def session_config(cpu_devices: int = 1, gpus: bool = False, rewrites: bool = False):
+    """ConfigProto with `cpu_devices` virtual CPU devices; GPUs hidden unless `gpus`;
+    graph rewriting off unless `rewrites` (then TF's defaults: Grappler on)."""
     count = {"CPU": int(cpu_devices)}
     if not gpus:
         count["GPU"] = 0
     config = tf1.ConfigProto(device_count=count, allow_soft_placement=True)
+    if rewrites:
+        return config
     config.graph_options.rewrite_options.disable_meta_optimizer = True
     opts = config.graph_options.optimizer_options
     opts.opt_level = tf1.OptimizerOptions.L0
