@@ -97,7 +97,7 @@ def _replica_graph_def(fn):
         node = nodes[internal.op.name]
         node.op = "VarHandleOp"
         for key in list(node.attr):
-            if key not in ("_output_shapes",):
+            if key != "_output_shapes":
                 del node.attr[key]
         node.attr["dtype"].type = var.dtype.as_datatype_enum
         node.attr["shape"].shape.CopyFrom(var.shape.as_proto())
