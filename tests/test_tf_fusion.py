@@ -107,3 +107,18 @@ def test_profile_with_rewrites_on_spreads_the_fused_kernels_time(tmp_path):
     times = [graph.comp_us[ix[n]] for n in ("layer0/MatMul", "layer0/BiasAdd", "layer0/relu")]
     assert times[0] > 0 and times == [times[0]] * 3
     assert info["untimed_nodes"] >= 5               # still counted as untimed
+
+
+@pytest.mark.parametrize("approximate", [False, True])
+def test_matmul_bias_gelu_ties_the_element_wise_nodes_of_gelu(approximate):
+    def build():
+        b = tf.nn.bias_add(tf.matmul(_x(), tf.ones([3, 4]), name="mm"), tf.ones([4]), name="bias")
+        with tf.name_scope("gelu"):
+            g = tf.nn.gelu(b, approximate=approximate)
+        tf.identity(g, name="after")
+    counts, groups = _groups(build)
+    assert counts == {"matmul_bias_gelu": 1}
+    (group,) = groups
+    assert {"mm", "bias"} < group and "after" not in group
+    # TF 2.21 (oneDNN) names the fused kernel after Gelu's last Mul, measured
+    assert ("gelu/Gelu/mul_3" if approximate else "gelu/Gelu/mul_2") in group

@@ -46,7 +46,8 @@ ACTIVATIONS = frozenset(("Relu", "Relu6", "Elu", "LeakyRelu", "Tanh", "Sigmoid")
 ADDS = frozenset(("Add", "AddV2", "AddN"))
 BATCH_NORMS = frozenset(("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"))
 BATCH_NORM_GRADS = frozenset(("FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3"))
-GELU_OPS = frozenset(("Mul", "AddV2", "Add", "Erf", "Tanh", "Square", "Pow", "RealDiv"))
+GELU_OPS = frozenset(("Mul", "AddV2", "Add", "Neg", "Erf", "Erfc", "Tanh", "Square", "Pow", "RealDiv"))
+GELU_CURVES = frozenset(("Erf", "Erfc", "Tanh"))
 
 
 @dataclass
@@ -80,7 +81,8 @@ def spread_fused_times(comp_us, timed, groups):
 
 def fusion_ties(table) -> Fusions:
     """Every fusable pattern of a GraphTable, larger patterns first (as the remapper,
-    which visits a pattern's last node before its first); a node joins one match."""
+    which visits a pattern's last node before its first; Gelu's element-wise nodes
+    come after any Add they contain); a node joins one match."""
     m = _Matcher(table)
     ops = np.asarray(table.ops, dtype=object)
     taken = np.zeros(table.num_nodes, bool)
@@ -116,9 +118,9 @@ class _Matcher:
     def rules(self):
         """(pattern name, ops its last node can have, rule) in matching order."""
         act, bias_ops = ACTIVATIONS, ("BiasAdd", "Add", "AddV2")
-        return [("contraction_bias_add_activation", act, self.activation_of(self.bias_add)),
+        return [("matmul_bias_gelu", bias_ops, self.gelu),
+                ("contraction_bias_add_activation", act, self.activation_of(self.bias_add)),
                 ("contraction_bias_add", ADDS, self.bias_add),
-                ("matmul_bias_gelu", bias_ops, self.gelu),
                 ("contraction_bias_activation", act, self.activation_of(self.bias)),
                 ("conv_batchnorm_activation", act, self.activation_of(self.conv_batchnorm)),
                 ("conv_squeeze_bias", ("BiasAdd",), self.squeeze_bias),
@@ -182,16 +184,16 @@ class _Matcher:
 
     def gelu(self, i):
         """x = BiasAdd(MatMul) and the element-wise nodes computing only from x and
-        constants, when they include Erf or Tanh and a Mul of x by one of them."""
+        constants, when they include Erf, Erfc or Tanh and a Mul of two of them (x
+        times its curve: tf.nn.gelu, exact or approximate)."""
         found = self.bias(i)
         if not found or self.ops[found[0]] != "MatMul":
             return None
         closure = self._elementwise_closure(i)
-        inside = set(closure)
-        has_curve = any(self.ops[j] in ("Erf", "Tanh") for j in closure)
-        x_times = any(self.ops[j] == "Mul" and i in self.inputs(j) and
-                      any(k in inside for k in self.inputs(j) if k != i) for j in closure)
-        return found + closure if has_curve and x_times else None
+        inside = set(closure) | {i}
+        has_curve = any(self.ops[j] in GELU_CURVES for j in closure)
+        product = any(self.ops[j] == "Mul" and all(k in inside for k in self.inputs(j)) for j in closure)
+        return found + closure if has_curve and product else None
 
     def _elementwise_closure(self, x):
         consumers = self._consumers()
