@@ -1,8 +1,8 @@
 """The node patterns Grappler fuses into one kernel, found in a GraphDef.
 
 With TF's default session config, Grappler's remapper replaces a pattern such as
-MatMul -> BiasAdd -> Relu by one node (`_FusedMatMul`, named after the last node of
-the pattern) on the device of the pattern's first node, whatever devices the
+MatMul -> BiasAdd -> Relu by one node (`_FusedMatMul`, named after one of the
+pattern's nodes) on the device of the pattern's first node, whatever devices the
 placement asked for its other nodes. A placement that splits a pattern is
 therefore overridden. The loader ties every pattern's nodes into one colocation
 group, so no placer splits it (docs/profiles.md "Fusion").
@@ -63,9 +63,9 @@ class Fusions:
 def spread_fused_times(comp_us, timed, groups):
     """(compute times, nodes given time) with each fused group's time spread evenly.
 
-    In a profile taken with Grappler on, a fused kernel is timed under one name (the
-    remapper's: the pattern's last node, or its first for Conv+Squeeze+BiasAdd) and
-    the nodes it replaced are absent from the step stats. A group with timed and
+    In a profile taken with Grappler on, a fused kernel is timed under one of its
+    pattern's names (usually the last node's) and the nodes it replaced are absent
+    from the step stats. A group with timed and
     untimed members (fusion happened) gets the sum of its members' times split equally
     among all of them; a group timed throughout (not fused) keeps its times. The
     group is one colocation group, so the split moves no time between devices."""
