@@ -36,3 +36,16 @@ def test_placement_survives_grappler(tmp_path, family_profile, algorithm):
     result = run_placed(tmp_path / "placed", STEPS, config="default")
     assert result.check.moved == []
     assert result.losses == pytest.approx(unplaced, rel=1e-5, abs=1e-6)
+
+
+def test_run_command_with_the_default_config_says_so(tmp_path, capsys):
+    assert main(["profile", "mlp", "--size", "tiny", "--steps", "1", "-o", str(tmp_path / "prof")]) == 0
+    assert main(["place", str(tmp_path / "prof"), "--devices", "cpu:4", "--algorithm", "round-robin",
+                 "-o", str(tmp_path / "placed")]) == 0
+    capsys.readouterr()
+    assert main(["run", str(tmp_path / "placed"), "--steps", "2", "--config", "default"]) == 0
+    out = capsys.readouterr().out
+    assert "session config: default" in out and out.count("loss ") == 2
+    assert "moved from their requested device: 0" in out
+    report = (tmp_path / "placed" / "report.json").read_text()
+    assert '"fusions": {' in report and '"contraction_bias_activation": 2' in report
