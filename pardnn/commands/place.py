@@ -17,7 +17,7 @@ from pardnn.io.summary import print_summary
 
 # Loader statistics copied into report.json under "loader".
 LOADER_FIELDS = ("steps", "untimed_nodes", "outside_step_nodes",
-                 "unknown_stats_records", "dropped_back_edges", "pinned_cpu")
+                 "unknown_stats_records", "dropped_back_edges", "pinned_cpu", "fusions", "fused_timed_nodes")
 
 
 def add_parser(sub):

@@ -26,6 +26,10 @@ def add_parser(sub):
     p.add_argument("--estimate", metavar="PRESET",
                    help="don't run the model: estimate its op costs for one GPU of PRESET "
                         "(gpu:K, dgx1-v100, dgx2, dgx-a100, dgx-h100)")
+    p.add_argument("--rewrites", choices=("on", "off"), default="off",
+                   help="Grappler's graph rewriting while profiling: off (default; every node timed "
+                        "as itself) or on, as your training runs (fused nodes' times are spread over "
+                        "the nodes they replaced; docs/profiles.md)")
     p.add_argument("-o", "--out", required=True, metavar="PROFILE_DIR", help="output directory")
     p.set_defaults(run=run)
 
@@ -53,7 +57,8 @@ def run(args):
         print(summary_line(args.model, result, args.out))
         return 0
     with stage(f"profiling {args.model}: warm-up + {args.steps} traced steps on {args.devices}"):
-        doc = profile_model(model, args.steps, args.devices, args.out, meta=meta)
+        doc = profile_model(model, args.steps, args.devices, args.out, meta=meta,
+                            rewrites=args.rewrites == "on")
     nodes = len(model.graph.as_graph_def().node)
     print(f"profiled {args.model} ({nodes} nodes) for {doc['steps']} steps on {args.devices}; wrote {args.out}")
     return 0

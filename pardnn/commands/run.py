@@ -3,7 +3,9 @@
 Prints the loss of every step, how many nodes ran on each device (from the
 partition graphs of the first step), the memory each device allocated during that
 step (its allocation records) and how many nodes TF ran somewhere other than
-requested. Exit code 0 even when TF moved nodes: the count says so.
+requested. Exit code 0 even when TF moved nodes: the count says so. `--config
+default` runs with TF's default session config (Grappler on), as a user's own
+training script would; `--config pardnn` (the default) with pardnn's.
 """
 
 
@@ -12,6 +14,9 @@ def add_parser(sub):
                        description="Import PLACED_DIR/placed_graph.pb and train it on its devices.")
     p.add_argument("placed", metavar="PLACED_DIR", help="output directory of `pardnn place`")
     p.add_argument("--steps", type=int, default=3, metavar="N", help="training steps (default 3)")
+    p.add_argument("--config", choices=("pardnn", "default"), default="pardnn",
+                   help="session config: pardnn's (graph rewriting off, soft placement on; default) "
+                        "or TF's default (Grappler on), as in your own training script")
     p.set_defaults(run=run)
 
 
@@ -19,7 +24,8 @@ def run(args):
     from pardnn.tf.run import run_placed
     from pardnn.units import format_size
 
-    result = run_placed(args.placed, args.steps)
+    result = run_placed(args.placed, args.steps, args.config)
+    print(f"session config: {args.config}")
     for step, loss in enumerate(result.losses):
         print(f"step {step}: loss {loss:.6f}")
     check = result.check

@@ -8,6 +8,11 @@ Public API for a user's own TF1-style training script:
     pardnn.tf.import_placed_graph(path_or_graph_def, name="")          placed graph
     pardnn.tf.check_placement(session, fetches, feed_dict)            TF honoured it?
 
+and for a TF2 tf.function training step (docs/tf2.md):
+
+    pardnn.tf.profile_function(step_fn, args, steps=5, out_dir=...)   profile dir
+    pardnn.tf.placed(step_fn, "placed/placement.csv")                 placed tf.function
+
 Note: `pardnn.tf.profile` is the function; the module is pardnn.tf.profile's
 namesake, reachable as `from pardnn.tf.profile import profile_model`.
 """
@@ -39,6 +44,8 @@ from pardnn.tf.profile_loader import load_profile  # noqa: E402
 from pardnn.tf.profile import profile, profile_model  # noqa: E402
 from pardnn.tf.rewrite import check_placement, import_placed_graph, write_placed_graph  # noqa: E402
 from pardnn.tf.session import session_config  # noqa: E402
+from pardnn.tf.function import check_function_placement, placed, profile_function  # noqa: E402
 
 __all__ = ["profile", "profile_model", "load_profile", "import_placed_graph",
-           "check_placement", "write_placed_graph", "session_config"]
+           "check_placement", "write_placed_graph", "session_config",
+           "profile_function", "placed", "check_function_placement"]

@@ -1,6 +1,6 @@
 """Colocation groups: the nodes TensorFlow insists on running on one device.
 
-Union-find over three kinds of ties (DESIGN.md "Where TensorFlow's rules meet the
+Union-find over four kinds of ties (DESIGN.md "Where TensorFlow's rules meet the
 algorithm"):
 - `_class: loc:@x` attributes (what `colocate_with` and optimizer slots write);
 - ref- and resource-typed edges: TF's placer colocates every consumer of a ref or
@@ -9,11 +9,15 @@ algorithm"):
   Identity/Enter the handle flows through;
 - TF1 while-loop frames: every node inside an Enter..Exit frame (at any nesting
   depth) joins its frame's group, so a loop is never split across devices. Nested
-  frames end up in their outermost frame's group.
+  frames end up in their outermost frame's group;
+- the nodes of a pattern Grappler's remapper fuses into one kernel
+  (pardnn.tf.fusion), passed in as `extra_ties`: TF would run them where the
+  pattern's first node runs, whatever the placement says.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 
 import numpy as np
@@ -24,10 +28,11 @@ _ENTER = ("Enter", "RefEnter")
 _EXIT = ("Exit", "RefExit")
 
 
-def colocation_groups(table) -> np.ndarray:
-    """Group label (a representative node id) for every node of the GraphTable."""
+def colocation_groups(table, extra_ties=()) -> np.ndarray:
+    """Group label (a representative node id) for every node of the GraphTable;
+    `extra_ties` are more (node id, node id) pairs to keep together."""
     parent = list(range(table.num_nodes))
-    for a, b in _class_ties(table):
+    for a, b in itertools.chain(_class_ties(table), extra_ties):
         _union(parent, a, b)
     gslot = table.edge_global_slot()
     data = gslot >= 0

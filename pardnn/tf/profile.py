@@ -41,6 +41,14 @@ def profile(session, fetches, feed=None, steps: int = 5, out_dir: str = "profile
     if steps < 1:
         raise UserError(f"--steps: need at least 1 traced step, got {steps}")
     feed_fn = feed if callable(feed) else (lambda step: feed)
+    metas = traced_steps(session, fetches, feed_fn, steps)
+    doc = _describe(session, fetches, feed_fn(WARMUP_STEPS), steps, meta or {})
+    write_profile_dir(out_dir, session.graph, metas, doc)
+    return doc
+
+
+def traced_steps(session, fetches, feed_fn, steps: int) -> list:
+    """Run WARMUP_STEPS untraced steps, then `steps` traced ones; their RunMetadata."""
     for step in range(WARMUP_STEPS):
         session.run(fetches, feed_dict=feed_fn(step))
     metas = []
@@ -49,19 +57,19 @@ def profile(session, fetches, feed=None, steps: int = 5, out_dir: str = "profile
         run_metadata = tf1.RunMetadata()
         session.run(fetches, feed_dict=feed_fn(step), options=options, run_metadata=run_metadata)
         metas.append(run_metadata)
-    doc = _describe(session, fetches, feed_fn(WARMUP_STEPS), steps, meta or {})
-    write_profile_dir(out_dir, session.graph, metas, doc)
-    return doc
+    return metas
 
 
 def write_profile_dir(out_dir, graph, run_metadatas, doc) -> None:
-    """graph.pb, run_metadata_<i>.pb and profile.json, all or nothing.
+    """graph.pb (of `graph`, a tf.Graph or a GraphDef), run_metadata_<i>.pb and
+    profile.json, all or nothing.
 
     run_metadata files of an earlier, longer profile in the same directory are
     removed, so the loader never mixes steps of two profiles."""
     with OutputDir(out_dir) as out:
         with open(out.temp("graph.pb"), "wb") as f:
-            f.write(graph.as_graph_def(add_shapes=True).SerializeToString())
+            graph_def = graph if isinstance(graph, tf1.GraphDef) else graph.as_graph_def(add_shapes=True)
+            f.write(graph_def.SerializeToString())
         for i, run_metadata in enumerate(run_metadatas):
             with open(out.temp(f"run_metadata_{i}.pb"), "wb") as f:
                 f.write(run_metadata.SerializeToString())
@@ -73,15 +81,18 @@ def write_profile_dir(out_dir, graph, run_metadatas, doc) -> None:
 
 
 def profile_model(model, steps: int = 5, devices: str = "cpu:1", out_dir: str = "profile",
-                  meta=None) -> dict:
+                  meta=None, rewrites: bool = False) -> dict:
     """Profile a pardnn.models.Model: initialise, then `profile` its train op and loss
-    on `devices` ("cpu:K" virtual CPU devices, or "gpu" for the visible GPUs)."""
+    on `devices` ("cpu:K" virtual CPU devices, or "gpu" for the visible GPUs), with
+    Grappler's rewrites on if `rewrites` (the loader spreads fused nodes' times)."""
     cpu_devices, gpus = parse_profile_devices(devices)
-    with tf1.Session(graph=model.graph, config=session_config(cpu_devices, gpus)) as session:
+    config = session_config(cpu_devices, gpus, rewrites)
+    with tf1.Session(graph=model.graph, config=config) as session:
         session.run(model.init)
         return profile(session, [model.train_op, model.loss], model.feed, steps, out_dir, meta={
             "train_op": model.train_op, "loss": model.loss, "init": model.init,
-            "seed": model.seed, "profile_devices": devices, **(meta or {})})
+            "seed": model.seed, "profile_devices": devices, "rewrites": "on" if rewrites else "off",
+            **(meta or {})})
 
 
 def _describe(session, fetches, feed, steps, meta):

@@ -45,6 +45,7 @@ from pardnn.graph import NORMAL, REFERENCE, RESIDUAL, CostGraph
 # Ops whose access to a resource variable switches it to copy-on-read mode.
 SPARSE_ACCESS = ("ResourceGather", "ResourceScatter", "ResourceSparseApply")
 from pardnn.tf.colocation import colocation_groups
+from pardnn.tf.fusion import fusion_ties, spread_fused_times
 from pardnn.tf.graphdef import (DT_RESOURCE, graph_table, profile_files, read_graph_def,
                                 shape_bytes)
 from pardnn.tf.stepstats import read_step_stats
@@ -58,7 +59,9 @@ def load_profile(path):
     info: nodes, edges, steps, untimed_nodes (absent from every step's step_stats:
     zero time, static sizes), outside_step_nodes (untimed and feeding no timed
     node, e.g. initializers: no memory either), unknown_stats_records, dropped_back_edges, pinned_cpu,
-    stage_seconds and, when present, the profile.json written by `pardnn profile`."""
+    fusions (pattern -> matches tied into one group, pardnn.tf.fusion),
+    fused_timed_nodes (untimed nodes given a share of their fused kernel's time; they
+    stay counted in untimed_nodes), stage_seconds and, when present, the profile.json written by `pardnn profile`."""
     clock = _Stages()
     graph_pb, steps = profile_files(path)
     table = graph_table(read_graph_def(graph_pb), source=graph_pb)
@@ -74,10 +77,12 @@ def load_profile(path):
     gslot = table.edge_global_slot()
     edge_bytes = np.where(gslot >= 0, slot_bytes[np.maximum(gslot, 0)], 0)
     pinned = cpu_pins(table.ops)
-    group = colocation_groups(table).tolist()
+    fusions = fusion_ties(table)
+    group = colocation_groups(table, fusions.ties).tolist()
+    comp_us, fused_timed = spread_fused_times(stats.comp_us, stats.timed, fusions.groups)
     clock.lap("kinds_groups")
     graph = CostGraph.build(
-        names=table.names, ops=table.ops, comp_us=stats.comp_us, out_bytes=out_bytes,
+        names=table.names, ops=table.ops, comp_us=comp_us, out_bytes=out_bytes,
         persist_bytes=persist, kind=kind, group=group, pinned=pinned, temp_bytes=stats.temp_bytes,
         edge_src=table.edge_src, edge_dst=table.edge_dst, edge_bytes=edge_bytes,
         edge_slot=table.edge_slot)
@@ -88,6 +93,8 @@ def load_profile(path):
             "unknown_stats_records": stats.unknown_records,
             "dropped_back_edges": table.back_edges,
             "pinned_cpu": sum(1 for p in pinned if p),
+            "fusions": fusions.counts,
+            "fused_timed_nodes": fused_timed,
             "stage_seconds": clock.seconds}
     meta = _profile_json(path)
     if meta is not None:

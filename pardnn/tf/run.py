@@ -22,7 +22,7 @@ from pardnn.errors import UserError
 from pardnn.models import load_module
 from pardnn.tf.graphdef import read_graph_def
 from pardnn.tf.rewrite import PlacementCheck, check_placement, import_placed_graph
-from pardnn.tf.session import session_config
+from pardnn.tf.session import SESSION_CONFIGS
 
 tf1 = tf.compat.v1
 
@@ -42,11 +42,15 @@ def train(session, train_op, loss, feed, steps: int, start: int = 0) -> list:
     return losses
 
 
-def run_placed(placed_dir, steps: int) -> RunResult:
-    """Import placed_dir/placed_graph.pb into a fresh graph and train `steps` steps;
-    the first step also checks where TF ran each node."""
+def run_placed(placed_dir, steps: int, config: str = "pardnn") -> RunResult:
+    """Import placed_dir/placed_graph.pb into a fresh graph and train `steps` steps
+    in a session with `config` ("pardnn": rewrites off, soft placement on;
+    "default": TF's default ConfigProto, Grappler on); the first step also checks
+    where TF ran each node."""
     if steps < 1:
         raise UserError(f"--steps: need at least 1 step, got {steps}")
+    if config not in SESSION_CONFIGS:
+        raise UserError(f"--config: expected {' or '.join(SESSION_CONFIGS)}, got {config!r}")
     doc = _profile_doc(placed_dir)
     model = load_module(doc["model"]).build(**doc.get("knobs", {}))
     graph_def = read_graph_def(os.path.join(str(placed_dir), "placed_graph.pb"))
@@ -54,7 +58,7 @@ def run_placed(placed_dir, steps: int) -> RunResult:
     graph = tf.Graph()
     with graph.as_default():
         import_placed_graph(graph_def)
-    with tf1.Session(graph=graph, config=session_config(cpus, gpus)) as session:
+    with tf1.Session(graph=graph, config=SESSION_CONFIGS[config](cpus, gpus)) as session:
         session.run(model.init)
         feed0 = model.feed(0) if model.feed else None
         (_, first), check = check_placement(session, [model.train_op, model.loss], feed0, graph_def)

@@ -1,0 +1,62 @@
+"""TF2: pardnn.tf.profile_function and pardnn.tf.placed on a Keras training step."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import pardnn.tf  # noqa: F401  (quiet TensorFlow import first)
+import tensorflow as tf
+
+from pardnn.errors import UserError
+from pardnn.tf import placed, profile_function
+
+pytestmark = pytest.mark.tf
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.mark.slow
+def test_keras_step_placed_on_four_logical_cpus(tmp_path):
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "keras_step_script.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["moved"] == []                               # every op ran where placed
+    assert len(result["per_device"]) == 4                      # round-robin used all four
+    assert result["placed"] == pytest.approx(result["unplaced"], abs=1e-5)
+    assert result["placed"][0] != result["placed"][-1]         # it trained
+    assert "does not match the trace of step" in result["mismatch"]
+    assert "\n" not in result["mismatch"]
+
+
+def test_a_plain_python_function_is_refused(tmp_path):
+    with pytest.raises(UserError, match="step_fn: <lambda> is not a tf.function"):
+        profile_function(lambda x: x, (1.0,), out_dir=str(tmp_path / "p"))
+
+    def step(x):
+        return x
+    with pytest.raises(UserError, match="step_fn: step is not a tf.function"):
+        placed(step, str(tmp_path / "placement.csv"))
+    assert not (tmp_path / "p").exists()
+
+
+def test_args_that_do_not_fit_the_signature_are_refused(tmp_path):
+    @tf.function(input_signature=[tf.TensorSpec([2], tf.float32)])
+    def step(x):
+        return x * 2.0
+    with pytest.raises(UserError, match="args: step cannot be traced with them"):
+        profile_function(step, (tf.ones([3]),), out_dir=str(tmp_path / "p"))
+    assert not (tmp_path / "p").exists()
+
+
+def test_a_placement_naming_unknown_devices_is_refused(tmp_path):
+    csv = tmp_path / "placement.csv"
+    csv.write_text("node,device\nx,/job:localhost/replica:0/task:0/device:CPU:9\n")
+
+    @tf.function
+    def step(x):
+        return x * 2.0
+    with pytest.raises(UserError, match=r"placement.csv:2: device '.*CPU:9' is not one of this process's"):
+        placed(step, str(csv))
