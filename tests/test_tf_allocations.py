@@ -8,7 +8,7 @@ import tensorflow as tf
 from tensorflow.core.framework import step_stats_pb2
 
 from pardnn.tf import check_placement, session_config
-from pardnn.tf.allocations import step_peaks
+from pardnn.tf.allocations import HOST, step_peaks
 
 pytestmark = pytest.mark.tf
 tf1 = tf.compat.v1
@@ -31,9 +31,10 @@ def stats(devices):
 def test_running_total_per_device_with_frees_first_at_one_instant():
     peaks = step_peaks(stats({
         CPU + "0": [("cpu", [(1, 100), (5, -100)]), ("cpu", [(5, 60), (9, -60)]), ("cpu", [(3, 30), (4, -30)])],
-        CPU + "1": [("cpu", [(2, 40)])],
+        CPU + "1": [("cpu", [(6, 40)])],
     }))
-    assert peaks == {CPU + "0": 130, CPU + "1": 40}
+    # the shared host allocator peaks at 130 (t=3), not at 130 + 40: CPU:1 allocates after CPU:0 freed
+    assert peaks == {CPU + "0": 130, CPU + "1": 40, HOST: 130}
 
 
 def test_a_gpu_counts_only_its_own_allocator_and_its_streams_fold_into_it():
@@ -53,5 +54,6 @@ def test_check_placement_measures_each_device():
             b = tf.matmul(a, a) + 1.0
     with tf1.Session(graph=graph, config=session_config(2)) as session:
         _, check = check_placement(session, b, {x: np.ones((256, 256), np.float32)})
-    assert set(check.step_peak_bytes) == {CPU + "0", CPU + "1"}
+    assert set(check.step_peak_bytes) == {CPU + "0", CPU + "1", HOST}
     assert all(peak >= 256 * 256 * 4 for peak in check.step_peak_bytes.values())
+    assert check.step_peak_bytes[HOST] <= check.step_peak_bytes[CPU + "0"] + check.step_peak_bytes[CPU + "1"]

@@ -21,6 +21,7 @@ def add_parser(sub):
 
 
 def run(args):
+    from pardnn.tf.allocations import HOST
     from pardnn.tf.run import run_placed
     from pardnn.units import format_size
 
@@ -32,10 +33,15 @@ def run(args):
     print(f"nodes run per device ({check.num_run} in all):")
     for device, count in check.nodes_per_device.items():
         print(f"  {device}: {count}")
-    print("memory allocated during the first step, per device (TF allocation records; "
+    print("memory allocated during the first step by the ops of each device (TF allocation records; "
           "variables and optimizer slots, allocated before it, are not counted):")
     for device, peak in check.step_peak_bytes.items():
-        print(f"  {device}: peak {format_size(peak)} ({peak} B)")
+        if device != HOST:
+            print(f"  {device}: peak {format_size(peak)} ({peak} B)")
+    if HOST in check.step_peak_bytes:
+        peak = check.step_peak_bytes[HOST]
+        print(f"  the CPU devices share one host allocator, whose peak was {format_size(peak)} ({peak} B); "
+              f"the per-device figures are its ops' shares, not separate memories")
     print(f"nodes TensorFlow moved from their requested device: {len(check.moved)}")
     for node, want, actual in check.moved[:10]:
         print(f"  {node}: asked {want}, ran on {actual}")

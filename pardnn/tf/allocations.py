@@ -19,9 +19,14 @@ from collections import defaultdict
 import numpy as np
 
 
+HOST = "host allocator (all CPU devices)"
+
+
 def step_peaks(step_stats) -> dict:
-    """{device name as step stats give it, less any stream suffix: peak bytes
-    allocated during the step}."""
+    """{device name as step stats give it, less any stream suffix: peak bytes its ops
+    allocated during the step}, plus HOST: the peak of the one allocator all CPU
+    devices share, which is what the process really held (the CPU devices' own peaks
+    come at different times and do not add up to it)."""
     events = defaultdict(list)
     for dev in step_stats.dev_stats:
         device = re.sub(r"/stream:.*$|/memcpy$", "", dev.device)
@@ -31,7 +36,11 @@ def step_peaks(step_stats) -> dict:
                 if gpu and not memory.allocator_name.startswith(f"GPU_{gpu.group(1)}_"):
                     continue
                 events[device] += [(r.alloc_micros, r.alloc_bytes) for r in memory.allocation_records]
-    return {device: _peak(records) for device, records in sorted(events.items())}
+    peaks = {device: _peak(list(records)) for device, records in sorted(events.items())}
+    cpus = [r for device, records in events.items() if "CPU:" in device for r in records]
+    if cpus:
+        peaks[HOST] = _peak(cpus)
+    return peaks
 
 
 def _peak(records) -> int:

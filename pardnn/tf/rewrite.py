@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from pardnn.errors import UserError
-from pardnn.tf.allocations import step_peaks
+from pardnn.tf.allocations import HOST, step_peaks
 from pardnn.tf.graphdef import read_graph_def
 
 tf1 = tf.compat.v1
@@ -95,7 +95,8 @@ def check_placement(session, fetches, feed_dict=None, graph_def=None):
     options = tf1.RunOptions(output_partition_graphs=True, trace_level=tf1.RunOptions.FULL_TRACE)
     results = session.run(fetches, feed_dict=feed_dict, run_metadata=run_metadata, options=options)
     check = compare_partitions(requested, run_metadata.partition_graphs)
-    check.step_peak_bytes = {_canonical(d): peak for d, peak in step_peaks(run_metadata.step_stats).items()}
+    check.step_peak_bytes = {d if d == HOST else _canonical(d): peak
+                             for d, peak in step_peaks(run_metadata.step_stats).items()}
     return results, check
 
 
