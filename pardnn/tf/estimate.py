@@ -131,6 +131,7 @@ def estimate_model(model, target: Target, out_dir: str, meta=None) -> dict:
         "fetches": [model.train_op, model.loss],
         "feeds": sorted(model.feed(0)) if model.feed is not None else [],
         "train_op": model.train_op, "loss": model.loss, "init": model.init, "seed": model.seed,
+        "trainable_parameters": _trainable_parameters(model.graph),
         **(meta or {}),
         "costs": {"source": "estimated", "estimator": "grappler-virtual-cluster",
                   "target": target.label, "device": target.description,
@@ -141,10 +142,17 @@ def estimate_model(model, target: Target, out_dir: str, meta=None) -> dict:
     return doc
 
 
+def _trainable_parameters(graph) -> int:
+    """Elements of the graph's trainable variables (optimizer slots not counted)."""
+    with graph.as_default():
+        return int(sum(v.shape.num_elements() or 0 for v in tf.compat.v1.trainable_variables()))
+
+
 def summary_line(model_name: str, doc: dict, out_dir: str) -> str:
     """What `pardnn profile --estimate` prints."""
     costs = doc["costs"]
-    return (f"estimated {model_name} for one {costs['device']['name']} ({costs['target']}, "
+    return (f"estimated {model_name} ({doc['trainable_parameters'] / 1e9:.3g}e9 parameters) for one "
+            f"{costs['device']['name']} ({costs['target']}, "
             f"{costs['precision']} MatMul/convolution, {costs['op_overhead_us']:g} us per op): Grappler "
             f"scheduled {costs['scheduled']} ops; the bytes/bandwidth fallback costed "
             f"{len(costs['fallback_nodes'])} ({costs['unmodelled']} without a Grappler model, "
