@@ -181,7 +181,7 @@ def estimate_step(model, target: Target):
     t1 = time.perf_counter()
     info = _apply_fallbacks(model.graph, step_stats, _step_nodes(meta.graph_def, fetch_names(model)),
                             target.bandwidth_gbs, target.tensor_gflops)
-    info.update(_apply_tensor_cores(model.graph, step_stats, target))
+    info.update(_apply_tensor_cores(model.graph, step_stats, target, set(info["fallback_nodes"])))
     info.update(_apply_overhead(step_stats, target.op_overhead_us))
     info.update(grappler_seconds=t1 - t0, fallback_seconds=time.perf_counter() - t1,
                 run_time_us=run_time_s * 1e6, peak_memory_bytes=peak)
@@ -256,18 +256,18 @@ def _apply_fallbacks(graph, step_stats, step_nodes: set, bandwidth_gbs: float, p
             "fallback_nodes": dropped + unmodelled}
 
 
-def _apply_tensor_cores(graph, step_stats, target: Target) -> dict:
-    """Cost the compute of Grappler-modelled MatMul and 2-D convolution ops at the
+def _apply_tensor_cores(graph, step_stats, target: Target, fallback: set) -> dict:
+    """Cost the compute of Grappler-costed MatMul and 2-D convolution ops at the
     precision's rate: Grappler's FP32 term (ceil(FLOPs / FP32 peak) ns) is replaced by
-    FLOPs / tensor rate; the memory term stays. 3-D convolutions got the tensor rate
-    in the fallback already. Nothing changes at FP32."""
+    FLOPs / tensor rate; the memory term stays. Fallback-costed ops have no such term
+    (3-D convolutions got the tensor rate there). Nothing changes at FP32."""
     info = {"precision": target.precision, "matmul_peak_gflops": target.tensor_gflops, "tensor_core_ops": 0}
     if target.tensor_gflops == target.peak_gflops:
         return info
     ops = {op.name: op for op in graph.get_operations()}
     stats = {ns.node_name: ns for dev in step_stats.dev_stats for ns in dev.node_stats}
-    for ns in stats.values():
-        op = ops.get(ns.node_name)
+    for name, ns in stats.items():
+        op = None if name in fallback else ops.get(name)
         flops = _tensor_flops(op, stats) if op is not None and op.type in grappler_ops.TENSOR_CORE_OPS else 0
         if flops:
             memory_ns = max(0, ns.all_end_rel_nanos - math.ceil(flops / target.peak_gflops))
