@@ -26,13 +26,13 @@ def add_parser(sub):
     p.add_argument("--estimate", metavar="PRESET",
                    help="don't run the model: estimate its op costs for one GPU of PRESET "
                         "(gpu:K, dgx1-v100, dgx2, dgx-a100, dgx-h100)")
+    p.add_argument("-o", "--out", required=True, metavar="PROFILE_DIR", help="output directory")
     p.add_argument("--op-overhead", metavar="TIME",
                    help="with --estimate: fixed cost added to every op (kernel launch + dispatch; "
                         "default the preset's, 0 for none)")
     p.add_argument("--precision", metavar="fp32|tf32|fp16",
                    help="with --estimate: MatMul/convolution precision (default TF's on that GPU: "
                         "tf32 on A100/H100, fp32 on V100)")
-    p.add_argument("-o", "--out", required=True, metavar="PROFILE_DIR", help="output directory")
     p.set_defaults(run=run)
 
 

@@ -30,8 +30,7 @@ Two things Grappler leaves out are added by pardnn.tf.estimate from the figures 
 | dgx-a100   | A100-SXM4-40GB       | 8.0 | 108 | 64            | 1410 MHz    | 19.5 TFLOPS | 40 GiB | 1555 GB/s  | 40 MiB |
 | dgx-h100   | H100-SXM5-80GB       | 9.0 | 132 | 128           | 1980 MHz    | 66.9 TFLOPS | 80 GiB | 3350 GB/s  | 50 MiB |
 
-Sources are in each spec's `source` and in docs/estimates.md, with the tensor-core peaks
-and per-op overheads (and where those come from). Memory sizes match the
+Sources are in each spec's `source` and in docs/estimates.md. Memory sizes match the
 cluster presets in pardnn.hardware.cluster, so an estimated profile and `--devices PRESET`
 describe the same machine. No TensorFlow import here.
 """
