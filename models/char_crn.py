@@ -31,6 +31,11 @@ SIZES = {
              "maps_per_width": 2, "highway": 1, "batch": 2},
     "thesis": {"layers": 8, "hidden": 32, "seq": 35},
     "thesis-2": {"layers": 32, "hidden": 32, "seq": 35},
+    # Table 5.1's dimensions (LSTM hidden 2048, char embedding 15), the 4-GPU batch of
+    # Table 6.1, PTB's 10k words; char CNN as the paper's small model (25 x width maps),
+    # words up to 21 characters.
+    "real": {"layers": 8, "hidden": 2048, "seq": 35, "vocab": 10000, "word_len": 21,
+             "maps_per_width": 25, "batch": 512},
 }
 
 # Graph nodes of the thesis configs (Table 5.1) that the named configs reproduce.

@@ -31,6 +31,9 @@ SIZES = {
     "tiny": {"units": 1, "widen": 2, "width": 1, "image": 8, "classes": 10, "batch": 2},
     "thesis": {"units": 224, "widen": 14, "width": 1, "classes": 100},
     "thesis-2": {"units": 95, "widen": 28, "width": 1, "classes": 100},
+    # Table 5.1's widening 14 on the paper's base width 16 and CIFAR's 32x32 images, the
+    # 4-GPU batch of Table 6.1; 224 blocks per group as `thesis` (depth 610 is units=101).
+    "real": {"units": 224, "widen": 14, "width": 16, "image": 32, "classes": 100, "batch": 16},
 }
 
 # Graph nodes of the thesis configs (Table 5.1) that the named configs reproduce.

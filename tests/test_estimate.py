@@ -43,8 +43,9 @@ def by_name(graph):
 def test_matmul_and_adam_costs_follow_the_roofline(tmp_path):
     """H100: N^3 MACs at 66.9 TFLOPS plus 3 N^2 floats at 3350 GB/s, rounded up to ns each;
     ResourceApplyAdam (no Grappler model): var, m, v read and written, grad and six
-    scalars read, over the bandwidth."""
-    doc = estimate.estimate_model(matmul_model(), estimate.gpu_target("dgx-h100"), str(tmp_path))
+    scalars read, over the bandwidth. FP32 and no per-op overhead: Grappler's own costs."""
+    target = estimate.gpu_target("dgx-h100", op_overhead_us=0, precision="fp32")
+    doc = estimate.estimate_model(matmul_model(), target, str(tmp_path))
     graph, info = load_profile(str(tmp_path))
     ids = by_name(graph)
     flops_ns = np.ceil(2 * N**3 / (132 * 128 * 2 * 1980 * 1e-3))
@@ -54,6 +55,52 @@ def test_matmul_and_adam_costs_follow_the_roofline(tmp_path):
     assert graph.comp_us[adam] == pytest.approx(round((7 * N * N * 4 + 6 * 4) / 3350.0) / 1e3)
     assert doc["costs"]["unmodelled_ops"]["ResourceApplyAdam"] == 1
     assert "train/update_w/ResourceApplyAdam" in doc["costs"]["fallback_nodes"]
+
+
+def fwd_and_adam_us(target, out):
+    estimate.estimate_model(matmul_model(), target, str(out))
+    graph, _ = load_profile(str(out))
+    ids = by_name(graph)
+    return graph.comp_us, graph.comp_us[ids["fwd"]], graph.comp_us[ids["train/update_w/ResourceApplyAdam"]]
+
+
+def test_op_overhead_is_added_once_per_op(tmp_path):
+    """Every op's time grows by exactly the overhead, whatever its kind; 0 changes nothing."""
+    bare, _, _ = fwd_and_adam_us(estimate.gpu_target("dgx1-v100", op_overhead_us=0), tmp_path / "0")
+    paid, _, _ = fwd_and_adam_us(estimate.gpu_target("dgx1-v100", op_overhead_us=7.5), tmp_path / "7")
+    timed = bare > 0
+    assert timed.sum() > 20
+    assert np.allclose(paid[timed] - bare[timed], 7.5, atol=1e-3)
+    doc = json.loads((tmp_path / "7" / "profile.json").read_text())["costs"]
+    assert doc["op_overhead_us"] == 7.5 and doc["precision"] == "fp32"
+
+
+def test_v100_defaults_are_fp32_so_zero_overhead_gives_grappler_costs(tmp_path):
+    """On a V100 TF runs MatMul in FP32: with --op-overhead 0 the forward MatMul costs
+    Grappler's roofline, N^3 MACs at 15.67 TFLOPS plus 3 N^2 floats at 900 GB/s."""
+    target = estimate.gpu_target("dgx2", op_overhead_us=0)
+    assert target.precision == "fp32" and estimate.gpu_target("dgx2").op_overhead_us == 8.0
+    _, fwd_us, _ = fwd_and_adam_us(target, tmp_path)
+    flops_ns = np.ceil(2 * N**3 / (80 * 64 * 2 * 1530 * 1e-3))
+    assert fwd_us == pytest.approx((flops_ns + np.ceil(3 * N * N * 4 / 900.0)) / 1e3)
+
+
+def test_precision_scales_matmul_compute_by_the_ratio_of_the_peaks(tmp_path):
+    """fwd is N^3 MACs: its compute term (ceil of FLOPs / FP32 peak, in ns) becomes FLOPs /
+    tensor peak; the memory term and the Adam update (no tensor cores) stay."""
+    flops = 2 * N**3
+    times = {}
+    for precision in ("fp32", "tf32", "fp16"):
+        target = estimate.gpu_target("dgx-h100", op_overhead_us=0, precision=precision)
+        times[precision] = fwd_and_adam_us(target, tmp_path / precision)[1:] + (target.tensor_gflops,)
+    fp32_us, adam_us, peak32 = times["fp32"]
+    memory_us = fp32_us - np.ceil(flops / peak32) / 1e3
+    for precision in ("tf32", "fp16"):
+        fwd_us, adam, peak = times[precision]
+        assert adam == adam_us
+        assert fwd_us - memory_us == pytest.approx(np.ceil(flops / peak32) / 1e3 * peak32 / peak, abs=1e-3)
+    assert times["tf32"][2] / peak32 == pytest.approx(494.7 / 66.9, rel=1e-2)
+    assert estimate.gpu_target("dgx-h100").precision == "tf32"
 
 
 def test_a_graph_bigger_than_the_target_gpu_is_still_costed(tmp_path):
@@ -150,7 +197,10 @@ def test_conv3d_fallback_adds_flops_over_peak():
              "gradients/conv_grad/Conv3DBackpropFilterV2": "Conv3DBackpropFilterV2"}
     for name, op_type in names.items():
         op = graph.get_operation_by_name(name)
-        assert op.type == op_type and estimate._conv3d_flops(op) == 20736
+        assert op.type == op_type and estimate._conv_flops(op, {}) == 20736
+    with graph.as_default():   # 2-D: [1,4,4,2] * [3,3,2,3] SAME -> 2 x 48 outputs x 9 taps x 2 channels
+        conv2d = tf.nn.conv2d(x[:, 0], k[0], 1, "SAME", name="conv2d").op
+    assert estimate._conv_flops(conv2d, {}) == 2 * 48 * 9 * 2
     stats = tf1.RunMetadata().step_stats
     stats.dev_stats.add(device="/device:GPU:0")
     estimate._apply_fallbacks(graph, stats, {"x", "k", "conv"}, 1.928, 20.736)
@@ -176,11 +226,30 @@ def test_cli_unknown_preset_exits_2_with_the_list(tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("flags, message", [
+    (["--op-overhead=-5us"], "--op-overhead: cannot use '-5us' (give a time from 0 to 1s"),
+    (["--op-overhead", "fast"], "--op-overhead: cannot use 'fast'"),
+    (["--precision", "int8"], "--precision: unknown precision 'int8' (choose from fp32, tf32, fp16)"),
+    (["--precision", "tf32", "--estimate", "dgx1-v100"],
+     "--precision: dgx1-v100 (Tesla V100-SXM2-32GB) has no tf32 tensor cores (choose from fp32, fp16)"),
+])
+def test_cli_bad_overhead_or_precision_exits_2(tmp_path, capsys, flags, message):
+    out = tmp_path / "prof"
+    args = ["profile", "mlp", "--size", "tiny", "--estimate", "dgx-h100", *flags, "-o", str(out)]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err
+    assert not out.exists()
+
+
 def test_cli_estimated_profile_places_unchanged(tmp_path, capsys):
     prof, placed = tmp_path / "prof", tmp_path / "placed"
-    assert main(["profile", "mlp", "--size", "tiny", "--estimate", "dgx-a100:4", "-o", str(prof)]) == 0
-    assert "A100-SXM4-40GB" in capsys.readouterr().out
-    assert json.loads((prof / "profile.json").read_text())["costs"]["target"] == "dgx-a100"
+    assert main(["profile", "mlp", "--size", "tiny", "--estimate", "dgx-a100:4", "--op-overhead", "2us",
+                 "--precision", "fp16", "-o", str(prof)]) == 0
+    assert "A100-SXM4-40GB (dgx-a100, fp16 MatMul/convolution, 2 us per op)" in capsys.readouterr().out
+    costs = json.loads((prof / "profile.json").read_text())["costs"]
+    assert (costs["target"], costs["precision"], costs["op_overhead_us"]) == ("dgx-a100", "fp16", 2.0)
+    assert costs["matmul_peak_gflops"] == 312_000.0 and costs["tensor_core_ops"] == 9
     assert main(["place", str(prof), "--devices", "dgx-a100:2", "--algorithm", "round-robin",
                  "-o", str(placed)]) == 0
     assert (placed / "placed_graph.pb").is_file() and (placed / "placement.csv").is_file()

@@ -1,7 +1,9 @@
-"""Placement quality of every algorithm on every built-in family (issue #7); writes Markdown and CSV.
+"""Placement quality of every algorithm on every built-in family (issues #7, #15); writes Markdown and CSV.
 
     python tools/bench_quality.py [--work DIR] [--families mlp,wrn] [--size tiny] [--synth 20000]
                                   [--k 2,4,8,16] [--algorithms a,b] [--fraction 0.6] [-o docs/bench]
+    python tools/bench_quality.py --estimate dgx1-v100,dgx2,dgx-h100,2xdgx-h100 --size real \
+                                  [--memory unlimited,real] [--k 2,4,8,16] ...
 
 Graphs: each family profiled once with `pardnn profile FAMILY --size SIZE --devices cpu:1`
 into --work (reused when already there) plus a synthetic training-like graph
@@ -14,6 +16,15 @@ Reported per row: emulated makespan, speedup = single-device makespan / makespan
 feasible (False when the placer plus repair cannot fit; the placer's message is kept),
 bytes communicated, placement seconds (placer + repair). Writes OUT.csv (one line per
 placement) and OUT.md (speedup tables and a summary of each algorithm against ParDNN).
+
+With `--estimate PRESETS` (device presets, `NxPRESET` for N hosts) the graphs are
+instead estimated profiles (`pardnn profile FAMILY --size SIZE --estimate GPU`, GPU the
+preset's, kept in --work) placed on K of the preset's GPUs (K up to its size; on N hosts
+K/N per host), in two memory settings (--memory): unlimited, and real = the preset's
+GPU memory. Each graph's parallelism (total work / critical path) and
+communication-to-computation ratio (every edge costed on the preset's mean link, over
+total work) are printed, and each row gets ParDNN's speedup over round-robin and its
+makespan over the best other placer's (targets: geometric mean >= 2x, every row <= 1.00x).
 """
 
 from __future__ import annotations
@@ -22,6 +33,8 @@ import argparse
 import csv
 import math
 import os
+import re
+import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -30,13 +43,15 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from bench_repair import UNLIMITED, profile_dir, single_peak, sized_cluster  # noqa: E402
 
-from pardnn.pipeline import place as placer
+from pardnn.pipeline import place as placer  # noqa: E402
 from pardnn.placers import registry as algorithms  # noqa: E402
 from pardnn.hardware import parse_devices  # noqa: E402
 from pardnn.errors import UserError  # noqa: E402
+from pardnn.graph.edge_costs import mean_edge_costs  # noqa: E402
+from pardnn.graph.levels import critical_path_us  # noqa: E402
 from pardnn.models import FAMILIES  # noqa: E402
 
-COLUMNS = ["graph", "nodes", "k", "memory", "algorithm", "makespan_us", "speedup", "feasible",
+COLUMNS = ["graph", "nodes", "preset", "k", "memory", "algorithm", "makespan_us", "speedup", "feasible",
            "comm_bytes", "placement_seconds", "error"]
 
 
@@ -51,8 +66,54 @@ def graphs(args):
         yield f"synth-{args.synth // 1000}k", synth_graph(args.synth, seed=0)
 
 
-def one(name, graph, k, memory, algorithm, cluster) -> dict:
-    row = {"graph": name, "nodes": graph.num_nodes, "k": k, "memory": memory, "algorithm": algorithm}
+def cpu_cases(args):
+    """(graph name, graph, preset, K, memory label, cluster) on K virtual CPUs."""
+    for name, graph in graphs(args):
+        limited = args.fraction * single_peak(graph)
+        for k in args.k:
+            yield name, graph, "cpu", k, "unlimited", parse_devices(f"cpu:{k}").with_options(memory=UNLIMITED)
+            yield name, graph, "cpu", k, f"{args.fraction:g}x peak", sized_cluster(k, limited)
+
+
+def estimated_cases(args):
+    """The same on K GPUs of each --estimate preset, costs estimated for its GPU."""
+    from pardnn.pipeline.load import load_cost_graph
+    for family in args.families:
+        for preset in args.estimate:
+            match = re.fullmatch(r"([0-9]+)x(.+)", preset)
+            hosts, single = (int(match.group(1)), match.group(2)) if match else (1, preset)
+            graph = load_cost_graph(estimated_dir(args.work, family, args.size, single))[0]
+            full = parse_devices(preset)
+            print(graph_stats(family, preset, graph, full), flush=True)
+            for k in [k for k in args.k if k <= full.num_devices and k % hosts == 0]:
+                cluster = parse_devices(f"{hosts}x{single}:{k // hosts}" if hosts > 1 else f"{single}:{k}")
+                for memory in args.memory:
+                    yield (family, graph, preset, k, memory,
+                           cluster.with_options(memory=UNLIMITED) if memory == "unlimited" else cluster)
+
+
+def estimated_dir(root, family, size, gpu):
+    """Profile dir of FAMILY --size SIZE estimated for GPU preset `gpu`, made once."""
+    path = os.path.join(root, f"{family}-{size}-{gpu}")
+    if not os.path.isfile(os.path.join(path, "graph.pb")):
+        subprocess.run([sys.executable, "-m", "pardnn", "profile", family, "--size", size, "--estimate", gpu,
+                        "-o", path], check=True, stdout=subprocess.DEVNULL)
+    return path
+
+
+def graph_stats(name, preset, graph, cluster) -> str:
+    """Total work, critical path, parallelism (work / critical path) and CCR (every edge
+    costed on the cluster's mean link, over total work) of a graph."""
+    work = float(graph.comp_us.sum())
+    path = critical_path_us(graph)
+    comm = float(mean_edge_costs(graph, cluster).sum())
+    return (f"graph {name} on {preset}: {graph.num_nodes} nodes, work {work / 1e3:.1f} ms, critical path "
+            f"{path / 1e3:.1f} ms, parallelism {work / path:.2f}, CCR {comm / work:.2f}")
+
+
+def one(name, graph, preset, k, memory, algorithm, cluster) -> dict:
+    row = {"graph": name, "nodes": graph.num_nodes, "preset": preset, "k": k, "memory": memory,
+           "algorithm": algorithm}
     try:
         _, rep = placer.place(graph, cluster, algorithm)
     except UserError as exc:
@@ -64,17 +125,12 @@ def one(name, graph, k, memory, algorithm, cluster) -> dict:
 
 def run(args) -> list:
     rows = []
-    for name, graph in graphs(args):
-        limited = args.fraction * single_peak(graph)
-        for k in args.k:
-            settings = [("unlimited", parse_devices(f"cpu:{k}").with_options(memory=UNLIMITED)),
-                        (f"{args.fraction:g}x peak", sized_cluster(k, limited))]
-            for memory, cluster in settings:
-                for algorithm in args.algorithms:
-                    rows.append(one(name, graph, k, memory, algorithm, cluster))
-                    r = rows[-1]
-                    print(f"{name:12s} K={k:<2d} {memory:10s} {algorithm:12s} "
-                          f"{r.get('speedup', 'infeasible')}", flush=True)
+    for name, graph, preset, k, memory, cluster in (estimated_cases(args) if args.estimate else cpu_cases(args)):
+        for algorithm in args.algorithms:
+            rows.append(one(name, graph, preset, k, memory, algorithm, cluster))
+            r = rows[-1]
+            print(f"{name:12s} {preset:11s} K={k:<2d} {memory:10s} {algorithm:12s} "
+                  f"{r.get('speedup', 'infeasible')}", flush=True)
     return rows
 
 
@@ -85,29 +141,75 @@ def speedup_cell(r) -> str:
 
 
 def markdown(rows, args) -> str:
-    """One speedup table per memory setting, then each algorithm against ParDNN."""
+    """One speedup table per memory setting (with ParDNN against round-robin and against
+    the best other placer per row), then the targets and each algorithm against ParDNN."""
     out = []
     for memory in dict.fromkeys(r["memory"] for r in rows):
         out += [f"### Memory: {memory}", "",
-                "| graph | nodes | K | " + " | ".join(args.algorithms) + " |",
-                "|---|---:|---:|" + "---:|" * len(args.algorithms)]
-        cells = {}
-        for r in rows:
-            if r["memory"] == memory:
-                cells.setdefault((r["graph"], r["nodes"], r["k"]), {})[r["algorithm"]] = r
-        for (graph, nodes, k), by in cells.items():
+                "| graph | nodes | devices | K | " + " | ".join(args.algorithms) + " | pardnn vs round-robin "
+                "| pardnn / best other |",
+                "|---|---:|---|---:|" + "---:|" * (len(args.algorithms) + 2)]
+        for (graph, nodes, preset, k), by in table_rows(rows, memory).items():
             best = max((x["speedup"] for x in by.values() if x["feasible"]), default=None)
             marks = [f"**{speedup_cell(by[a])}**" if by[a]["feasible"] and by[a]["speedup"] == best
                      else speedup_cell(by[a]) for a in args.algorithms]
-            out.append(f"| {graph} | {nodes} | {k} | " + " | ".join(marks) + " |")
+            vs_rr, vs_best = against(by)
+            out.append(f"| {graph} | {nodes} | {preset} | {k} | " + " | ".join(marks) +
+                       f" | {ratio_cell(vs_rr)} | {ratio_cell(vs_best)} |")
         out.append("")
-    return "\n".join(out + summary(rows, args))
+    return "\n".join(out + targets(rows) + summary(rows, args))
+
+
+def table_rows(rows, memory) -> dict:
+    """{(graph, nodes, preset, K): {algorithm: row}} for one memory setting."""
+    cells = {}
+    for r in rows:
+        if r["memory"] == memory:
+            cells.setdefault((r["graph"], r["nodes"], r["preset"], r["k"]), {})[r["algorithm"]] = r
+    return cells
+
+
+def against(by) -> tuple:
+    """(round-robin makespan / ParDNN's, ParDNN's / the best other feasible placer's);
+    None where ParDNN or the other side did not fit."""
+    ours = by.get("pardnn")
+    if ours is None or not ours["feasible"]:
+        return None, None
+    rr = by.get("round-robin")
+    others = [r["makespan_us"] for a, r in by.items() if a != "pardnn" and r["feasible"]]
+    return (rr["makespan_us"] / ours["makespan_us"] if rr is not None and rr["feasible"] else None,
+            ours["makespan_us"] / min(others) if others else None)
+
+
+def ratio_cell(x) -> str:
+    return "—" if x is None else f"{x:.2f}x"
+
+
+def targets(rows) -> list:
+    """Per devices and memory setting: geometric mean of ParDNN's speedup over
+    round-robin (target >= 2) and the rows where ParDNN is within 1.00x of the best other."""
+    out = ["### Targets", "",
+           "geo-mean of round-robin makespan / ParDNN's (target >= 2x); rows where ParDNN's "
+           "makespan / the best other placer's is <= 1.00 (target: all), and the worst such ratio.", "",
+           "| devices | memory | rows | vs round-robin (geo-mean) | rows <= 1.00x best other | worst |",
+           "|---|---|---:|---:|---:|---:|"]
+    for memory in dict.fromkeys(r["memory"] for r in rows):
+        by_preset = {}
+        for (_, _, preset, _), by in table_rows(rows, memory).items():
+            by_preset.setdefault(preset, []).append(against(by))
+        for preset, pairs in by_preset.items():
+            rr = [a for a, _ in pairs if a is not None]
+            best = [b for _, b in pairs if b is not None]
+            geo = math.exp(sum(map(math.log, rr)) / len(rr)) if rr else float("nan")
+            out.append(f"| {preset} | {memory} | {len(pairs)} | {geo:.2f}x | "
+                       f"{sum(b <= 1.005 for b in best)} / {len(best)} | {ratio_cell(max(best, default=None))} |")
+    return out + [""]
 
 
 def summary(rows, args) -> list:
     """Per algorithm and memory setting: geometric mean of its makespan over ParDNN's
     (> 1: ParDNN faster) where both fit, and how often it could not fit."""
-    key = {(r["graph"], r["k"], r["memory"], r["algorithm"]): r for r in rows}
+    key = {(r["graph"], (r["preset"], r["k"]), r["memory"], r["algorithm"]): r for r in rows}
     out = ["### Against ParDNN", "",
            "makespan / ParDNN's makespan, geometric mean over graphs and K where both fit "
            "(> 1: ParDNN is faster); wins = settings where it is faster than ParDNN by more than 1%; "
@@ -153,11 +255,18 @@ def main(argv=None) -> int:
     p.add_argument("--k", default="2,4,8,16")
     p.add_argument("--algorithms", default=",".join(algorithms.names()))
     p.add_argument("--fraction", type=float, default=0.6, help="limited capacity, x single-device peak")
+    p.add_argument("--estimate", default="", help="device presets whose GPUs cost the graphs "
+                   "(e.g. dgx1-v100,dgx2,dgx-h100,2xdgx-h100); default: measured CPU profiles on cpu:K")
+    p.add_argument("--memory", default="unlimited,real", help="with --estimate: unlimited and/or real")
     p.add_argument("-o", "--out", default="bench_quality", help="output path without .md/.csv")
     args = p.parse_args(argv)
     args.families = [f for f in args.families.split(",") if f]
     args.algorithms = [a for a in args.algorithms.split(",") if a]
     args.k = [int(x) for x in args.k.split(",") if x]
+    args.estimate = [x for x in args.estimate.split(",") if x]
+    args.memory = [x for x in args.memory.split(",") if x]
+    if set(args.memory) - {"unlimited", "real"}:
+        p.error("--memory takes unlimited and/or real")
     if "pardnn" not in args.algorithms:
         p.error("--algorithms must include pardnn (the summary compares against it)")
     os.makedirs(args.work, exist_ok=True)

@@ -3,6 +3,7 @@ does estimating the thesis-size graphs take?
 
     python tools/estimate_accuracy.py                       # accuracy, tiny configs, host CPU
     python tools/estimate_accuracy.py --thesis /tmp/est    # thesis-size estimates instead
+    python tools/estimate_accuracy.py --thesis /tmp/est --sizes real --target dgx-h100
 
 Accuracy: for each built-in family's `tiny` config (or `--size NAME`), profile it on this CPU
 (pardnn.tf.profile_model, cpu:1) and estimate it for this CPU (a Grappler CPU
@@ -13,25 +14,32 @@ step time (sum of op times, estimated / measured), plus the per-op-type ratios o
 op types that dominate the measured step. No GPU comparison is made on a machine
 without one.
 
-Thesis sizes (`--thesis DIR`): estimate every family's `thesis*` configs for
-`--target` (default dgx-h100) into DIR/<family>-<size>/ (the large graphs for the
-speed benchmarks) and print node count and build / estimate / load seconds.
+Thesis sizes (`--thesis DIR`): estimate every family's `--sizes` configs (default
+thesis,thesis-2) for `--target` (default dgx-h100) into DIR/<family>-<size>/ (the large
+graphs for the speed and quality benchmarks) by running `pardnn profile FAMILY --size S
+--estimate TARGET` in a child process, and print node count, trainable parameters,
+the child's wall and CPU seconds and peak RSS, load seconds, the sum of the op times,
+Grappler's peak memory and the emulated one-device peak.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
 
 import numpy as np
 
-from pardnn.models import FAMILIES, load_module, resolve_knobs
-from pardnn.tf import estimate
-from pardnn.tf.profile_loader import load_profile
-from pardnn.tf.profile import profile_model
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from pardnn.models import FAMILIES, load_module, resolve_knobs  # noqa: E402
+from pardnn.tf import estimate  # noqa: E402
+from pardnn.tf.profile_loader import load_profile  # noqa: E402
+from pardnn.tf.profile import profile_model  # noqa: E402
 
 
 def host_bandwidth_gbs(mib: int = 128, repeats: int = 5) -> float:
@@ -124,23 +132,39 @@ def accuracy_table(families, size, steps) -> None:
                       f"{r['estimated_ms'] / r['measured_ms']:.3f} | {ops} |", flush=True)
 
 
-def thesis_table(families, target_spec, out_root) -> None:
+def thesis_table(families, sizes, target_spec, out_root) -> None:
+    from bench_repair import single_peak
+    from pardnn.pipeline.load import load_cost_graph
     target = estimate.gpu_target(target_spec)
-    print(f"\nthesis-size estimates for {target.label} ({target.description['name']}) in {out_root}")
-    print("| family | size | nodes | build s | estimate s (grappler + fallback + write) | load s | fallback nodes |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"\nestimates for {target.label} ({target.description['name']}, {target.precision}, "
+          f"{target.op_overhead_us:g} us per op) in {out_root}")
+    print("| family | size | nodes | parameters | profile wall s | CPU s | peak RSS GB | load s "
+          "| op time sum ms | Grappler peak GB | one-device peak GB | fallback nodes |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for family in families:
-        module = load_module(family)
-        for size in [s for s in getattr(module, "SIZES", {}) if s.startswith("thesis")]:
-            start = time.perf_counter()
-            model = module.build(**resolve_knobs(module, size))
-            built = time.perf_counter()
+        for size in [s for s in sizes if s in getattr(load_module(family), "SIZES", {})]:
             out = os.path.join(out_root, f"{family}-{size}")
-            doc = estimate.estimate_model(model, target, out, meta={"family": family, "size": size})
-            estimated = time.perf_counter()
-            graph, _ = load_profile(out)
-            print(f"| {family} | {size} | {graph.num_nodes} | {built - start:.1f} | {estimated - built:.1f} | "
-                  f"{time.perf_counter() - estimated:.1f} | {len(doc['costs']['fallback_nodes'])} |", flush=True)
+            wall, cpu, rss = _run_profile([family, "--size", size, "--estimate", target_spec, "-o", out])
+            start = time.perf_counter()
+            graph = load_cost_graph(out)[0]
+            loaded = time.perf_counter() - start
+            doc = json.load(open(os.path.join(out, "profile.json")))
+            costs = doc["costs"]
+            print(f"| {family} | {size} | {graph.num_nodes} | {doc['trainable_parameters'] / 1e9:.3f}e9 | "
+                  f"{wall:.0f} | {cpu:.0f} | {rss / 1e9:.2f} | {loaded:.1f} | {costs['op_time_us'] / 1e3:.1f} | "
+                  f"{costs['peak_memory_bytes'] / 1e9:.1f} | {single_peak(graph) / 1e9:.1f} | "
+                  f"{len(costs['fallback_nodes'])} |", flush=True)
+
+
+def _run_profile(args) -> tuple:
+    """(wall s, CPU s, peak RSS bytes) of `pardnn profile ARGS` in a child process."""
+    start = time.perf_counter()
+    child = subprocess.Popen([sys.executable, "-m", "pardnn", "profile", *args], stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode:
+        raise SystemExit(f"pardnn profile {' '.join(args)} failed ({child.returncode})")
+    return time.perf_counter() - start, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
 
 
 def main(argv=None) -> int:
@@ -149,11 +173,12 @@ def main(argv=None) -> int:
     parser.add_argument("--size", default="tiny", help="named config for the accuracy table (default tiny)")
     parser.add_argument("--steps", type=int, default=5, help="traced steps of the measured profiles")
     parser.add_argument("--thesis", metavar="DIR", help="estimate the thesis-size configs into DIR instead")
+    parser.add_argument("--sizes", default="thesis,thesis-2", help="named configs for --thesis")
     parser.add_argument("--target", default="dgx-h100", help="GPU preset for the thesis-size estimates")
     args = parser.parse_args(argv)
     families = [f for f in args.families.split(",") if f]
     if args.thesis:
-        thesis_table(families, args.target, args.thesis)
+        thesis_table(families, [x for x in args.sizes.split(",") if x], args.target, args.thesis)
     else:
         accuracy_table(families, args.size, args.steps)
     return 0

@@ -31,6 +31,12 @@ def add_parser(sub):
                         "as itself) or on, as your training runs (fused nodes' times are spread over "
                         "the nodes they replaced; docs/profiles.md)")
     p.add_argument("-o", "--out", required=True, metavar="PROFILE_DIR", help="output directory")
+    p.add_argument("--op-overhead", metavar="TIME",
+                   help="with --estimate: fixed cost added to every op (kernel launch + dispatch; "
+                        "default the preset's, 0 for none)")
+    p.add_argument("--precision", metavar="fp32|tf32|fp16",
+                   help="with --estimate: MatMul/convolution precision (default TF's on that GPU: "
+                        "tf32 on A100/H100, fp32 on V100)")
     p.set_defaults(run=run)
 
 
@@ -42,7 +48,10 @@ def run(args):
     target = None
     if args.estimate is not None:
         from pardnn.tf.estimate import estimate_model, gpu_target, summary_line
-        target = gpu_target(args.estimate)
+        target = gpu_target(args.estimate, op_overhead_us=_op_overhead(args.op_overhead),
+                            precision=args.precision)
+    elif args.op_overhead is not None or args.precision is not None:
+        raise UserError("--op-overhead and --precision apply to estimated costs: add --estimate PRESET")
     if args.steps < 1:
         raise UserError(f"--steps: need at least 1 traced step, got {args.steps}")
     module = load_module(args.model)
@@ -62,6 +71,21 @@ def run(args):
     nodes = len(model.graph.as_graph_def().node)
     print(f"profiled {args.model} ({nodes} nodes) for {doc['steps']} steps on {args.devices}; wrote {args.out}")
     return 0
+
+
+def _op_overhead(text):
+    """The --op-overhead time in us (None: the preset's); negative, unreadable or
+    over a second (absurd for one op) is bad input."""
+    if text is None:
+        return None
+    from pardnn.units import parse_time
+    try:
+        us = parse_time(text, "--op-overhead")
+    except UserError:
+        us = -1.0
+    if not 0 <= us <= 1e6:
+        raise UserError(f"--op-overhead: cannot use {text!r} (give a time from 0 to 1s, e.g. 5us, 500ns or 0)")
+    return us
 
 
 def _build(module, name, knobs):

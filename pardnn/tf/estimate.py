@@ -16,19 +16,24 @@ one training step would cost on one GPU of the preset (pardnn.hardware.gpu_specs
 3. Ops of the step that Grappler did not schedule ("dropped") or has no cost model
    for ("unmodelled", pardnn.tf.grappler_ops) are costed by the documented
    fallback, bytes touched / memory bandwidth, and counted.
-4. The StepStats go into a RunMetadata and the profile dir is written in the
+4. What Grappler leaves out is added (pardnn.hardware.gpu_specs): MatMul and
+   convolution compute at the tensor-core rate of the chosen precision (the FP32
+   compute term Grappler charged is replaced), then the fixed per-op overhead,
+   once per op.
+5. The StepStats go into a RunMetadata and the profile dir is written in the
    format of a measured one (graph.pb, run_metadata_0.pb, profile.json), so the
    same loader (pardnn.tf.profile_loader) reads it and place/emulate/compare work unchanged.
    profile.json says the costs are estimated, for which device, with which figures,
    and how many nodes took the fallback.
 
 Limits, by Grappler's design: one device (no ops pinned to the host CPU), a
-while-loop body costed once, tensor cores not modelled (see pardnn.hardware.gpu_specs).
+while-loop body costed once.
 """
 
 from __future__ import annotations
 
 import datetime
+import math
 import time
 from dataclasses import dataclass
 
@@ -55,19 +60,32 @@ class Target:
     kind: str                # "GPU" or "CPU"
     properties: dict         # DeviceProperties fields (pardnn.hardware.gpu_specs units)
     bandwidth_gbs: float     # memory bandwidth used by the fallback
-    peak_gflops: float       # FP32 rate used by the fallback (3-D convolutions)
+    peak_gflops: float       # FP32 rate: Grappler's compute term
     description: dict        # what profile.json records about the device
+    precision: str = "fp32"  # MatMul/convolution precision
+    matmul_gflops: float = 0.0   # MatMul/convolution rate at that precision (0: the FP32 peak)
+    op_overhead_us: float = 0.0  # fixed cost added once to every op
+
+    @property
+    def tensor_gflops(self) -> float:
+        return self.matmul_gflops or self.peak_gflops
 
     @property
     def device(self) -> str:
         return f"{LOCAL_PREFIX}{self.kind}:0"
 
 
-def gpu_target(spec: str, flag: str = "--estimate") -> Target:
-    """The Target for a GPU preset name (UserError listing the presets otherwise)."""
+def gpu_target(spec: str, flag: str = "--estimate", op_overhead_us: float | None = None,
+               precision: str | None = None) -> Target:
+    """The Target for a GPU preset name (UserError listing the presets otherwise).
+
+    `op_overhead_us` and `precision` default to the preset's overhead and to the
+    precision TensorFlow uses unasked on that GPU (pardnn.hardware.gpu_specs)."""
     label, gpu = gpu_specs.resolve(spec, flag)
+    precision = gpu_specs.check_precision(gpu, label, precision)
+    overhead = gpu.op_overhead_us if op_overhead_us is None else float(op_overhead_us)
     return Target(label, "GPU", gpu.device_properties(), gpu.bandwidth_gbs, gpu.peak_fp32_gflops,
-                  gpu.to_dict())
+                  gpu.to_dict(), precision, gpu.matmul_peak_gflops(precision), overhead)
 
 
 def host_cpu_target(bandwidth_gbs: float, peak_gflops: float | None = None) -> Target:
@@ -113,6 +131,7 @@ def estimate_model(model, target: Target, out_dir: str, meta=None) -> dict:
         "fetches": [model.train_op, model.loss],
         "feeds": sorted(model.feed(0)) if model.feed is not None else [],
         "train_op": model.train_op, "loss": model.loss, "init": model.init, "seed": model.seed,
+        "trainable_parameters": _trainable_parameters(model.graph),
         **(meta or {}),
         "costs": {"source": "estimated", "estimator": "grappler-virtual-cluster",
                   "target": target.label, "device": target.description,
@@ -123,13 +142,21 @@ def estimate_model(model, target: Target, out_dir: str, meta=None) -> dict:
     return doc
 
 
+def _trainable_parameters(graph) -> int:
+    """Elements of the graph's trainable variables (optimizer slots not counted)."""
+    with graph.as_default():
+        return int(sum(v.shape.num_elements() or 0 for v in tf.compat.v1.trainable_variables()))
+
+
 def summary_line(model_name: str, doc: dict, out_dir: str) -> str:
     """What `pardnn profile --estimate` prints."""
     costs = doc["costs"]
-    return (f"estimated {model_name} for one {costs['device']['name']} ({costs['target']}): Grappler "
+    return (f"estimated {model_name} ({doc['trainable_parameters'] / 1e9:.3g}e9 parameters) for one "
+            f"{costs['device']['name']} ({costs['target']}, "
+            f"{costs['precision']} MatMul/convolution, {costs['op_overhead_us']:g} us per op): Grappler "
             f"scheduled {costs['scheduled']} ops; the bytes/bandwidth fallback costed "
             f"{len(costs['fallback_nodes'])} ({costs['unmodelled']} without a Grappler model, "
-            f"{costs['dropped']} dropped by it); step {costs['run_time_us']:.1f} us, peak memory "
+            f"{costs['dropped']} dropped by it); ops sum to {costs['op_time_us'] / 1e3:.1f} ms; peak memory "
             f"{costs['peak_memory_bytes'] / 2**20:.2f} MiB; took "
             f"{costs['grappler_seconds'] + costs['fallback_seconds']:.1f} s; wrote {out_dir}")
 
@@ -142,16 +169,20 @@ def fetch_names(model) -> list:
 def estimate_step(model, target: Target):
     """(RunMetadata, info) for one training step of `model` costed on `target`.
 
-    info: grappler_seconds, fallback_seconds, run_time_us (Grappler's makespan),
-    peak_memory_bytes, scheduled, dropped, unmodelled (node counts),
-    dropped_ops and unmodelled_ops {op type: count}, fallback_nodes [names]."""
+    info: grappler_seconds, fallback_seconds, run_time_us (Grappler's makespan,
+    without tensor cores or overhead), peak_memory_bytes, scheduled, dropped,
+    unmodelled (node counts), dropped_ops and unmodelled_ops {op type: count},
+    fallback_nodes [names], precision, matmul_peak_gflops, tensor_core_ops (count),
+    op_overhead_us, op_time_us (sum of the final op times)."""
     t0 = time.perf_counter()
     meta = _metagraph(model, target.device)
     step_stats, run_time_s, peak = _grappler_costs(meta, target)
     _fill_micros(step_stats)
     t1 = time.perf_counter()
     info = _apply_fallbacks(model.graph, step_stats, _step_nodes(meta.graph_def, fetch_names(model)),
-                            target.bandwidth_gbs, target.peak_gflops)
+                            target.bandwidth_gbs, target.tensor_gflops)
+    info.update(_apply_tensor_cores(model.graph, step_stats, target, set(info["fallback_nodes"])))
+    info.update(_apply_overhead(step_stats, target.op_overhead_us))
     info.update(grappler_seconds=t1 - t0, fallback_seconds=time.perf_counter() - t1,
                 run_time_us=run_time_s * 1e6, peak_memory_bytes=peak)
     return config_pb2.RunMetadata(step_stats=step_stats), info
@@ -225,6 +256,50 @@ def _apply_fallbacks(graph, step_stats, step_nodes: set, bandwidth_gbs: float, p
             "fallback_nodes": dropped + unmodelled}
 
 
+def _apply_tensor_cores(graph, step_stats, target: Target, fallback: set) -> dict:
+    """Cost the compute of Grappler-costed MatMul and 2-D convolution ops at the
+    precision's rate: Grappler's FP32 term (ceil(FLOPs / FP32 peak) ns) is replaced by
+    FLOPs / tensor rate; the memory term stays. Fallback-costed ops have no such term
+    (3-D convolutions got the tensor rate there). Nothing changes at FP32."""
+    info = {"precision": target.precision, "matmul_peak_gflops": target.tensor_gflops, "tensor_core_ops": 0}
+    if target.tensor_gflops == target.peak_gflops:
+        return info
+    ops = {op.name: op for op in graph.get_operations()}
+    stats = {ns.node_name: ns for dev in step_stats.dev_stats for ns in dev.node_stats}
+    for name, ns in stats.items():
+        op = None if name in fallback else ops.get(name)
+        flops = _tensor_flops(op, stats) if op is not None and op.type in grappler_ops.TENSOR_CORE_OPS else 0
+        if flops:
+            memory_ns = max(0, ns.all_end_rel_nanos - math.ceil(flops / target.peak_gflops))
+            _set_time(ns, memory_ns + flops / target.tensor_gflops)
+            info["tensor_core_ops"] += 1
+    return info
+
+
+def _apply_overhead(step_stats, overhead_us: float) -> dict:
+    """Add the fixed per-op cost once to every op's time; the sum of the final times."""
+    total_ns = 0
+    for dev in step_stats.dev_stats:
+        for ns in dev.node_stats:
+            if overhead_us:
+                _set_time(ns, ns.all_end_rel_nanos + overhead_us * 1e3)
+            total_ns += ns.all_end_rel_nanos
+    return {"op_overhead_us": overhead_us, "op_time_us": total_ns / 1e3}
+
+
+def _tensor_flops(op, stats) -> int:
+    """FLOPs of a MatMul, BatchMatMul or 2-D convolution op (0 if a shape is unknown)."""
+    if op.type.startswith("Conv"):
+        return _conv_flops(op, stats)
+    a = op.inputs[0].shape
+    out = _num_elements(op.outputs[0], stats)
+    if out is None or a.rank is None:
+        return 0
+    adjoint = op.get_attr("transpose_a" if op.type == "MatMul" else "adj_x")
+    inner = a[-2] if adjoint else a[-1]
+    return 2 * out * inner if inner is not None else 0
+
+
 def _count_types(ops, names) -> dict:
     counts = {}
     for name in names:
@@ -240,20 +315,28 @@ def _fallback_ns(op, stats, bandwidth_gbs, peak_gflops) -> float:
         else:
             inputs += _tensor_bytes(tensor, stats)
     outputs = sum(_tensor_bytes(t, stats) for t in op.outputs)
-    return grappler_ops.fallback_ns(inputs, outputs, resources, op.type, bandwidth_gbs,
-                                    _conv3d_flops(op), peak_gflops)
+    flops = _conv_flops(op, stats) if op.type in grappler_ops.CONV3D_OPS else 0
+    return grappler_ops.fallback_ns(inputs, outputs, resources, op.type, bandwidth_gbs, flops, peak_gflops)
 
 
-def _conv3d_flops(op) -> int:
-    """FLOPs of a 3-D convolution op from static shapes (0 for other ops or unknown shapes)."""
-    if op.type not in grappler_ops.CONV3D_OPS:
-        return 0
-    forward_output = op.outputs[0] if op.type == "Conv3D" else op.inputs[2]
-    kernel = op.outputs[0] if op.type.startswith("Conv3DBackpropFilter") else op.inputs[1]
-    count = forward_output.shape.num_elements()
+def _conv_flops(op, stats) -> int:
+    """FLOPs of a 2-D or 3-D convolution or either gradient (0 if a shape is unknown)."""
+    forward_output = op.outputs[0] if op.type in ("Conv2D", "Conv3D") else op.inputs[2]
+    kernel = op.outputs[0] if "BackpropFilter" in op.type else op.inputs[1]
+    count = _num_elements(forward_output, stats)
     if count is None or not kernel.shape.is_fully_defined():
         return 0
-    return grappler_ops.conv3d_flops(count, kernel.shape.as_list())
+    return grappler_ops.conv_flops(count, kernel.shape.as_list())
+
+
+def _num_elements(tensor, stats):
+    """Elements of a tensor: its static shape, else the shape Grappler inferred (None if unknown)."""
+    count = tensor.shape.num_elements()
+    ns = stats.get(tensor.op.name)
+    if count is None and ns is not None and tensor.value_index < len(ns.output):
+        dims = [d.size for d in ns.output[tensor.value_index].tensor_description.shape.dim]
+        count = int(np.prod(dims)) if dims and min(dims) >= 0 else None
+    return count
 
 
 def _tensor_bytes(tensor, stats) -> int:

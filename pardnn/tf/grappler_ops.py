@@ -19,7 +19,7 @@ the objective:
   (ResourceGather and the like touch a few rows) count zero;
 - 3-D convolutions (Conv3D and its two gradients; the E3D family is made of them)
   have no Grappler model although their FLOPs dominate, so they add FLOPs / peak
-  FP32 rate, the compute term Grappler uses for Conv2D (compute and memory time
+  MatMul rate at the chosen precision, the compute term Grappler uses for Conv2D (compute and memory time
   added, no overlap, as Grappler does by default).
 """
 
@@ -49,6 +49,10 @@ SelectV2 SquaredDifference Sub TruncateDiv TruncateMod Where
 DENSE_UPDATE_PREFIX = "ResourceApply"
 CONV3D_OPS = frozenset(["Conv3D", "Conv3DBackpropInput", "Conv3DBackpropInputV2",
                         "Conv3DBackpropFilter", "Conv3DBackpropFilterV2"])
+# Grappler-modelled ops that run on tensor cores at TF32/FP16 (their compute term is
+# rescaled to the precision's rate); 3-D convolutions take that rate in the fallback.
+TENSOR_CORE_OPS = frozenset(["MatMul", "BatchMatMul", "BatchMatMulV2",
+                             "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"])
 
 
 def is_modelled(op: str) -> bool:
@@ -68,8 +72,11 @@ def fallback_ns(input_bytes: int, output_bytes: int, resource_bytes: int, op: st
     return touched / bandwidth_gbs + flops / peak_gflops     # bytes / (GB/s) = ns, FLOP / GFLOP/s = ns
 
 
-def conv3d_flops(forward_output_elements: int, filter_shape) -> int:
-    """FLOPs of a 3-D convolution or either gradient: one multiply-add (2 FLOPs) per
-    element of the forward output per filter tap per input channel."""
-    depth, height, width, in_channels, _ = filter_shape
-    return 2 * forward_output_elements * depth * height * width * in_channels
+def conv_flops(forward_output_elements: int, filter_shape) -> int:
+    """FLOPs of a 2-D or 3-D convolution or either gradient: one multiply-add (2 FLOPs)
+    per element of the forward output per filter tap per input channel (Grappler's
+    count for Conv2D)."""
+    taps = 1
+    for size in filter_shape[:-1]:      # spatial taps x input channels
+        taps *= int(size)
+    return 2 * forward_output_elements * taps
