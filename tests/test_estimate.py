@@ -208,6 +208,28 @@ def test_conv3d_fallback_adds_flops_over_peak():
     assert record["conv"].all_end_rel_nanos == 2000
 
 
+def test_convolutions_get_a_workspace_of_their_largest_operand_and_others_none(tmp_path):
+    """[8,32,32,16] * [3,3,16,32] SAME: the input is 524,288 B, the output 1,048,576 B, so
+    the forward conv and its input gradient hold 1 MiB of scratch while they run; the
+    filter gradient's largest operand is the same 1 MiB output gradient."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [8, 32, 32, 16], name="x")
+        w = tf1.get_variable("w", [3, 3, 16, 32], use_resource=True)
+        loss = tf.reduce_sum(tf.nn.conv2d(x, w, 1, "SAME", name="conv"), name="loss")
+        train = tf1.train.GradientDescentOptimizer(0.1).minimize(loss, name="train")
+        init = tf1.global_variables_initializer()
+    model = Model(graph=graph, train_op=train.name, loss=loss.name, init=init.name,
+                  feed=lambda step: {"x:0": np.ones((8, 32, 32, 16), np.float32)})
+    estimate.estimate_model(model, estimate.gpu_target("dgx-h100"), str(tmp_path))
+    cost, _ = load_profile(str(tmp_path))
+    temp = {cost.names[i]: int(cost.temp_bytes[i]) for i in np.flatnonzero(cost.temp_bytes)}
+    assert temp["conv"] == 8 * 32 * 32 * 32 * 4
+    assert set(temp) == {"conv", "gradients/conv_grad/Conv2DBackpropInput",
+                         "gradients/conv_grad/Conv2DBackpropFilter"}
+    assert all(v == 8 * 32 * 32 * 32 * 4 for v in temp.values())
+
+
 def test_fallback_rule():
     # 3000 bytes at 1.5 GB/s = 2000 ns; a non-updating op ignores its resource inputs
     assert fallback_ns(1000, 2000, 4096, "Mean", 1.5) == pytest.approx(2000.0)

@@ -183,6 +183,7 @@ def estimate_step(model, target: Target):
                             target.bandwidth_gbs, target.tensor_gflops)
     info.update(_apply_tensor_cores(model.graph, step_stats, target, set(info["fallback_nodes"])))
     info.update(_apply_overhead(step_stats, target.op_overhead_us))
+    info.update(_apply_workspaces(model.graph, step_stats))
     info.update(grappler_seconds=t1 - t0, fallback_seconds=time.perf_counter() - t1,
                 run_time_us=run_time_s * 1e6, peak_memory_bytes=peak)
     return config_pb2.RunMetadata(step_stats=step_stats), info
@@ -285,6 +286,23 @@ def _apply_overhead(step_stats, overhead_us: float) -> dict:
                 _set_time(ns, ns.all_end_rel_nanos + overhead_us * 1e3)
             total_ns += ns.all_end_rel_nanos
     return {"op_overhead_us": overhead_us, "op_time_us": total_ns / 1e3}
+
+
+def _apply_workspaces(graph, step_stats) -> dict:
+    """Scratch memory of convolutions: the largest of an op's input and output tensors,
+    at most WORKSPACE_LIMIT (docs/estimates.md, "Scratch memory"); recorded as the
+    node's temp_memory_size, which the loader reads into temp_bytes."""
+    stats = {ns.node_name: ns for dev in step_stats.dev_stats for ns in dev.node_stats}
+    ops = {op.name: op for op in graph.get_operations()}
+    count = 0
+    for name, ns in stats.items():
+        op = ops.get(name)
+        if op is None or op.type not in grappler_ops.WORKSPACE_OPS:
+            continue
+        largest = max(_tensor_bytes(t, stats) for t in list(op.inputs) + list(op.outputs))
+        ns.memory_stats.temp_memory_size = min(largest, grappler_ops.WORKSPACE_LIMIT)
+        count += 1
+    return {"workspace_ops": count}
 
 
 def _tensor_flops(op, stats) -> int:

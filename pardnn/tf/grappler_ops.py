@@ -80,3 +80,12 @@ def conv_flops(forward_output_elements: int, filter_shape) -> int:
     for size in filter_shape[:-1]:      # spatial taps x input channels
         taps *= int(size)
     return 2 * forward_output_elements * taps
+
+
+# Convolutions get a cuDNN workspace while they run. Estimated as the largest operand,
+# capped at TF's default cuDNN workspace limit (TF_CUDNN_WORKSPACE_LIMIT_IN_MB, 4096 MB).
+WORKSPACE_OPS = frozenset({
+    "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "Conv3D", "Conv3DBackpropInputV2",
+    "Conv3DBackpropFilterV2", "DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropInput",
+    "DepthwiseConv2dNativeBackpropFilter"})
+WORKSPACE_LIMIT = 4096 * 2**20
