@@ -3,12 +3,14 @@ import pytest
 
 from pardnn.hardware import GiB, parse_devices
 from pardnn.errors import UserError
+from pardnn.graph import CostGraph
 from pardnn.units import parse_rate, parse_size, parse_time
 
 
 @pytest.mark.parametrize("text, expected", [
     ("32GiB", 32 * 2**30), ("16GB", 16 * 10**9), ("1024", 1024), ("1.5KiB", 1536),
-    ("512 MiB", 512 * 2**20), ("2tb", 2 * 10**12)])
+    ("512 MiB", 512 * 2**20), ("2tb", 2 * 10**12), ("1PB", 10**15), ("3PiB", 3 * 2**50),
+    ("1EB", 10**18), ("1EiB", 2**60)])
 def test_sizes(text, expected):
     assert parse_size(text) == expected
 
@@ -26,6 +28,31 @@ def test_rates_and_times():
 def test_bad_units_name_the_flag(func, text, flag):
     with pytest.raises(UserError, match=flag):
         func(text)
+
+
+@pytest.mark.parametrize("func, text, flag, message", [
+    (parse_size, "1e30", "--memory", "too large"), (parse_size, "2EiB", "--memory", "too large"),
+    (parse_size, "1e400", "--memory", "too large"),
+    (parse_rate, "1e400", "--bandwidth", "out of range"), (parse_rate, "1e-30GB/s", "--bandwidth", "out of range"),
+    (parse_rate, "0", "--bandwidth", "out of range"), (parse_rate, "2EiB/s", "--bandwidth", "out of range"),
+    (parse_time, "1e300", "--latency", "too long"), (parse_time, "2e400ms", "--latency", "too long")])
+def test_absurd_values_are_bad_input(func, text, flag, message):
+    with pytest.raises(UserError, match=f"{flag}: .*{message}"):
+        func(text)
+
+
+def test_huge_memory_places(tmp_path, capsys):
+    from pardnn.cli import main
+    path = tmp_path / "g.json"
+    CostGraph.build(names=["a", "b"], comp_us=[1, 1], out_bytes=[8, 8], edge_src=["a"],
+                    edge_dst=["b"], edge_bytes=[8]).to_json(path)
+    for memory in ("1PB", "2PiB", "1EB", "1EiB"):
+        assert main(["place", str(path), "--devices", "cpu:2", "--memory", memory,
+                     "-o", str(tmp_path / memory)]) == 0
+    capsys.readouterr()
+    assert main(["place", str(path), "--devices", "cpu:2", "--memory", "1e30", "-o", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--memory" in err and not (tmp_path / "x").exists()
 
 
 def test_presets():
