@@ -35,7 +35,8 @@ def _unplaced_losses(model):
 
 
 def test_placed_graph_trains_on_four_devices_like_the_unplaced_one(placed):
-    assert {p.name for p in placed.iterdir()} == {"placement.csv", "placed_graph.pb", "report.json", "profile.json"}
+    assert {p.name for p in placed.iterdir()} == {".pardnn-output.json", "placement.csv", "placed_graph.pb",
+                                                  "report.json", "profile.json"}
     report = json.loads((placed / "report.json").read_text())
     algorithm = report["algorithm"]
     assert report["loader"]["steps"] == 2 and 0 <= report["loader"]["untimed_nodes"] < report["num_nodes"]

@@ -10,7 +10,7 @@ from pardnn.pipeline import place as placer
 from pardnn.placers import registry as algorithms, replicas
 from pardnn.commands.common import add_cluster_args, cluster_from_args
 from pardnn.pipeline.load import load_cost_graph
-from pardnn.io.outputs import OutputDir
+from pardnn.io.outputs import OutputDir, check_output_dir
 from pardnn.progress import stage
 from pardnn.jsonfile import write_json
 from pardnn.io.summary import print_summary
@@ -37,6 +37,7 @@ def add_parser(sub):
 def run(args):
     cluster = cluster_from_args(args)
     algorithms.get(args.algorithm)          # reject a bad name before loading anything
+    check_output_dir(args.out, inputs=[args.profile])
     one_replica = cluster if args.replicas is None else replicas.replica_cluster(cluster, args.replicas)
     t0 = time.perf_counter()
     with stage(f"loading {args.profile}"):
