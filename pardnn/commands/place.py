@@ -43,6 +43,8 @@ def run(args):
     with stage(f"loading {args.profile}"):
         graph, info = load_cost_graph(args.profile)
     load_s = time.perf_counter() - t0
+    if args.replicas is not None:
+        replicas.check_averaged(graph, args.profile)
     with stage(f"placing {graph.num_nodes} nodes with {args.algorithm} on {cluster.num_devices} devices"):
         placement, report = placer.place(graph, one_replica, args.algorithm)
     report["stage_seconds"] = {"load": load_s, **report["stage_seconds"]}
