@@ -247,6 +247,38 @@ def test_repair_fits_or_explains_and_never_moves_a_node_twice(case):
     assert r.moved.sum() == sum(len(g.group_members(x)) for x in seen)
 
 
+@st.composite
+def feasible_cases(draw):
+    """A random graph with resident state, a known placement spread over K >= 2
+    devices, capacity twice that placement's highest peak (so a fitting placement
+    exists by construction), and a start with every node on device 0, which
+    overflows in about one case in ten."""
+    g, k, known, _ = draw(random_cases())
+    k = max(k, 2)
+    known = known % k
+    g = CostGraph.build(names=list(g.names), comp_us=g.comp_us, out_bytes=g.out_bytes, group=g.group,
+                        persist_bytes=draw(st.lists(st.integers(0, 100), min_size=g.num_nodes,
+                                                    max_size=g.num_nodes)),
+                        edge_src=g.edge_src, edge_dst=g.edge_dst, edge_bytes=g.edge_bytes)
+    peak = max(evaluate(g, cluster(k, 10**9), known)["peak_memory_bytes"])
+    return g, cluster(k, max(2 * int(peak), 1)), known
+
+
+@settings(max_examples=120, deadline=None)
+@given(feasible_cases())
+def test_repair_succeeds_where_a_placement_is_known_to_fit(case):
+    g, c, known = case
+    assert max(evaluate(g, c, known)["peak_memory_bytes"]) <= c.capacity[0]     # the construction
+    start = np.zeros(g.num_nodes, np.int32)
+    r = repair(g, c, start)                        # a UserError here fails the test
+    assert np.all(r.profile.peak_bytes <= c.capacity)
+    assert violations(g, c, r.device) == []
+    if np.all(r.peak_before <= c.capacity):
+        assert not r.moved.any() and np.array_equal(r.device, start)
+    else:
+        assert r.moved.any() and len(set(r.device.tolist())) >= 2
+
+
 def test_placer_runs_repair_after_every_algorithm():
     g = branch_graph()
     for name in ("single", "round-robin", "topo"):
