@@ -35,6 +35,7 @@ from pardnn.placers import registry as algorithms  # noqa: E402
 from pardnn.hardware import parse_devices  # noqa: E402
 from pardnn.errors import UserError  # noqa: E402
 from pardnn.models import FAMILIES  # noqa: E402
+from commit_line import print_commit  # noqa: E402
 
 COLUMNS = ["graph", "nodes", "k", "memory", "algorithm", "makespan_us", "speedup", "feasible",
            "comm_bytes", "placement_seconds", "error"]
@@ -155,6 +156,7 @@ def main(argv=None) -> int:
     p.add_argument("--fraction", type=float, default=0.6, help="limited capacity, x single-device peak")
     p.add_argument("-o", "--out", default="bench_quality", help="output path without .md/.csv")
     args = p.parse_args(argv)
+    print_commit()
     args.families = [f for f in args.families.split(",") if f]
     args.algorithms = [a for a in args.algorithms.split(",") if a]
     args.k = [int(x) for x in args.k.split(",") if x]

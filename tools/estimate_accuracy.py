@@ -32,6 +32,7 @@ from pardnn.models import FAMILIES, load_module, resolve_knobs
 from pardnn.tf import estimate
 from pardnn.tf.profile_loader import load_profile
 from pardnn.tf.profile import profile_model
+from commit_line import print_commit  # noqa: E402
 
 
 def host_bandwidth_gbs(mib: int = 128, repeats: int = 5) -> float:
@@ -151,6 +152,7 @@ def main(argv=None) -> int:
     parser.add_argument("--thesis", metavar="DIR", help="estimate the thesis-size configs into DIR instead")
     parser.add_argument("--target", default="dgx-h100", help="GPU preset for the thesis-size estimates")
     args = parser.parse_args(argv)
+    print_commit()
     families = [f for f in args.families.split(",") if f]
     if args.thesis:
         thesis_table(families, args.target, args.thesis)
