@@ -10,14 +10,6 @@ from pardnn.cli import main
 from pardnn.graph import CostGraph
 
 
-@pytest.fixture
-def graph_json(tmp_path):
-    path = tmp_path / "g.json"
-    CostGraph.build(names=["a", "b", "c"], comp_us=[1, 2, 3], out_bytes=[8, 8, 8],
-                    edge_src=["a", "b"], edge_dst=["b", "c"], edge_bytes=[8, 8]).to_json(path)
-    return path
-
-
 def snapshot(folder):
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
@@ -44,10 +36,10 @@ def fails(argv, needle, capsys, folder):
     (b"node,device\na,0\nb,1\na,1\nc,0\n", "placement.csv:4: node 'a' is listed twice"),
     (b"node,device\na,0\n\xff\xfe,1\nc,0\n", "--placement: "),
 ])
-def test_bad_placement_csv(graph_json, tmp_path, capsys, content, needle):
+def test_bad_placement_csv(chain_json, tmp_path, capsys, content, needle):
     csv_path = tmp_path / "placement.csv"
     csv_path.write_bytes(content)
-    err = fails(["emulate", str(graph_json), "--placement", str(csv_path), "--devices", "cpu:2",
+    err = fails(["emulate", str(chain_json), "--placement", str(csv_path), "--devices", "cpu:2",
                  "--report", str(tmp_path / "r.json")], needle, capsys, tmp_path)
     assert str(csv_path) in err
 
@@ -79,9 +71,9 @@ HOST = {"task": "/job:worker/task:0", "devices": [{"name": "GPU:0", "memory": "1
     ([HOST], {"reserve": 1.5}, "reserve must be in [0, 1)"),
     ([{**HOST, "devices": HOST["devices"] * 2}], {}, "lists a device twice"),
 ])
-def test_bad_cluster_files(graph_json, tmp_path, capsys, hosts, extra, needle):
+def test_bad_cluster_files(chain_json, tmp_path, capsys, hosts, extra, needle):
     path = _cluster(tmp_path, hosts, **extra)
-    err = fails(["place", str(graph_json), "--devices", str(path), "-o", str(tmp_path / "out")],
+    err = fails(["place", str(chain_json), "--devices", str(path), "-o", str(tmp_path / "out")],
                 needle, capsys, tmp_path)
     assert f"--devices: {path}" in err
 

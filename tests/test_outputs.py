@@ -8,20 +8,11 @@ import pytest
 
 from pardnn.cli import main
 from pardnn.errors import UserError
-from pardnn.graph import CostGraph
 from pardnn.io.outputs import MANIFEST, OutputDir
 
 
-@pytest.fixture
-def graph_json(tmp_path):
-    path = tmp_path / "g.json"
-    CostGraph.build(names=["a", "b", "c"], comp_us=[1, 2, 3], out_bytes=[8, 8, 8],
-                    edge_src=["a", "b"], edge_dst=["b", "c"], edge_bytes=[8, 8]).to_json(path)
-    return path
-
-
-def place(graph_json, out, *extra):
-    return main(["place", str(graph_json), "--devices", "cpu:2", "--algorithm", "round-robin",
+def place(chain_json, out, *extra):
+    return main(["place", str(chain_json), "--devices", "cpu:2", "--algorithm", "round-robin",
                  "-o", str(out), *extra])
 
 
@@ -33,31 +24,31 @@ def snapshot(folder):
     return {p.name: p.read_bytes() for p in folder.iterdir()}
 
 
-def test_reused_folder_keeps_no_file_of_an_earlier_run(graph_json, tmp_path):
+def test_reused_folder_keeps_no_file_of_an_earlier_run(chain_json, tmp_path):
     out = tmp_path / "out"
-    assert place(graph_json, out) == 0
+    assert place(chain_json, out) == 0
     # what an earlier placement of a TF profile left there
     (out / "placed_graph.pb").write_bytes(b"old graph")
     (out / "profile.json").write_text("{}")
-    assert place(graph_json, out) == 0
+    assert place(chain_json, out) == 0
     assert listing(out) == [MANIFEST, "placement.csv", "report.json"]
 
 
-def test_a_folder_pardnn_did_not_write_is_refused_and_untouched(graph_json, tmp_path, capsys):
+def test_a_folder_pardnn_did_not_write_is_refused_and_untouched(chain_json, tmp_path, capsys):
     out = tmp_path / "mine"
     out.mkdir()
     (out / "notes.txt").write_text("keep me")
-    assert place(graph_json, out) == 2
+    assert place(chain_json, out) == 2
     err = capsys.readouterr().err
     assert err == f"pardnn place: error: -o: {out} is not empty and was not written by pardnn; name a new or empty folder\n"
     assert snapshot(out) == {"notes.txt": b"keep me"}
     assert listing(tmp_path) == ["g.json", "mine"]
 
 
-def test_an_empty_folder_is_used(graph_json, tmp_path):
+def test_an_empty_folder_is_used(chain_json, tmp_path):
     out = tmp_path / "empty"
     out.mkdir()
-    assert place(graph_json, out) == 0
+    assert place(chain_json, out) == 0
     assert listing(out) == [MANIFEST, "placement.csv", "report.json"]
 
 
@@ -66,19 +57,19 @@ def test_an_empty_folder_is_used(graph_json, tmp_path):
     ("file.txt/out", "cannot create"),
     ("g.json", "holds the input"),
 ])
-def test_bad_output_paths_exit_2_with_one_line(graph_json, tmp_path, capsys, name, message):
+def test_bad_output_paths_exit_2_with_one_line(chain_json, tmp_path, capsys, name, message):
     (tmp_path / "file.txt").write_text("a file")
     out = tmp_path / name
     before = snapshot(tmp_path)
-    assert place(graph_json, out) == 2
+    assert place(chain_json, out) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "-o: " in err and str(out) in err and message in err
     assert snapshot(tmp_path) == before
 
 
-def test_an_output_folder_holding_the_input_is_refused(graph_json, tmp_path, capsys):
-    assert place(graph_json, tmp_path) == 2
-    assert f"-o: {tmp_path} holds the input {graph_json}" in capsys.readouterr().err
+def test_an_output_folder_holding_the_input_is_refused(chain_json, tmp_path, capsys):
+    assert place(chain_json, tmp_path) == 2
+    assert f"-o: {tmp_path} holds the input {chain_json}" in capsys.readouterr().err
     assert listing(tmp_path) == ["g.json"]
 
 
