@@ -131,3 +131,12 @@ def test_one_group_holding_most_nodes_is_warned_about(tmp_path, capsys):
     path.write_text(json.dumps(_doc(nodes, [])))
     assert main(["place", str(path), "--devices", "cpu:2", "-o", str(tmp_path / "out")]) == 0
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("out_bytes", 1e30, "output bytes too large"), ("persist_bytes", 2.0**61, "persistent bytes too large"),
+    ("comp_us", 1e300, "compute time too large")])
+def test_absurd_costs_are_refused_not_wrapped(field, value, message):
+    doc = _doc([{"name": "a"}, {"name": "b", field: value}], [])
+    with pytest.raises(GraphError, match=message):
+        CostGraph.from_dict(doc)

@@ -28,6 +28,7 @@ import numpy as np
 
 from pardnn.errors import GraphError
 from pardnn.jsonfile import read_json
+from pardnn.units import MAX_SIZE, MAX_TIME_US
 
 NORMAL, RESIDUAL, REFERENCE = 0, 1, 2
 KIND_NAMES = ("normal", "residual", "reference")
@@ -230,6 +231,10 @@ def _column(values, n, dtype, what):
         raise GraphError(f"{what} has a non-finite value")
     if np.any(arr < 0):
         raise GraphError(f"negative {what} ({arr[arr < 0][0]:g}) at entry {int(np.flatnonzero(arr < 0)[0])}")
+    limit = MAX_TIME_US if dtype == np.float64 else MAX_SIZE
+    if np.any(arr > limit):
+        raise GraphError(f"{what} too large ({arr[arr > limit][0]:g}) at entry "
+                         f"{int(np.flatnonzero(arr > limit)[0])}; at most {limit:g}")
     return arr.astype(dtype)
 
 
