@@ -142,3 +142,18 @@ def test_run_needs_at_least_one_step(good_profile, tmp_path, capsys, steps):
     assert main(["run", str(placed), "--steps", steps]) == 2
     assert capsys.readouterr().err == f"pardnn run: error: --steps: need at least 1 step, got {steps}\n"
     assert {p.name: p.read_bytes() for p in placed.iterdir()} == before
+
+
+def test_profile_refuses_an_output_folder_before_profiling(tmp_path, capsys):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    assert main(["profile", "mlp", "--size", "tiny", "-o", str(mine)]) == 2
+    assert "is not empty and was not written by pardnn" in capsys.readouterr().err
+    script = tmp_path / "prof" / "my_model.py"           # a pardnn folder holding the script
+    assert main(["profile", "mlp", "--size", "tiny", "--steps", "1", "-o", str(script.parent)]) == 0
+    script.write_text("KNOBS = {}\n")
+    capsys.readouterr()
+    assert main(["profile", str(script), "-o", str(script.parent)]) == 2
+    assert f"holds the input {script}" in capsys.readouterr().err
+    assert script.exists() and (mine / "notes.txt").read_text() == "keep"
