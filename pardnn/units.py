@@ -1,9 +1,11 @@
 """Parsing of the sizes, rates and times users type on the command line.
 
-Sizes: `32GiB`, `16GB`, `512MiB`, `1.5TB`, plain bytes (`1048576`).
+Sizes: `32GiB`, `16GB`, `512MiB`, `1.5TB`, `2PiB`, `1EB`, plain bytes (`1048576`).
 Rates: `300GB/s`, `12.5GiB/s`, `1e9` (bytes per second), returned in bytes per us.
 Times: `25us`, `1ms`, `0.5s`, `100ns`, plain numbers are microseconds.
-Every parser raises UserError naming the flag and the text it could not read.
+Every parser raises UserError naming the flag and the text it could not read, or
+the value when it lies outside the range below (an absurd value is bad input, not
+an overflow deep inside a placer).
 """
 
 import re
@@ -12,10 +14,15 @@ from pardnn.errors import UserError
 
 _SIZE_UNITS = {
     "": 1, "b": 1,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15, "eb": 10**18,
+    "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "p": 2**50, "e": 2**60,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50, "eib": 2**60,
 }
+# Largest accepted size (bytes) and rate (bytes/s): 1 EiB, far above any device yet
+# well inside int64 byte counts. Rates of at least 1 B/s; times of at most one day.
+MAX_SIZE = 2**60
+MIN_RATE_BPS = 1.0
+MAX_TIME_US = 86400e6
 _TIME_UNITS = {"": 1.0, "us": 1.0, "µs": 1.0, "ns": 1e-3, "ms": 1e3, "s": 1e6}
 _NUMBER = r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*"
 
@@ -31,8 +38,12 @@ def parse_size(text, flag="--memory") -> int:
     """Bytes in a size such as `32GiB`, `16GB` or `1073741824`."""
     value, unit = _split(text, flag, "size")
     if unit not in _SIZE_UNITS:
-        raise UserError(f"{flag}: unknown size unit in {text!r} (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
-    return int(round(value * _SIZE_UNITS[unit]))
+        raise UserError(f"{flag}: unknown size unit in {text!r} "
+                        f"(use B, KB, MB, GB, TB, PB, EB, KiB, MiB, GiB, TiB, PiB, EiB)")
+    nbytes = value * _SIZE_UNITS[unit]
+    if not nbytes <= MAX_SIZE:
+        raise UserError(f"{flag}: size {text!r} is too large (at most 1 EiB)")
+    return int(round(nbytes))
 
 
 def parse_rate(text, flag="--bandwidth") -> float:
@@ -41,10 +52,10 @@ def parse_rate(text, flag="--bandwidth") -> float:
     size_unit = unit[:-2] if unit.endswith("/s") else unit
     if size_unit not in _SIZE_UNITS:
         raise UserError(f"{flag}: unknown rate unit in {text!r} (use e.g. 300GB/s or 12GiB/s)")
-    rate = value * _SIZE_UNITS[size_unit] / 1e6
-    if rate <= 0:
-        raise UserError(f"{flag}: rate must be positive, got {text!r}")
-    return rate
+    per_second = value * _SIZE_UNITS[size_unit]
+    if not MIN_RATE_BPS <= per_second <= MAX_SIZE:
+        raise UserError(f"{flag}: rate {text!r} is out of range (1 B/s to 1 EiB/s)")
+    return per_second / 1e6
 
 
 def parse_time(text, flag="--latency") -> float:
@@ -52,14 +63,17 @@ def parse_time(text, flag="--latency") -> float:
     value, unit = _split(text, flag, "time")
     if unit not in _TIME_UNITS:
         raise UserError(f"{flag}: unknown time unit in {text!r} (use ns, us, ms or s)")
-    return value * _TIME_UNITS[unit]
+    us = value * _TIME_UNITS[unit]
+    if not us <= MAX_TIME_US:
+        raise UserError(f"{flag}: time {text!r} is too long (at most one day)")
+    return us
 
 
 def format_size(nbytes) -> str:
     """Human-readable binary size, e.g. `1.50 GiB`."""
     value = float(nbytes)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if abs(value) < 1024 or unit == "EiB":
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")

@@ -1,14 +1,19 @@
+import json
+
 import numpy as np
 import pytest
 
 from pardnn.hardware import GiB, parse_devices
+from pardnn.hardware.cluster import MAX_DEVICES
 from pardnn.errors import UserError
+from pardnn.graph import CostGraph
 from pardnn.units import parse_rate, parse_size, parse_time
 
 
 @pytest.mark.parametrize("text, expected", [
     ("32GiB", 32 * 2**30), ("16GB", 16 * 10**9), ("1024", 1024), ("1.5KiB", 1536),
-    ("512 MiB", 512 * 2**20), ("2tb", 2 * 10**12)])
+    ("512 MiB", 512 * 2**20), ("2tb", 2 * 10**12), ("1PB", 10**15), ("3PiB", 3 * 2**50),
+    ("1EB", 10**18), ("1EiB", 2**60)])
 def test_sizes(text, expected):
     assert parse_size(text) == expected
 
@@ -26,6 +31,31 @@ def test_rates_and_times():
 def test_bad_units_name_the_flag(func, text, flag):
     with pytest.raises(UserError, match=flag):
         func(text)
+
+
+@pytest.mark.parametrize("func, text, flag, message", [
+    (parse_size, "1e30", "--memory", "too large"), (parse_size, "2EiB", "--memory", "too large"),
+    (parse_size, "1e400", "--memory", "too large"),
+    (parse_rate, "1e400", "--bandwidth", "out of range"), (parse_rate, "1e-30GB/s", "--bandwidth", "out of range"),
+    (parse_rate, "0", "--bandwidth", "out of range"), (parse_rate, "2EiB/s", "--bandwidth", "out of range"),
+    (parse_time, "1e300", "--latency", "too long"), (parse_time, "2e400ms", "--latency", "too long")])
+def test_absurd_values_are_bad_input(func, text, flag, message):
+    with pytest.raises(UserError, match=f"{flag}: .*{message}"):
+        func(text)
+
+
+def test_huge_memory_places(tmp_path, capsys):
+    from pardnn.cli import main
+    path = tmp_path / "g.json"
+    CostGraph.build(names=["a", "b"], comp_us=[1, 1], out_bytes=[8, 8], edge_src=["a"],
+                    edge_dst=["b"], edge_bytes=[8]).to_json(path)
+    for memory in ("1PB", "2PiB", "1EB", "1EiB"):
+        assert main(["place", str(path), "--devices", "cpu:2", "--memory", memory,
+                     "-o", str(tmp_path / memory)]) == 0
+    capsys.readouterr()
+    assert main(["place", str(path), "--devices", "cpu:2", "--memory", "1e30", "-o", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--memory" in err and not (tmp_path / "x").exists()
 
 
 def test_presets():
@@ -111,3 +141,45 @@ def test_bad_cluster_files_name_the_file(tmp_path):
         parse_devices(str(path))
     with pytest.raises(UserError, match="cannot read"):
         parse_devices(str(tmp_path / "none.json"))
+
+
+def _cluster_file(path, devices_per_host, hosts=1, **extra):
+    doc = {"format": "pardnn-cluster", "version": 1, "hosts": [
+        {"task": f"/job:worker/task:{h}",
+         "devices": [{"name": f"GPU:{i}", "memory": "1GiB"} for i in range(devices_per_host)]}
+        for h in range(hosts)], **extra}
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+@pytest.mark.parametrize("spec, count", [
+    ("cpu:1000000", 1000000), ("gpu:1025", 1025), ("1000000", 1000000),
+    ("1000000xcpu:1", 1000000), ("2xcpu:600", 1200), ("129xdgx-h100", 1032),
+    ("99999999999999999999xdgx2", 16 * 99999999999999999999)])
+def test_more_than_max_devices_is_bad_input(spec, count):
+    with pytest.raises(UserError, match=f"--devices: '{spec}' asks for {count} devices; "
+                                        f"pardnn places on at most {MAX_DEVICES}"):
+        parse_devices(spec)
+
+
+def test_max_devices_is_allowed_for_every_form(tmp_path):
+    assert MAX_DEVICES == 1024                      # docs/clusters.md names this number
+    assert parse_devices("cpu:1024").num_devices == 1024
+    assert parse_devices("128xdgx-h100").num_devices == 1024
+    assert parse_devices(_cluster_file(tmp_path / "c.json", 512, hosts=2)).num_devices == 1024
+
+
+def test_cluster_file_with_too_many_devices_is_bad_input(tmp_path):
+    path = _cluster_file(tmp_path / "big.json", 1025)
+    with pytest.raises(UserError, match=f"asks for 1025 devices; pardnn places on at most {MAX_DEVICES}"):
+        parse_devices(path)
+
+
+def test_too_many_devices_exits_2_from_the_cli(tmp_path, capsys):
+    from pardnn.cli import main
+    path = tmp_path / "g.json"
+    CostGraph.build(names=["a"]).to_json(path)
+    assert main(["place", str(path), "--devices", "cpu:1000000", "-o", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err == ("pardnn place: error: --devices: 'cpu:1000000' asks for 1000000 "
+                                       "devices; pardnn places on at most 1024\n")
+    assert not (tmp_path / "o").exists()

@@ -35,7 +35,8 @@ def _unplaced_losses(model):
 
 
 def test_placed_graph_trains_on_four_devices_like_the_unplaced_one(placed):
-    assert {p.name for p in placed.iterdir()} == {"placement.csv", "placed_graph.pb", "report.json", "profile.json"}
+    assert {p.name for p in placed.iterdir()} == {".pardnn-output.json", "placement.csv", "placed_graph.pb",
+                                                  "report.json", "profile.json"}
     report = json.loads((placed / "report.json").read_text())
     algorithm = report["algorithm"]
     assert report["loader"]["steps"] == 2 and 0 <= report["loader"]["untimed_nodes"] < report["num_nodes"]
@@ -50,8 +51,10 @@ def test_placed_graph_trains_on_four_devices_like_the_unplaced_one(placed):
         (_, first), check = check_placement(session, [model.train_op, model.loss], model.feed(0))
         losses = [float(first)] + train(session, model.train_op, model.loss, model.feed, STEPS - 1, start=1)
 
+    ran = [count for count in check.nodes_per_device.values() if count > 0]
+    assert len(ran) >= 2                      # a placer that used one device fails here
     if algorithm == "round-robin":            # pardnn may rightly leave a device idle
-        assert len(check.nodes_per_device) == 4 and min(check.nodes_per_device.values()) > 0
+        assert len(ran) == 4
     assert check.moved == []
     assert losses == pytest.approx(expected, abs=1e-5)
     assert expected[0] != expected[-1]                 # it trained

@@ -274,4 +274,9 @@ def test_cli_estimated_profile_places_unchanged(tmp_path, capsys):
     assert costs["matmul_peak_gflops"] == 312_000.0 and costs["tensor_core_ops"] == 9
     assert main(["place", str(prof), "--devices", "dgx-a100:2", "--algorithm", "round-robin",
                  "-o", str(placed)]) == 0
-    assert (placed / "placed_graph.pb").is_file() and (placed / "placement.csv").is_file()
+    report = json.loads((placed / "report.json").read_text())
+    rows = dict(line.split(",") for line in (placed / "placement.csv").read_text().splitlines()[1:])
+    assert len(rows) == report["num_nodes"] and set(rows.values()) == set(report["devices"])
+    graph_def = tf.compat.v1.GraphDef.FromString((placed / "placed_graph.pb").read_bytes())
+    assert all(node.device == rows[node.name] for node in graph_def.node if node.name in rows)
+    assert len(report["devices"]) == 2 and sum(node.name in rows for node in graph_def.node) == len(rows)

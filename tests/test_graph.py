@@ -121,3 +121,55 @@ def test_networkx_export_carries_costs_placement_and_summed_bytes():
     assert d.nodes[1] == {"name": "b", "op": "", "comp_us": 2.0, "out_bytes": 0,
                           "group": 1, "device": 1}
     assert list(d.edges(data=True)) == [(0, 1, {"bytes": 24})]
+
+
+OPTIONAL_NODE_FIELDS = ("op", "comp_us", "out_bytes", "persist_bytes", "temp_bytes", "kind", "group",
+                        "pinned")
+
+
+def _doc(nodes, edges):
+    return {"format": "pardnn-costgraph", "version": 1, "nodes": nodes, "edges": edges}
+
+
+def test_json_null_means_absent_for_every_optional_field():
+    names = [f"n{i}" for i in range(4)]
+    absent = CostGraph.from_dict(_doc([{"name": x} for x in names],
+                                      [{"src": "n0", "dst": "n1"}, {"src": "n1", "dst": "n2"}]))
+    nulls = CostGraph.from_dict(_doc(
+        [{"name": x, **{key: None for key in OPTIONAL_NODE_FIELDS}} for x in names],
+        [{"src": "n0", "dst": "n1", "bytes": None, "slot": None},
+         {"src": "n1", "dst": "n2", "bytes": None, "slot": None}]))
+    assert nulls.to_dict() == absent.to_dict()
+    assert nulls.num_groups == 4                       # not one group of all "null" nodes
+    assert nulls.ops == ("", "", "", "") and nulls.pinned == ("", "", "", "")
+    assert nulls.edge_slot.tolist() == [0, 0] and nulls.edge_bytes.tolist() == [0, 0]
+
+
+@pytest.mark.parametrize("node, edge", [({"name": None}, {"src": "a", "dst": "b"}),
+                                        ({"name": "a"}, {"src": None, "dst": "b"})])
+def test_json_null_in_a_required_field_is_malformed(node, edge):
+    with pytest.raises(GraphError, match="malformed cost graph"):
+        CostGraph.from_dict(_doc([node, {"name": "b"}], [edge]))
+
+
+def test_one_group_holding_most_nodes_is_warned_about(tmp_path, capsys):
+    from pardnn.cli import main
+    nodes = [{"name": f"n{i}", "comp_us": 1, "group": "g" if i < 3 else None} for i in range(5)]
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(_doc(nodes, [])))
+    assert main(["place", str(path), "--devices", "cpu:2", "-o", str(tmp_path / "out")]) == 0
+    assert capsys.readouterr().err == (f"pardnn: warning: {path}: one colocation group (with node 'n0') "
+                                       f"holds 3 of 5 nodes; they all must share one device\n")
+    nodes[2]["group"] = None                            # 2 of 5: no warning
+    path.write_text(json.dumps(_doc(nodes, [])))
+    assert main(["place", str(path), "--devices", "cpu:2", "-o", str(tmp_path / "out")]) == 0
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("out_bytes", 1e30, "output bytes too large"), ("persist_bytes", 2.0**61, "persistent bytes too large"),
+    ("comp_us", 1e300, "compute time too large")])
+def test_absurd_costs_are_refused_not_wrapped(field, value, message):
+    doc = _doc([{"name": "a"}, {"name": "b", field: value}], [])
+    with pytest.raises(GraphError, match=message):
+        CostGraph.from_dict(doc)

@@ -1,6 +1,8 @@
 """End to end for every thesis family: the tiny config, profiled on cpu:1 and placed on
 cpu:4, trains on 4 virtual CPU devices with exactly the losses of the unplaced run."""
 
+import json
+
 import pytest
 
 import pardnn.tf  # noqa: F401  (quiet TensorFlow import first)
@@ -35,6 +37,10 @@ def test_tiny_config_placed_on_four_cpus_trains_like_the_unplaced_run(tmp_path, 
                  "-o", str(tmp_path / "placed")]) == 0
     result = run_placed(tmp_path / "placed", STEPS)
     assert result.check.moved == []
+    ran = {device for device, count in result.check.nodes_per_device.items() if count > 0}
+    report = json.loads((tmp_path / "placed" / "report.json").read_text())
+    placed_on = {d for d, count in zip(report["devices"], report["nodes_per_device"]) if count > 0}
+    assert len(ran) >= 2 and placed_on <= ran           # the step really ran on several devices
     if algorithm == "round-robin":                     # every device runs part of the step
-        assert len(result.check.nodes_per_device) == 4
+        assert len(ran) == 4
     assert result.losses == _unplaced_losses(family)   # bit for bit: placement changes no arithmetic

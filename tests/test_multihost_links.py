@@ -5,7 +5,7 @@ import pytest
 
 from pardnn.hardware import GBps, Device, Host, parse_devices
 from pardnn.hardware.cluster_file import save
-from pardnn.hardware.link_fit import MAX_BANDWIDTH, device_pairs, fit_pair, fitted_cluster, format_links
+from pardnn.hardware.link_fit import MAX_BANDWIDTH, MIN_TIME_US, device_pairs, fit_pair, fitted_cluster, format_links
 
 SIZES = [4096, 262144, 4 << 20]
 
@@ -25,9 +25,18 @@ def test_small_transfers_weigh_as_much_as_large_ones():
     assert latency == pytest.approx(5.0, rel=0.05)
 
 
-def test_zero_copy_pairs_clip_to_no_latency_and_max_bandwidth():
+def test_zero_copy_pairs_clip_to_max_bandwidth():
     latency, bandwidth, error = fit_pair(SIZES, [3.0, 1.0, -2.0])     # noise around zero
-    assert latency >= 0 and bandwidth == MAX_BANDWIDTH and error > 0
+    times = np.array([3.0, 1.0, -2.0])
+    weights = 1 / np.maximum(np.abs(times), MIN_TIME_US)
+    # weighted least squares solved directly: its slope is negative, so only the
+    # bandwidth clips; the latency is the line's intercept
+    (slope, intercept), *_ = np.linalg.lstsq(np.c_[SIZES, np.ones(3)] * weights[:, None],
+                                             times * weights, rcond=None)
+    assert slope < 0 and bandwidth == MAX_BANDWIDTH
+    assert latency == pytest.approx(intercept, rel=1e-6) and latency > 1.0
+    residual = (latency + np.array(SIZES) / MAX_BANDWIDTH - times) * weights
+    assert error == pytest.approx(np.sqrt(np.mean(residual ** 2)), rel=1e-6)
 
 
 def test_fitted_cluster_is_symmetric_and_loads_back(tmp_path):

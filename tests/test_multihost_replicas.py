@@ -64,17 +64,24 @@ def test_replicated_graph_reads_one_mean_per_tensor():
     assert sorted(device[[index["allreduce/g/0"], index["allreduce/delta/0"]]].tolist()) == [0, 1]
 
 
-def test_step_time_adds_reduce_and_broadcast_hops():
-    g = CostGraph.build(names=["x", "f", "g", "w", "apply"],
-                        ops=["Placeholder", "MatMul", "MatMul", "VariableV2", "ApplyGradientDescent"],
-                        comp_us=[0, 10, 5, 0, 1], edge_src=["x", "f", "g", "w"],
-                        edge_dst=["f", "g", "apply", "apply"], edge_bytes=[0, 0, 1000, 0])
-    cluster = parse_devices("2xcpu:1").with_options(latency=10, bandwidth=100)   # 1000 B: 20 us
-    block = replicas.estimate(g, np.zeros(5, np.int32), cluster, 2, per_replica_us=16.0)
-    # replica 1's gradient goes to host 0 (20 us), its mean comes back (20 us), then apply
+def gradient_chain():
+    """x -> f -> g (the gradient, 1000 B) -> apply <- w."""
+    return CostGraph.build(names=["x", "f", "g", "w", "apply"],
+                           ops=["Placeholder", "MatMul", "MatMul", "VariableV2", "ApplyGradientDescent"],
+                           comp_us=[0, 10, 5, 0, 1], edge_src=["x", "f", "g", "w"],
+                           edge_dst=["f", "g", "apply", "apply"], edge_bytes=[0, 0, 1000, 0])
+
+
+@pytest.mark.parametrize("devices", ["2xcpu:1", "3xcpu:1"])     # fewer replicas than hosts too
+def test_step_time_adds_reduce_and_broadcast_hops(devices):
+    cluster = parse_devices(devices).with_options(latency=10, bandwidth=100)   # 1000 B: 20 us
+    block = replicas.estimate(gradient_chain(), np.zeros(5, np.int32), cluster, 2, per_replica_us=16.0)
+    # replica 1's gradient goes to host 0 (20 us), its mean comes back (20 us), then apply;
+    # a third host takes no part
     assert block["step_time_us"] == pytest.approx(10 + 5 + 20 + 20 + 1)
     assert block["averaged_tensors"] == 1 and block["allreduce_bytes"] == 1000
     assert block["hosts"] == ["/job:worker/task:0", "/job:worker/task:1"]
+    assert replicas.replica_cluster(cluster, 2).num_devices == 1
 
 
 def test_more_replicas_than_hosts_is_refused():
@@ -119,3 +126,27 @@ def test_bad_replica_counts_exit_2(step_json, tmp_path, capsys, replicas, messag
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_replicas_on_a_graph_without_tf_op_names_is_refused(tmp_path, capsys):
+    g = training_step()
+    path = tmp_path / "anon.json"
+    CostGraph.build(names=list(g.names), comp_us=g.comp_us, edge_src=g.edge_src, edge_dst=g.edge_dst,
+                    edge_bytes=g.edge_bytes, edge_slot=g.edge_slot).to_json(path)
+    out = tmp_path / "out"
+    assert main(["place", str(path), "--devices", "2xcpu:2", "--replicas", "2", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--replicas: {path} has no variable update that reads the data" in err
+    assert not out.exists()
+
+
+def test_one_replica_costs_what_the_placement_alone_costs(step_json, tmp_path):
+    out = tmp_path / "out"
+    assert main(["place", str(step_json), "--devices", "2xcpu:2", "--replicas", "1",
+                 "--algorithm", "round-robin", "-o", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    block = report["replicas"]
+    assert block["count"] == 1 and block["hosts"] == ["/job:worker/task:0"]
+    assert block["averaged_tensors"] == 2 and block["allreduce_bytes"] == 1400
+    # the mean of one replica sits on its update's device: no extra hop
+    assert block["step_time_us"] == pytest.approx(report["makespan_us"])

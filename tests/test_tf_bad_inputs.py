@@ -115,3 +115,45 @@ def test_run_needs_a_placed_dir_with_profile_json(good_profile, tmp_path, capsys
     assert main(["run", str(good_profile), "--steps", "1"]) == 2   # a profile dir, not placed
     err = capsys.readouterr().err.strip()
     assert "names no model" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("source, needle", [
+    ("import no_such_module\n", "failed to import (ModuleNotFoundError: No module named 'no_such_module')"),
+    ("def build(:\n", "failed to import (SyntaxError"),
+    ("KNOBS = {'n': 1}\n", "defines no build(**knobs) function"),
+])
+def test_profile_script_that_cannot_be_used(tmp_path, capsys, source, needle):
+    script = tmp_path / "mine.py"
+    script.write_text(source)
+    out = tmp_path / "prof"
+    assert main(["profile", str(script), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"MODEL: {script} {needle}" in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.py"] and script.read_text() == source
+
+
+@pytest.mark.parametrize("steps", ["0", "-2"])
+def test_run_needs_at_least_one_step(good_profile, tmp_path, capsys, steps):
+    placed = tmp_path / "placed"
+    assert main(["place", str(good_profile), "--devices", "cpu:2", "--algorithm", "round-robin",
+                 "-o", str(placed)]) == 0
+    before = {p.name: p.read_bytes() for p in placed.iterdir()}
+    capsys.readouterr()
+    assert main(["run", str(placed), "--steps", steps]) == 2
+    assert capsys.readouterr().err == f"pardnn run: error: --steps: need at least 1 step, got {steps}\n"
+    assert {p.name: p.read_bytes() for p in placed.iterdir()} == before
+
+
+def test_profile_refuses_an_output_folder_before_profiling(tmp_path, capsys):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    assert main(["profile", "mlp", "--size", "tiny", "-o", str(mine)]) == 2
+    assert "is not empty and was not written by pardnn" in capsys.readouterr().err
+    script = tmp_path / "prof" / "my_model.py"           # a pardnn folder holding the script
+    assert main(["profile", "mlp", "--size", "tiny", "--steps", "1", "-o", str(script.parent)]) == 0
+    script.write_text("KNOBS = {}\n")
+    capsys.readouterr()
+    assert main(["profile", str(script), "-o", str(script.parent)]) == 2
+    assert f"holds the input {script}" in capsys.readouterr().err
+    assert script.exists() and (mine / "notes.txt").read_text() == "keep"

@@ -61,11 +61,17 @@ def test_mlp_feed_is_deterministic_and_learnable():
     assert model.loss == "loss:0" and model.train_op == "train" and model.init == "init"
 
 
-def test_reprofiling_into_a_directory_drops_steps_of_the_older_profile(tmp_path):
+def test_reprofiling_replaces_the_folder_and_a_foreign_folder_is_refused(tmp_path, capsys):
     out = tmp_path / "prof"
-    out.mkdir()
-    (out / "run_metadata_7.pb").write_bytes(b"stale")
-    (out / "notes.txt").write_text("mine")
+    assert main(["profile", "mlp", "--size", "tiny", "--steps", "3", "-o", str(out)]) == 0
     assert main(["profile", "mlp", "--size", "tiny", "--steps", "2", "-o", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == [
-        "graph.pb", "notes.txt", "profile.json", "run_metadata_0.pb", "run_metadata_1.pb"]
+        ".pardnn-output.json", "graph.pb", "profile.json", "run_metadata_0.pb", "run_metadata_1.pb"]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    capsys.readouterr()
+    assert main(["profile", "mlp", "--size", "tiny", "--steps", "1", "-o", str(mine)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"-o: {mine} is not empty and was not written by pardnn" in err
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]

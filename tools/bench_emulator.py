@@ -21,6 +21,7 @@ from pardnn.placers import registry as algorithms  # noqa: E402
 from pardnn.hardware import parse_devices  # noqa: E402
 from pardnn.emulator.memory import track_memory  # noqa: E402
 from pardnn.emulator.scheduler import simulate  # noqa: E402
+from commit_line import print_commit  # noqa: E402
 
 
 def best_of(repeat, func):
@@ -38,6 +39,7 @@ def main(argv=None):
     p.add_argument("--devices", default="dgx2")
     p.add_argument("--repeat", type=int, default=3)
     args = p.parse_args(argv)
+    print_commit()
     graph = synth_graph(args.nodes, seed=0)
     cluster = parse_devices(args.devices)
     print(f"graph: {graph.num_nodes} nodes, {graph.num_edges} edges; cluster {args.devices} "

@@ -24,6 +24,7 @@ from tensorflow.core.framework import graph_pb2, tensor_shape_pb2, types_pb2  # 
 from tensorflow.core.protobuf import config_pb2  # noqa: E402
 
 from pardnn.tf import load_profile  # noqa: E402
+from commit_line import print_commit  # noqa: E402
 
 WIDTH, BATCH = 64, 32
 NODES_PER_BLOCK = 12
@@ -96,6 +97,7 @@ def main():
     parser.add_argument("--nodes", type=int, default=200_000)
     parser.add_argument("--steps", type=int, default=5)
     args = parser.parse_args()
+    print_commit()
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         graph_def = synth_graph(max(1, args.nodes // NODES_PER_BLOCK))

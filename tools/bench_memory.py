@@ -44,6 +44,7 @@ from pardnn.errors import UserError  # noqa: E402
 from pardnn.hardware import parse_devices  # noqa: E402
 from pardnn.pipeline import place as placer  # noqa: E402
 from pardnn.placers.registry import names  # noqa: E402
+from commit_line import print_commit  # noqa: E402
 
 OTHERS = [n for n in names() if n not in ("pardnn", "pardnn-hier")]
 
@@ -206,6 +207,7 @@ def main(argv=None) -> int:
     m.add_argument("--families", type=lambda s: s.split(","),
                    default=["e3d:8", "word-rnn:8", "transformer:4", "wrn:4"])
     args = p.parse_args(argv)
+    print_commit()
     {"quality": run_quality, "speed": run_speed, "step1-memory": run_step1_memory}[args.mode](args)
     return 0
 

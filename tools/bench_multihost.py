@@ -22,6 +22,7 @@ from pardnn.placers import replicas  # noqa: E402
 from pardnn.hardware import parse_devices  # noqa: E402
 from pardnn.placers.hierarchical import host_cluster  # noqa: E402
 from pardnn.units import format_size, format_time  # noqa: E402
+from commit_line import print_commit  # noqa: E402
 
 
 def cross_host_bytes(graph, cluster, device) -> int:
@@ -36,6 +37,7 @@ def main():
     ap.add_argument("--devices", default="2xdgx-h100:4,4xdgx-h100:2")
     ap.add_argument("--replicas", type=int, default=2)
     args = ap.parse_args()
+    print_commit()
     t0 = time.perf_counter()
     graph = synth_graph(args.nodes, seed=args.seed)
     print(f"{graph.num_nodes} nodes, {graph.num_edges} edges, work {format_time(graph.total_work_us())} "

@@ -50,6 +50,7 @@ from pardnn.errors import UserError  # noqa: E402
 from pardnn.graph.edge_costs import mean_edge_costs  # noqa: E402
 from pardnn.graph.levels import critical_path_us  # noqa: E402
 from pardnn.models import FAMILIES  # noqa: E402
+from commit_line import print_commit  # noqa: E402
 
 COLUMNS = ["graph", "nodes", "preset", "k", "memory", "algorithm", "makespan_us", "speedup", "feasible",
            "comm_bytes", "placement_seconds", "error"]
@@ -260,6 +261,7 @@ def main(argv=None) -> int:
     p.add_argument("--memory", default="unlimited,real", help="with --estimate: unlimited and/or real")
     p.add_argument("-o", "--out", default="bench_quality", help="output path without .md/.csv")
     args = p.parse_args(argv)
+    print_commit()
     args.families = [f for f in args.families.split(",") if f]
     args.algorithms = [a for a in args.algorithms.split(",") if a]
     args.k = [int(x) for x in args.k.split(",") if x]

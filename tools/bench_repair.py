@@ -52,6 +52,7 @@ from pardnn.hardware import parse_devices  # noqa: E402
 from pardnn.emulator import evaluate  # noqa: E402
 from pardnn.repair.overflow_repair import least_memory, repair  # noqa: E402
 from pardnn.units import format_size  # noqa: E402
+from commit_line import print_commit  # noqa: E402
 
 FAMILIES = ["mlp", "word-rnn", "char-crn", "wrn", "transformer", "e3d"]
 SETTINGS = [(4, 0.6), (8, 0.3)]
@@ -226,6 +227,7 @@ def main(argv=None) -> int:
     p.add_argument("--fraction", type=float, default=0.75)
     p.add_argument("--family", default="word-rnn")
     args = p.parse_args(argv)
+    print_commit()
     args.families = [f for f in args.families.split(",") if f]
     args.algorithms = [a for a in args.algorithms.split(",") if a]
     os.makedirs(args.profiles, exist_ok=True)

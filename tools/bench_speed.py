@@ -26,6 +26,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
 from pardnn.placers import registry as algorithms  # noqa: E402
+from commit_line import print_commit  # noqa: E402
 
 UNLIMITED = 2**50
 BUILD_ALLOWANCE_S = 60      # building a 200k-node synthetic graph takes a few seconds
@@ -72,6 +73,7 @@ def main(argv=None) -> int:
         name, nodes, k = args.child
         print(json.dumps(measure(name, int(nodes), int(k))))
         return 0
+    print_commit()
     sizes = [int(x) for x in args.sizes.split(",") if x]
     names = [x for x in args.algorithms.split(",") if x]
     print(f"K={args.k} virtual CPUs, memory unlimited; seconds of wall time on {os.cpu_count()} cores")

@@ -41,6 +41,7 @@ from pardnn.hardware import parse_devices  # noqa: E402
 from pardnn.emulator.scheduler import simulate  # noqa: E402
 from pardnn.graph.levels import critical_path_us  # noqa: E402
 from pardnn.placers.pardnn.step1 import partition  # noqa: E402
+from commit_line import print_commit  # noqa: E402
 
 
 def graphs(args):
@@ -128,6 +129,7 @@ def main(argv=None) -> int:
     s.add_argument("--devices", default="dgx2", help="device preset taking :K (default dgx2)")
     s.add_argument("--repeat", type=int, default=3)
     args = p.parse_args(argv)
+    print_commit()
     if args.what == "quality" and not (args.profile or args.synth):
         args.synth = [20_000]
     return quality(args) if args.what == "quality" else speed(args)

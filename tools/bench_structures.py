@@ -21,6 +21,7 @@ import time
 
 import numpy as np
 from sortedcontainers import SortedList
+from commit_line import print_commit  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -189,6 +190,7 @@ def main(argv=None) -> int:
     p.add_argument("--nodes", type=int, default=20_000)
     p.add_argument("--devices", type=int, default=8)
     args = p.parse_args(argv)
+    print_commit()
     if args.part in ("all", "knapsack"):
         bench_knapsack([int(x) for x in args.sizes.split(",")])
     if args.part in ("all", "heft"):

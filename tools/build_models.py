@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import pardnn.tf  # noqa: E402,F401  (quiet TensorFlow import)
 
 from pardnn.models import FAMILIES, load_module, resolve_knobs  # noqa: E402
+from commit_line import print_commit  # noqa: E402
 
 
 _PLAIN = "{:<12} {:<9} {:>8} {:>8} {:>8} {:>6} {:>12} {:>11}"
@@ -57,6 +58,7 @@ def main(argv=None) -> int:
     parser.add_argument("--sizes", help="comma-separated size names (default: all of each family)")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = parser.parse_args(argv)
+    print_commit()
     header = ["family", "size", "nodes", "edges", "thesis", "ratio", "build_wall_s", "build_cpu_s"]
     if args.markdown:
         print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))

@@ -23,6 +23,7 @@ from pardnn.models import load_module, resolve_knobs  # noqa: E402
 from pardnn.pipeline.place import place  # noqa: E402
 from pardnn.tf import load_profile  # noqa: E402
 from pardnn.tf.profile import profile_model  # noqa: E402
+from commit_line import print_commit  # noqa: E402
 
 FAMILIES = "mlp,word-rnn,char-crn,wrn,transformer,e3d"
 
@@ -43,6 +44,7 @@ def main():
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--families", default=FAMILIES)
     args = p.parse_args()
+    print_commit()
     print("| family | rewrites | total compute us | untimed | fused, time spread | "
           "median op ratio on/off | makespan cpu:4 us |")
     print("|---|---|---|---|---|---|---|")

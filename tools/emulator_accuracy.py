@@ -28,6 +28,7 @@ from pardnn.cli import main as pardnn  # noqa: E402
 from pardnn.models import load_module  # noqa: E402
 from pardnn.tf import import_placed_graph, session_config  # noqa: E402
 from pardnn.units import format_size, format_time  # noqa: E402
+from commit_line import print_commit  # noqa: E402
 
 tf1 = tf.compat.v1
 
@@ -72,6 +73,7 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--work", default="/tmp/pardnn-accuracy")
     args = p.parse_args(argv)
+    print_commit()
     os.makedirs(args.work, exist_ok=True)
     for family in args.families.split(","):
         report, single, multi, peaks = measure(family, args.size, args.devices, args.steps, args.work)

@@ -40,6 +40,7 @@ from pardnn.models import FAMILIES, load_module, resolve_knobs  # noqa: E402
 from pardnn.tf import estimate  # noqa: E402
 from pardnn.tf.profile_loader import load_profile  # noqa: E402
 from pardnn.tf.profile import profile_model  # noqa: E402
+from commit_line import print_commit  # noqa: E402
 
 
 def host_bandwidth_gbs(mib: int = 128, repeats: int = 5) -> float:
@@ -176,6 +177,7 @@ def main(argv=None) -> int:
     parser.add_argument("--sizes", default="thesis,thesis-2", help="named configs for --thesis")
     parser.add_argument("--target", default="dgx-h100", help="GPU preset for the thesis-size estimates")
     args = parser.parse_args(argv)
+    print_commit()
     families = [f for f in args.families.split(",") if f]
     if args.thesis:
         thesis_table(families, [x for x in args.sizes.split(",") if x], args.target, args.thesis)

@@ -40,6 +40,7 @@ import sys
 import time
 
 import numpy as np
+from commit_line import print_commit
 
 NORMAL, RESIDUAL, REFERENCE = 0, 1, 2   # same values as pardnn.graph.costgraph
 
@@ -206,6 +207,7 @@ def main(argv=None) -> int:
                    help="dag: branchy layers (default); chain: near-chain layers with large activations")
     p.add_argument("-o", "--out", required=True, help="cost graph JSON to write")
     args = p.parse_args(argv)
+    print_commit()
     t0 = time.perf_counter()
     graph = synth_graph(args.nodes, args.seed, args.shape)
     t1 = time.perf_counter()

@@ -13,6 +13,7 @@ when it has none); --cluster the devices a cluster file lists, on its hosts'
 addresses, after checking that the running cluster has every one of them.
 """
 
+import os
 import sys
 
 from pardnn.errors import UserError
@@ -56,6 +57,10 @@ def run(args):
     memory = None if args.memory is None else parse_size(args.memory, "--memory")
     if not args.out.endswith(".json"):
         raise UserError(f"-o: {args.out} must end in .json (so that --devices reads it as a cluster file)")
+    if os.path.isdir(args.out):                       # checked before minutes of measuring
+        raise UserError(f"-o: {args.out} is a folder")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
+        raise UserError(f"-o: cannot write {args.out} (its folder does not exist)")
     from pardnn.hardware import cluster_file
     from pardnn.hardware.link_fit import fitted_cluster, format_links
     from pardnn.tf import link_bench as links

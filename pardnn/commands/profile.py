@@ -10,6 +10,7 @@ preset by Grappler's analytical cost model (pardnn.tf.estimate, docs/estimates.m
 import os
 
 from pardnn.errors import UserError
+from pardnn.io.outputs import check_output_dir
 from pardnn.models import load_module, resolve_knobs
 from pardnn.progress import stage
 
@@ -54,6 +55,7 @@ def run(args):
         raise UserError("--op-overhead and --precision apply to estimated costs: add --estimate PRESET")
     if args.steps < 1:
         raise UserError(f"--steps: need at least 1 traced step, got {args.steps}")
+    check_output_dir(args.out, inputs=[args.model] if os.path.exists(args.model) else [])
     module = load_module(args.model)
     knobs = resolve_knobs(module, args.size, args.set)
     with stage(f"building {args.model}"):

@@ -21,9 +21,11 @@ def allowed_devices(graph, cluster) -> np.ndarray:
     empty = ~allowed.any(axis=1)
     if np.any(empty):
         g = int(np.flatnonzero(empty)[0])
-        members = [graph.names[i] for i in graph.group_members(g)[:3]]
+        members = graph.group_members(g)
+        pins = sorted({graph.pinned[i].upper() for i in members if graph.pinned[i]})
         from pardnn.errors import UserError
-        raise UserError(f"colocation group of {members} is pinned to several device kinds at once")
+        raise UserError(f"PROFILE: colocation group of {[graph.names[i] for i in members[:3]]} is pinned "
+                        f"to {' and '.join(pins)} at once; no device can run it")
     return allowed
 
 

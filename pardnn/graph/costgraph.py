@@ -28,6 +28,7 @@ import numpy as np
 
 from pardnn.errors import GraphError
 from pardnn.jsonfile import read_json
+from pardnn.units import MAX_SIZE, MAX_TIME_US
 
 NORMAL, RESIDUAL, REFERENCE = 0, 1, 2
 KIND_NAMES = ("normal", "residual", "reference")
@@ -207,18 +208,18 @@ class CostGraph:
                              f" (this pardnn reads version {JSON_VERSION})")
         try:
             nodes, edges = doc["nodes"], doc["edges"]
-            kinds = [KIND_NAMES.index(x.get("kind", "normal")) for x in nodes]
             return cls.build(
-                names=[x["name"] for x in nodes], ops=[x.get("op", "") for x in nodes],
-                comp_us=[x.get("comp_us", 0.0) for x in nodes],
-                out_bytes=[x.get("out_bytes", 0) for x in nodes],
-                persist_bytes=[x.get("persist_bytes", 0) for x in nodes], kind=kinds,
-                temp_bytes=[x.get("temp_bytes", 0) for x in nodes],
-                group=[x.get("group", ("node", x["name"])) for x in nodes],
-                pinned=[x.get("pinned") or "" for x in nodes],
-                edge_src=[e["src"] for e in edges], edge_dst=[e["dst"] for e in edges],
-                edge_bytes=[e.get("bytes", 0) for e in edges],
-                edge_slot=[e.get("slot", 0) for e in edges])
+                names=[_field(x, "name") for x in nodes], ops=[_field(x, "op", "") for x in nodes],
+                comp_us=[_field(x, "comp_us", 0.0) for x in nodes],
+                out_bytes=[_field(x, "out_bytes", 0) for x in nodes],
+                persist_bytes=[_field(x, "persist_bytes", 0) for x in nodes],
+                temp_bytes=[_field(x, "temp_bytes", 0) for x in nodes],
+                kind=[KIND_NAMES.index(_field(x, "kind", "normal")) for x in nodes],
+                group=[_field(x, "group", ("node", x["name"])) for x in nodes],
+                pinned=[_field(x, "pinned", "") for x in nodes],
+                edge_src=[_field(e, "src") for e in edges], edge_dst=[_field(e, "dst") for e in edges],
+                edge_bytes=[_field(e, "bytes", 0) for e in edges],
+                edge_slot=[_field(e, "slot", 0) for e in edges])
         except GraphError as exc:
             raise GraphError(f"{source}: {exc}") from None
         except (KeyError, TypeError, ValueError) as exc:
@@ -230,6 +231,20 @@ class CostGraph:
 
 
 # ---------------------------------------------------------------- helpers
+_REQUIRED = object()
+
+
+def _field(entry, key, default=_REQUIRED):
+    """entry[key], where a JSON null means the same as an absent key (the default);
+    KeyError when a required key is absent or null."""
+    value = entry.get(key)
+    if value is None:
+        if default is _REQUIRED:
+            raise KeyError(key)
+        return default
+    return value
+
+
 def _column(values, n, dtype, what):
     if values is None:
         return np.zeros(n, dtype)
@@ -240,6 +255,10 @@ def _column(values, n, dtype, what):
         raise GraphError(f"{what} has a non-finite value")
     if np.any(arr < 0):
         raise GraphError(f"negative {what} ({arr[arr < 0][0]:g}) at entry {int(np.flatnonzero(arr < 0)[0])}")
+    limit = MAX_TIME_US if dtype == np.float64 else MAX_SIZE
+    if np.any(arr > limit):
+        raise GraphError(f"{what} too large ({arr[arr > limit][0]:g}) at entry "
+                         f"{int(np.flatnonzero(arr > limit)[0])}; at most {limit:g}")
     return arr.astype(dtype)
 
 

@@ -23,6 +23,10 @@ from pardnn.errors import UserError
 GiB = 2**30
 GBps = 1e3  # 1 GB/s in bytes per microsecond
 LOCAL_PREFIX = "/job:localhost/replica:0/task:0/device:"
+# Most devices one cluster may have. Links are dense K x K matrices and placers keep
+# arrays per device pair and per (device, node), so K is bounded; 1024 devices is
+# 8 MiB per link matrix, over 60 DGX hosts (docs/clusters.md).
+MAX_DEVICES = 1024
 
 @dataclass(frozen=True)
 class Device:
@@ -108,6 +112,13 @@ class Cluster:
             if full == name.strip().upper() or full.endswith("/DEVICE:" + want):
                 return i
         raise KeyError(name)
+
+
+def check_device_count(k: int, flag: str, spec) -> None:
+    """UserError when `spec` asks for more than MAX_DEVICES devices (before any
+    K x K array is allocated)."""
+    if k > MAX_DEVICES:
+        raise UserError(f"{flag}: {spec!r} asks for {k} devices; pardnn places on at most {MAX_DEVICES}")
 
 
 def host_memory() -> int:

@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from pardnn.hardware.cluster import GBps, Cluster, Device, Host
+from pardnn.hardware.cluster import GBps, Cluster, Device, Host, check_device_count
 from pardnn.errors import UserError
 from pardnn.jsonfile import read_json, write_json
 from pardnn.units import parse_rate, parse_size, parse_time
@@ -64,7 +64,9 @@ def parse_composed(text: str, parse_single, flag: str):
     copies = int(match.group(1))
     if copies < 1:
         raise UserError(f"{flag}: {text!r} asks for {copies} hosts")
-    return compose(parse_single(match.group(2), flag), copies)
+    single = parse_single(match.group(2), flag)
+    check_device_count(copies * single.num_devices, flag, text)
+    return compose(single, copies)
 
 
 # ------------------------------------------------------------------ files
@@ -83,6 +85,7 @@ def load(path: str, flag: str = "--devices") -> Cluster:
 
 def _from_doc(doc, name) -> Cluster:
     hosts, devices = [], []
+    check_device_count(sum(len(host["devices"]) for host in doc["hosts"]), "devices", name)
     for h, host in enumerate(doc["hosts"]):
         hosts.append(Host(host["task"], host.get("address", "")))
         for dev in host["devices"]:
@@ -91,6 +94,8 @@ def _from_doc(doc, name) -> Cluster:
                                   parse_size(dev["memory"], "memory"), h))
     if not devices:
         raise UserError("lists no devices")
+    if len({d.name for d in devices}) < len(devices):
+        raise UserError("lists a device twice")
     host_of = np.array([d.host for d in devices])
     same = host_of[:, None] == host_of[None, :]
     intra, inter = doc.get("intra_host", {}), doc.get("inter_host", {})
@@ -102,11 +107,15 @@ def _from_doc(doc, name) -> Cluster:
         k = len(devices)
         lat = np.array(doc["links"]["latency_us"], float).reshape(k, k)
         bw = np.array(doc["links"]["bandwidth_bytes_per_us"], float).reshape(k, k)
+    off = ~np.eye(len(devices), dtype=bool)
+    if not (np.all(np.isfinite(bw[off]) & (bw[off] > 0)) and np.all(np.isfinite(lat[off]) & (lat[off] >= 0))):
+        raise UserError("links need finite positive bandwidth and finite non-negative latency")
     np.fill_diagonal(lat, 0.0)
     np.fill_diagonal(bw, np.inf)
-    if np.any(bw <= 0) or np.any(lat < 0):
-        raise UserError("links need positive bandwidth and non-negative latency")
-    return Cluster(tuple(devices), lat, bw, float(doc.get("reserve", 0.10)), name, tuple(hosts))
+    reserve = float(doc.get("reserve", 0.10))
+    if not 0.0 <= reserve < 1.0:
+        raise UserError(f"reserve must be in [0, 1), got {reserve}")
+    return Cluster(tuple(devices), lat, bw, reserve, name, tuple(hosts))
 
 
 def to_doc(cluster: Cluster) -> dict:

@@ -6,7 +6,7 @@ import re
 
 from pardnn.errors import UserError
 from pardnn.hardware import cluster_file
-from pardnn.hardware.cluster import Cluster
+from pardnn.hardware.cluster import Cluster, check_device_count
 from pardnn.hardware.presets import PRESETS, preset_names
 
 
@@ -31,4 +31,5 @@ def parse_devices(spec: str, flag: str = "--devices") -> Cluster:
     k = limit if count is None else int(count)
     if k < 1 or (limit is not None and k > limit):
         raise UserError(f"{flag}: {spec!r} asks for {k} devices; {name} has 1 to {limit or 'any number'}")
+    check_device_count(k, flag, spec)
     return builder(k)

@@ -1,50 +1,111 @@
-"""Write a command's output files all or nothing.
+"""Write a command's output folder as a whole, all or nothing.
 
-Each file is first written under a temporary name in the output directory; only
-when every file is written are they renamed into place. On failure the temporary
-files (and the output directory, if this run created it) are removed, so a failed
-command never leaves half-written output behind.
+Every file goes into a temporary sibling folder; only when all are written does
+that folder replace the output folder in one rename, so the output folder holds
+exactly what this run wrote: no file of an earlier run survives (an old
+`placed_graph.pb` next to a new `placement.csv` would make `pardnn run` train the
+old graph), and a failed run leaves the old folder, or none, as it was.
+
+pardnn only replaces a folder it wrote itself: each output folder carries a
+manifest, MANIFEST, listing its files. An existing folder without one that is not
+empty is refused, so `-o ~/work` cannot wipe a user's files.
 """
 
+import json
 import os
 import shutil
+import tempfile
 
 from pardnn.errors import UserError
 
+MANIFEST = ".pardnn-output.json"
+
+
+def check_output_dir(path, flag="-o", inputs=()) -> None:
+    """UserError unless `path` is absent, an empty folder or a folder pardnn wrote,
+    and holds none of the `inputs` (replacing it would destroy them). Commands call
+    it before their real work, so a bad `-o` fails fast."""
+    path = str(path)
+    full = os.path.realpath(path)
+    for item in inputs:
+        if os.path.commonpath([full, os.path.realpath(str(item))]) == full:
+            raise UserError(f"{flag}: {path} holds the input {item}; name another folder")
+    if not os.path.exists(path):
+        return
+    if not os.path.isdir(path):
+        raise UserError(f"{flag}: {path} exists and is not a directory")
+    try:
+        entries = os.listdir(path)
+    except OSError as exc:
+        raise UserError(f"{flag}: cannot read {path} ({exc.strerror})") from None
+    if entries and MANIFEST not in entries:
+        raise UserError(f"{flag}: {path} is not empty and was not written by pardnn; "
+                        f"name a new or empty folder")
+
 
 class OutputDir:
+    """`with OutputDir(path) as out:` write each file to `out.temp(name)`."""
+
     def __init__(self, path, flag="-o"):
-        self.path = str(path)
+        self.path = os.path.abspath(str(path))
+        self.shown = str(path)
         self.flag = flag
-        self.created = False
-        self.pending = []
+        self.staging = None
+        self.made = None         # the topmost parent folder this run created, if any
+        self.names = []
 
     def __enter__(self):
-        if os.path.exists(self.path) and not os.path.isdir(self.path):
-            raise UserError(f"{self.flag}: {self.path} exists and is not a directory")
-        if not os.path.isdir(self.path):
-            try:
-                os.makedirs(self.path)
-            except OSError as exc:
-                raise UserError(f"{self.flag}: cannot create {self.path} ({exc.strerror})") from None
-            self.created = True
+        check_output_dir(self.shown, self.flag)
+        parent = os.path.dirname(self.path)
+        self.made, existing = _ancestors(parent)
+        if not os.path.isdir(existing):
+            raise UserError(f"{self.flag}: cannot create {self.shown} ({existing} is a file)")
+        try:
+            os.makedirs(parent, exist_ok=True)
+            self.staging = tempfile.mkdtemp(prefix=f".{os.path.basename(self.path)}.tmp", dir=parent)
+        except OSError as exc:
+            self._remove_made()
+            raise UserError(f"{self.flag}: cannot create {self.shown} ({exc.strerror})") from None
         return self
 
     def temp(self, name) -> str:
-        """A temporary path for output file `name`; renamed into place on success."""
-        final = os.path.join(self.path, name)
-        tmp = os.path.join(self.path, f".{name}.tmp{os.getpid()}")
-        self.pending.append((tmp, final))
-        return tmp
+        """Where to write output file `name`; it lands in the output folder on success."""
+        self.names.append(name)
+        return os.path.join(self.staging, name)
 
     def __exit__(self, exc_type, exc, tb):
-        if exc_type is None:
-            for tmp, final in self.pending:
-                os.replace(tmp, final)
+        if exc_type is not None:
+            shutil.rmtree(self.staging, ignore_errors=True)
+            self._remove_made()
             return False
-        for tmp, _ in self.pending:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-        if self.created:
-            shutil.rmtree(self.path, ignore_errors=True)
+        with open(os.path.join(self.staging, MANIFEST), "w") as f:
+            json.dump({"files": sorted(self.names)}, f)
+            f.write("\n")
+        os.chmod(self.staging, 0o777 & ~_umask())
+        if os.path.isdir(self.path):
+            old = self.staging + ".old"
+            os.replace(self.path, old)
+            os.replace(self.staging, self.path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(self.staging, self.path)
         return False
+
+    def _remove_made(self):
+        if self.made is not None:
+            shutil.rmtree(self.made, ignore_errors=True)
+
+
+def _ancestors(path):
+    """(the topmost of `path` and its ancestors that does not exist, or None;
+    the nearest that does)."""
+    missing = None
+    while not os.path.exists(path):
+        missing, path = path, os.path.dirname(path)
+    return missing, path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

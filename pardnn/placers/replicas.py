@@ -90,6 +90,16 @@ def averaged_tensors(graph) -> Averaging:
                      edges, inverse.reshape(-1).astype(np.int64))
 
 
+def check_averaged(graph, source: str) -> None:
+    """UserError when no tensor would be averaged: a graph without TF op names (a
+    cost graph JSON from another tool) or without training updates fed by the data.
+    Its replicas would train apart, and the step estimate would be one replica's."""
+    if averaged_tensors(graph).num_tensors == 0:
+        raise UserError(f"--replicas: {source} has no variable update that reads the data (an op such as "
+                        f"ApplyAdam or AssignSubVariableOp fed from a Placeholder or IteratorGetNext), so "
+                        f"nothing would be averaged across replicas; --replicas needs TF op names")
+
+
 def replica_cluster(cluster, replicas: int):
     """The first host's cluster, which one replica is placed on; UserError when the
     cluster cannot take `replicas` replicas (see replica_devices)."""

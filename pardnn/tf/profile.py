@@ -18,8 +18,6 @@ The profile dir (DESIGN.md), written all or nothing:
 from __future__ import annotations
 
 import datetime
-import os
-import re
 
 import tensorflow as tf
 
@@ -64,8 +62,8 @@ def write_profile_dir(out_dir, graph, run_metadatas, doc) -> None:
     """graph.pb (of `graph`, a tf.Graph or a GraphDef), run_metadata_<i>.pb and
     profile.json, all or nothing.
 
-    run_metadata files of an earlier, longer profile in the same directory are
-    removed, so the loader never mixes steps of two profiles."""
+    The folder is replaced as a whole (pardnn.io.outputs), so run_metadata files of
+    an earlier, longer profile never mix with this one's steps."""
     with OutputDir(out_dir) as out:
         with open(out.temp("graph.pb"), "wb") as f:
             graph_def = graph if isinstance(graph, tf1.GraphDef) else graph.as_graph_def(add_shapes=True)
@@ -74,10 +72,6 @@ def write_profile_dir(out_dir, graph, run_metadatas, doc) -> None:
             with open(out.temp(f"run_metadata_{i}.pb"), "wb") as f:
                 f.write(run_metadata.SerializeToString())
         write_json(doc, out.temp("profile.json"))
-    keep = {f"run_metadata_{i}.pb" for i in range(len(run_metadatas))}
-    for name in os.listdir(out_dir):
-        if re.fullmatch(r"run_metadata_\d+\.pb", name) and name not in keep:
-            os.remove(os.path.join(out_dir, name))
 
 
 def profile_model(model, steps: int = 5, devices: str = "cpu:1", out_dir: str = "profile",

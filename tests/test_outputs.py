@@ -1,0 +1,104 @@
+"""Output folders (`-o`): replaced as a whole, foreign folders refused, nothing
+half-written (pardnn.io.outputs)."""
+
+import json
+import os
+
+import pytest
+
+from pardnn.cli import main
+from pardnn.errors import UserError
+from pardnn.io.outputs import MANIFEST, OutputDir
+
+
+def place(chain_json, out, *extra):
+    return main(["place", str(chain_json), "--devices", "cpu:2", "--algorithm", "round-robin",
+                 "-o", str(out), *extra])
+
+
+def listing(folder):
+    return sorted(p.name for p in folder.iterdir())
+
+
+def snapshot(folder):
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def test_reused_folder_keeps_no_file_of_an_earlier_run(chain_json, tmp_path):
+    out = tmp_path / "out"
+    assert place(chain_json, out) == 0
+    # what an earlier placement of a TF profile left there
+    (out / "placed_graph.pb").write_bytes(b"old graph")
+    (out / "profile.json").write_text("{}")
+    assert place(chain_json, out) == 0
+    assert listing(out) == [MANIFEST, "placement.csv", "report.json"]
+
+
+def test_a_folder_pardnn_did_not_write_is_refused_and_untouched(chain_json, tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    assert place(chain_json, out) == 2
+    err = capsys.readouterr().err
+    assert err == f"pardnn place: error: -o: {out} is not empty and was not written by pardnn; name a new or empty folder\n"
+    assert snapshot(out) == {"notes.txt": b"keep me"}
+    assert listing(tmp_path) == ["g.json", "mine"]
+
+
+def test_an_empty_folder_is_used(chain_json, tmp_path):
+    out = tmp_path / "empty"
+    out.mkdir()
+    assert place(chain_json, out) == 0
+    assert listing(out) == [MANIFEST, "placement.csv", "report.json"]
+
+
+@pytest.mark.parametrize("name, message", [
+    ("file.txt", "exists and is not a directory"),
+    ("file.txt/out", "cannot create"),
+    ("g.json", "holds the input"),
+])
+def test_bad_output_paths_exit_2_with_one_line(chain_json, tmp_path, capsys, name, message):
+    (tmp_path / "file.txt").write_text("a file")
+    out = tmp_path / name
+    before = snapshot(tmp_path)
+    assert place(chain_json, out) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "-o: " in err and str(out) in err and message in err
+    assert snapshot(tmp_path) == before
+
+
+def test_an_output_folder_holding_the_input_is_refused(chain_json, tmp_path, capsys):
+    assert place(chain_json, tmp_path) == 2
+    assert f"-o: {tmp_path} holds the input {chain_json}" in capsys.readouterr().err
+    assert listing(tmp_path) == ["g.json"]
+
+
+def test_a_failed_run_leaves_the_old_folder_as_it_was(tmp_path):
+    out = tmp_path / "out"
+    with OutputDir(out) as o:
+        open(o.temp("a.txt"), "w").write("first")
+    with pytest.raises(RuntimeError):
+        with OutputDir(out) as o:
+            open(o.temp("a.txt"), "w").write("half")
+            raise RuntimeError("crash while writing")
+    assert (out / "a.txt").read_text() == "first"
+    assert json.loads((out / MANIFEST).read_text()) == {"files": ["a.txt"]}
+    assert listing(tmp_path) == ["out"]
+
+
+def test_a_failed_first_run_leaves_no_folder(tmp_path):
+    with pytest.raises(RuntimeError):
+        with OutputDir(tmp_path / "new" / "deeper" / "out") as o:
+            open(o.temp("a.txt"), "w").write("half")
+            raise RuntimeError("crash while writing")
+    assert listing(tmp_path) == []
+
+
+def test_unreadable_parent_is_a_user_error(tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root may write anywhere")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    with pytest.raises(UserError, match="cannot create"):
+        with OutputDir(locked / "out"):
+            pass

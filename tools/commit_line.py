@@ -1,0 +1,24 @@
+"""The first line every benchmark prints: the git commit it ran on, and whether the
+work tree had uncommitted changes, so each table in docs/ can be traced to its code."""
+
+import os
+import subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def commit_line() -> str:
+    """`commit abc1234`, `commit abc1234 with uncommitted changes`, or `commit unknown`."""
+    def git(*args):
+        return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    try:
+        sha = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.CalledProcessError):
+        return "commit unknown (not a git checkout)"
+    return f"commit {sha}" + (" with uncommitted changes" if dirty else "")
+
+
+def print_commit() -> None:
+    print(commit_line(), flush=True)
