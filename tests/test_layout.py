@@ -50,8 +50,8 @@ def imports_of(path: Path, known: set) -> set:
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            subs = [f"{node.module}.{a.name}" for a in node.names]
-            names = [s for s in subs if s in known] or [node.module]
+            # the package itself runs too: its __init__ must not import the importer back
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
         else:
             continue
         found |= {n for n in names if n in known}

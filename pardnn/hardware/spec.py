@@ -5,7 +5,7 @@ import os
 import re
 
 from pardnn.errors import UserError
-from pardnn.hardware import cluster_file
+from pardnn.hardware.cluster_file import load, parse_composed
 from pardnn.hardware.cluster import Cluster, check_device_count
 from pardnn.hardware.presets import PRESETS, preset_names
 
@@ -14,9 +14,9 @@ def parse_devices(spec: str, flag: str = "--devices") -> Cluster:
     """Cluster for a preset name, `cpu:K`, `gpu:K`, `preset:K`, a bare count K,
     `NxPRESET` (N hosts) or the path of a cluster file (pardnn.hardware.cluster_file)."""
     if str(spec).endswith(".json") or os.path.isfile(str(spec)):
-        return cluster_file.load(str(spec), flag)
+        return load(str(spec), flag)
     text = str(spec).strip().lower()
-    composed = cluster_file.parse_composed(text, parse_devices, flag)
+    composed = parse_composed(text, parse_devices, flag)
     if composed is not None:
         return composed
     if re.fullmatch(r"[0-9]+", text):
