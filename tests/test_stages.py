@@ -169,7 +169,7 @@ def test_candidates_built_in_worker_processes_give_the_same_placement(monkeypatc
     cluster = cluster_at(g, 4, 0.35)
     inline = candidates.choose(g, cluster)
     monkeypatch.setattr(candidates, "PARALLEL_MIN_NODES", 0)
-    monkeypatch.setattr(candidates.os, "cpu_count", lambda: 3)
+    monkeypatch.setattr(candidates, "_usable_cpus", lambda: 3)
     forked = candidates.choose(g, cluster)
     assert forked.winner == inline.winner
     assert np.array_equal(forked.repaired.device, inline.repaired.device)
@@ -188,3 +188,40 @@ def test_pardnn_fits_wherever_a_repaired_single_device_placement_fits():
             continue
         _, report = placer.place(g, cluster, "pardnn")
         assert report["feasible"]
+
+
+def test_range_argmin_matches_brute_force_and_empty_ranges_give_minus_one():
+    from pardnn.placers.pardnn.stages import _range_argmin
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n = int(rng.integers(1, 12))
+        values = rng.integers(0, 5, n).astype(float)
+        values[rng.random(n) < 0.2] = np.inf
+        lo = rng.integers(0, n + 1, 8)
+        hi = rng.integers(0, n + 1, 8)
+        got = _range_argmin(values, lo, hi)
+        for q in range(8):
+            window = values[lo[q]:hi[q]]
+            want = -1 if len(window) == 0 or not np.isfinite(window.min()) else lo[q] + int(np.argmin(window))
+            assert got[q] == want
+
+
+@pytest.mark.parametrize("text, seconds", [("90", 90.0), ("1.5", 1.5), ("90s", 90.0), ("1500ms", 1.5)])
+def test_a_plain_time_budget_is_seconds(text, seconds):
+    from argparse import Namespace
+    from pardnn.commands.common import budget_from_args
+    assert budget_from_args(Namespace(time_budget=text)) == pytest.approx(seconds)
+
+
+def test_refinement_within_memory_starts_no_batch_after_its_deadline():
+    from pardnn.graph.constraints import allowed_devices
+    from pardnn.placers.pardnn.memory_refinement import refine_within_memory
+    from pardnn.repair.overflow_repair import repair
+    g = synth_graph(1500, seed=2)
+    cluster = cluster_at(g, 4, 0.35)
+    fixed = repair(g, cluster, np.zeros(g.num_nodes, np.int32))
+    late = refine_within_memory(g, cluster, fixed, allowed_devices(g, cluster), rounds=4, deadline=0.0)
+    assert late.stopped_by_budget and late.batches == 0
+    assert np.array_equal(late.repaired.device, fixed.device)
+    free = refine_within_memory(g, cluster, fixed, allowed_devices(g, cluster), rounds=4)
+    assert not free.stopped_by_budget and free.batches > 0

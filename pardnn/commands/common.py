@@ -18,12 +18,14 @@ def add_cluster_args(parser, required=True):
 def add_budget_arg(parser):
     parser.add_argument("--time-budget", default="300s", metavar="TIME",
                         help="wall time pardnn may spend on candidates after Step 1 and on refinement "
-                             "within memory, e.g. 30s (default 300s)")
+                             "within memory: 90s, 1500ms, or plain seconds (default 300s)")
 
 
 def budget_from_args(args) -> float:
     """--time-budget in seconds; UserError unless it is positive."""
-    seconds = parse_time(args.time_budget, "--time-budget") / 1e6
+    text = str(args.time_budget).strip()
+    plain = text.replace(".", "", 1).lstrip("+-").isdigit()
+    seconds = parse_time(text + "s" if plain else text, "--time-budget") / 1e6
     if not seconds > 0:
         raise UserError(f"--time-budget: must be more than 0, got {args.time_budget!r}")
     return seconds

@@ -37,7 +37,8 @@ def step_peaks(step_stats) -> dict:
                     continue
                 events[device] += [(r.alloc_micros, r.alloc_bytes) for r in memory.allocation_records]
     peaks = {device: _peak(list(records)) for device, records in sorted(events.items())}
-    cpus = [r for device, records in events.items() if "CPU:" in device for r in records]
+    cpus = [r for device, records in events.items() if re.search(r"/device:CPU:\d+$", device)
+            for r in records]
     if cpus:
         peaks[HOST] = _peak(cpus)
     return peaks

@@ -24,6 +24,8 @@ import contextlib
 import multiprocessing
 import os
 import time
+from concurrent import futures
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -74,14 +76,14 @@ def choose(graph, cluster, timings=None, budget_s: float = DEFAULT_BUDGET_S) -> 
     timings = {} if timings is None else timings
     deadline = time.perf_counter() + budget_s
     names = list(CORE[1:]) + (list(EXTRAS) if graph.num_nodes < EXTRAS_MAX_NODES else [])
-    with _workers(graph.num_nodes, len(names)) as pool:
-        pending = {name: pool.apply_async(_candidate, (graph, cluster, name)) for name in names}
+    with _workers(graph, cluster, len(names)) as pool:
+        pending = {name: pool.submit(name) for name in names}
         first = step1.partition(graph, cluster, timings)
         results = {"step1": _judged(graph, cluster, first.device, 0.0)}
         results.update({name: _collect(job, deadline) for name, job in pending.items()})
     if all(r[2] is None for r in results.values()):          # nothing fits yet: the rest
-        inline = _InlinePool()
-        results.update({name: _collect(inline.apply_async(_candidate, (graph, cluster, name)), deadline)
+        inline = _Inline(graph, cluster)
+        results.update({name: _collect(inline.submit(name), deadline)
                         for name in EXTRAS if name not in results})
     return _pick(graph, cluster, results, _step1_output(first), timings, deadline)
 
@@ -127,45 +129,79 @@ def _judged(graph, cluster, device, build_s):
 
 
 def _collect(job, deadline):
-    """A candidate's result, or a skipped entry when the budget ends first."""
+    """A candidate's result; a skipped entry once the budget has ended (with or without
+    workers alike), a failed one when its worker process died."""
+    remaining = deadline - time.perf_counter()
     try:
-        return job.get(timeout=max(deadline - time.perf_counter(), 0.0))
-    except multiprocessing.TimeoutError:
+        if remaining <= 0:
+            raise futures.TimeoutError
+        return job.result(timeout=remaining)
+    except futures.TimeoutError:
         return None, {"skipped": "time budget spent"}, None, None, 0.0, 0.0
+    except BrokenProcessPool:
+        return None, {"feasible": False, "makespan_us": None, "reason": "its worker process died"}, \
+            None, None, 0.0, 0.0
+
+
+_SHARED = {}    # the graph and cluster the forked workers inherit (never pickled to them)
+
+
+def _shared_candidate(name):
+    return _candidate(_SHARED["graph"], _SHARED["cluster"], name)
 
 
 @contextlib.contextmanager
-def _workers(num_nodes, jobs):
+def _workers(graph, cluster, jobs):
     """Worker processes for the candidates after Step 1, which run beside it: one fewer
-    than the CPUs, none for graphs under PARALLEL_MIN_NODES (a fork costs more than
-    they take) or on one CPU. Without workers the candidates run in turn, each only
-    while the budget lasts."""
-    count = min(jobs, (os.cpu_count() or 1) - 1)
-    if num_nodes < PARALLEL_MIN_NODES or count < 1 or "fork" not in multiprocessing.get_all_start_methods():
-        yield _InlinePool()
+    than the CPUs this process may use, none for graphs under PARALLEL_MIN_NODES (a fork
+    costs more than they take) or on one CPU. Without workers the candidates run in
+    turn. Workers still running when the placement moves on are killed."""
+    count = min(jobs, _usable_cpus() - 1)
+    if graph.num_nodes < PARALLEL_MIN_NODES or count < 1 or "fork" not in multiprocessing.get_all_start_methods():
+        yield _Inline(graph, cluster)
         return
-    pool = multiprocessing.get_context("fork").Pool(count)
+    _SHARED.update(graph=graph, cluster=cluster)
+    pool = futures.ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("fork"))
     try:
-        yield pool
+        yield _Forked(pool)
     finally:
-        pool.terminate()
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.kill()
+        _SHARED.clear()
 
 
-class _InlinePool:
-    """The Pool interface, run in this process when the result is asked for."""
+def _usable_cpus() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
-    def apply_async(self, func, args):
-        return _Deferred(func, args)
+
+class _Forked:
+    def __init__(self, pool):
+        self.pool = pool
+
+    def submit(self, name):
+        return self.pool.submit(_shared_candidate, name)
+
+
+class _Inline:
+    """Candidates built in this process, each when its result is asked for."""
+
+    def __init__(self, graph, cluster):
+        self.graph, self.cluster = graph, cluster
+
+    def submit(self, name):
+        return _Deferred(lambda: _candidate(self.graph, self.cluster, name))
 
 
 class _Deferred:
-    def __init__(self, func, args):
-        self.func, self.args = func, args
+    def __init__(self, build):
+        self.build = build
 
-    def get(self, timeout):
-        if timeout <= 0:
-            raise multiprocessing.TimeoutError
-        return self.func(*self.args)
+    def result(self, timeout):
+        return self.build()
 
 
 def _winner(repaired, num_nodes) -> str:

@@ -45,7 +45,7 @@ def refine_within_memory(graph, cluster, fixed: Repair, allowed, rounds: int,
     at `deadline` (time.perf_counter() seconds) between batches."""
     current, moved = fixed, fixed.moved.copy()
     refined = batches = repair_rounds = 0
-    judge = judged_by_repair(graph, cluster)
+    judge = _until(deadline, judged_by_repair(graph, cluster))
     late = False
     for _ in range(rounds):
         begin = current.schedule.makespan
@@ -66,6 +66,14 @@ def refine_within_memory(graph, cluster, fixed: Repair, allowed, rounds: int,
     result = replace(current, moved=moved, peak_before=fixed.peak_before,
                      rounds=fixed.rounds + repair_rounds)
     return Fitted(result, fixed.schedule.makespan, refined, batches, late)
+
+
+def _until(deadline, judge):
+    """The judge, refusing every trial once `deadline` has passed, so that no batch starts
+    after it."""
+    def bounded(trial):
+        return None if time.perf_counter() > deadline else judge(trial)
+    return bounded
 
 
 def judged_by_repair(graph, cluster):

@@ -149,17 +149,16 @@ def _range_argmin(values, lo, hi) -> np.ndarray:
         left, right = prev[:n - 2 * span + 1], prev[span:n - span + 1]
         table.append(np.where(values[right] < values[left], right, left))
         span *= 2
-    lo = np.minimum(lo, hi)
-    length = np.maximum(hi - lo, 1)
-    level = np.floor(np.log2(length)).astype(np.int64)
+    empty = hi <= lo
+    lo, hi = np.where(empty, 0, lo), np.where(empty, 1, hi)      # any valid range, discarded below
+    level = np.floor(np.log2(hi - lo)).astype(np.int64)
     out = np.full(len(lo), -1, np.int64)
     for lv in np.unique(level):
         q = np.flatnonzero(level == lv)
         left = table[lv][lo[q]]
         right = table[lv][hi[q] - (1 << lv)]
         out[q] = np.where(values[right] < values[left], right, left)
-    empty = (hi <= lo) | ~np.isfinite(values[np.maximum(out, 0)])
-    out[empty] = -1
+    out[empty | ~np.isfinite(values[np.maximum(out, 0)])] = -1
     return out
 
 
