@@ -27,6 +27,7 @@ import time
 from concurrent import futures
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -47,6 +48,22 @@ EXTRAS_MAX_NODES = 20_000
 BUILDERS = {"stages": stages.place, "etf": etf.place, "heft": heft.place, "metis": metis_cut.place,
             "linear": linear.place, "topo": topo.place, "round-robin": round_robin.place,
             "single": single.place}
+
+
+class Judged(NamedTuple):
+    """One candidate after its repair and emulation."""
+
+    device: object               # int32 per node as built, or None when it was not built
+    entry: dict                  # its report.json entry under `candidates`
+    repaired: object             # the Repair, or None when it cannot fit
+    error: object                # the repair's UserError, or None
+    build_s: float
+    repair_s: float
+
+
+SKIPPED = Judged(None, {"skipped": "time budget spent"}, None, None, 0.0, 0.0)
+DIED = Judged(None, {"feasible": False, "makespan_us": None, "reason": "its worker process died"},
+              None, None, 0.0, 0.0)
 
 
 @dataclass
@@ -81,7 +98,7 @@ def choose(graph, cluster, timings=None, budget_s: float = DEFAULT_BUDGET_S) -> 
         first = step1.partition(graph, cluster, timings)
         results = {"step1": _judged(graph, cluster, first.device, 0.0)}
         results.update({name: _collect(job, deadline) for name, job in pending.items()})
-    if all(r[2] is None for r in results.values()):          # nothing fits yet: the rest
+    if all(r.repaired is None for r in results.values()):          # nothing fits yet: the rest
         inline = _Inline(graph, cluster)
         results.update({name: _collect(inline.submit(name), deadline)
                         for name in EXTRAS if name not in results})
@@ -90,12 +107,13 @@ def choose(graph, cluster, timings=None, budget_s: float = DEFAULT_BUDGET_S) -> 
 
 def _pick(graph, cluster, results, step1_output, timings, deadline) -> Chosen:
     """The winner among the judged candidates, refined within memory."""
-    report = {name: r[1] for name, r in results.items()}
-    repaired = {name: r[2] for name, r in results.items() if r[2] is not None}
+    report = {name: r.entry for name, r in results.items()}
+    repaired = {name: r.repaired for name, r in results.items() if r.repaired is not None}
     if not repaired:
-        raise next(r[3] for r in results.values() if r[3] is not None)
-    timings["repair"] = sum(r[5] for r in results.values())
-    timings.update({name: r[4] for name, r in results.items() if name != "step1" and r[0] is not None})
+        raise next(r.error for r in results.values() if r.error is not None)
+    timings["repair"] = sum(r.repair_s for r in results.values())
+    timings.update({name: r.build_s for name, r in results.items()
+                    if name != "step1" and r.device is not None})
     winner = _winner(repaired, graph.num_nodes)
     fixed, fitted = repaired[winner], None
     if winner != "step1" or fixed.rounds:       # Step 1 refined itself when nothing moved
@@ -104,7 +122,7 @@ def _pick(graph, cluster, results, step1_output, timings, deadline) -> Chosen:
                                       rounds=cluster.num_devices, deadline=deadline)
         timings["refine_memory"] = time.perf_counter() - t0
         fixed = fitted.repaired
-    return Chosen(winner, results[winner][0], fixed, fitted, step1_output, report)
+    return Chosen(winner, results[winner].device, fixed, fitted, step1_output, report)
 
 
 def _candidate(graph, cluster, name):
@@ -114,8 +132,8 @@ def _candidate(graph, cluster, name):
     return _judged(graph, cluster, device, time.perf_counter() - t0)
 
 
-def _judged(graph, cluster, device, build_s):
-    """(device, report entry, Repair or None, UserError or None, build s, repair s)."""
+def _judged(graph, cluster, device, build_s) -> Judged:
+    """The candidate `device` repaired and emulated."""
     t0 = time.perf_counter()
     try:
         fixed, error = repair(graph, cluster, device), None
@@ -125,7 +143,7 @@ def _judged(graph, cluster, device, build_s):
     entry = ({"feasible": False, "makespan_us": None, "reason": str(error)} if fixed is None else
              {"feasible": True, "makespan_us": fixed.schedule.makespan, "moved_nodes": int(fixed.moved.sum())})
     entry["seconds"] = build_s + repair_s
-    return device, entry, fixed, error, build_s, repair_s
+    return Judged(device, entry, fixed, error, build_s, repair_s)
 
 
 def _collect(job, deadline):
@@ -137,10 +155,9 @@ def _collect(job, deadline):
             raise futures.TimeoutError
         return job.result(timeout=remaining)
     except futures.TimeoutError:
-        return None, {"skipped": "time budget spent"}, None, None, 0.0, 0.0
+        return SKIPPED._replace(entry=dict(SKIPPED.entry))
     except BrokenProcessPool:
-        return None, {"feasible": False, "makespan_us": None, "reason": "its worker process died"}, \
-            None, None, 0.0, 0.0
+        return DIED._replace(entry=dict(DIED.entry))
 
 
 _SHARED = {}    # the graph and cluster the forked workers inherit (never pickled to them)
