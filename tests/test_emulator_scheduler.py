@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from pardnn.hardware import parse_devices
 from pardnn.emulator import evaluate
+from pardnn.emulator.bounds import makespan_lower_bound
 from pardnn.emulator.scheduler import simulate
 from pardnn.graph import CostGraph
 from pardnn.graph.edge_costs import comm_bytes
@@ -170,3 +171,31 @@ def test_schedule_invariants(case):
             assert busy == pytest.approx(hi - lo)
             later = on[ready[on] > ready[v]]         # FIFO: nobody ready later starts earlier
             assert np.all(s.start[later] >= s.start[v])
+
+
+# ------------------------------------------------------------ the lower bound
+def test_the_bound_of_a_chain_across_devices_is_its_emulated_step():
+    # one path, no queueing: a 1 + 12 + b 2 + 12 + c 3 = 30 us, exactly the emulation
+    g = graph({"a": 1, "b": 2, "c": 3}, [("a", "b"), ("b", "c")], nbytes=200)
+    c = cluster(2, latency=10, bandwidth=100)
+    assert makespan_lower_bound(g, c, [0, 1, 0]) == simulate(g, c, [0, 1, 0]).makespan == 30
+
+
+def test_the_bound_of_independent_ops_on_one_device_is_their_sum():
+    g = graph({"a": 4, "b": 5, "c": 6}, [])
+    assert makespan_lower_bound(g, cluster(2), [1, 1, 1]) == 15
+    assert makespan_lower_bound(g, cluster(2), [0, 1, 1]) == 11
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10_000), st.integers(2, 5))
+def test_the_bound_never_exceeds_the_emulated_step(seed, k):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 40))
+    edges = [(int(u), int(v)) for u, v in rng.integers(0, n, (2 * n, 2)) if u < v]
+    g = CostGraph.build(names=[f"n{i}" for i in range(n)], comp_us=rng.uniform(0, 20, n).tolist(),
+                        out_bytes=[100] * n, edge_src=[u for u, _ in edges], edge_dst=[v for _, v in edges],
+                        edge_slot=[0] * len(edges), edge_bytes=rng.integers(0, 5000, len(edges)).tolist())
+    c = cluster(k, latency=float(rng.uniform(0, 5)), bandwidth=float(rng.uniform(10, 1000)))
+    device = rng.integers(0, k, n)
+    assert makespan_lower_bound(g, c, device) <= simulate(g, c, device).makespan * (1 + 1e-12)

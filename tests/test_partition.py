@@ -143,7 +143,18 @@ def test_refinement_never_makes_the_emulated_makespan_worse(spec):
     result = partition(g, cluster)
     assert result.makespan_us <= result.mapped_makespan_us
     assert result.makespan_us == simulate(g, cluster, result.device).makespan
+    assert np.array_equal(result.schedule.finish, simulate(g, cluster, result.device).finish)
     assert result.mapped_makespan_us == simulate(g, cluster, result.mapped).makespan
+
+
+@pytest.mark.parametrize("seed, spec", [(1, "gpu:4"), (2, "dgx1-v100:8"), (3, "cpu:3")])
+def test_pruning_trials_by_the_lower_bound_changes_no_placement(monkeypatch, seed, spec):
+    from pardnn.placers.pardnn import refinement
+    g = synth_graph(3000, seed=seed)
+    cluster = parse_devices(spec)
+    pruned = partition(g, cluster)
+    monkeypatch.setattr(refinement, "cannot_beat", lambda *args: False)
+    assert np.array_equal(partition(g, cluster).device, pruned.device)
 
 
 def test_one_device_and_tiny_graphs():

@@ -164,17 +164,27 @@ def test_a_time_budget_that_is_not_positive_exits_2(tmp_path, capsys, budget):
     assert not (tmp_path / "out").exists()
 
 
-def test_candidates_built_in_worker_processes_give_the_same_placement(monkeypatch):
+@pytest.mark.parametrize("cpus", [2, 3])
+def test_candidates_built_in_worker_processes_give_the_same_placement(monkeypatch, cpus):
+    # with 2 CPUs one worker builds them while the main process, after Step 1, takes
+    # those it has not started
     g = synth_graph(1500, seed=5, shape="chain")
     cluster = cluster_at(g, 4, 0.35)
     inline = candidates.choose(g, cluster)
     monkeypatch.setattr(candidates, "PARALLEL_MIN_NODES", 0)
-    monkeypatch.setattr(candidates, "_usable_cpus", lambda: 3)
+    monkeypatch.setattr(candidates, "_usable_cpus", lambda: cpus)
     forked = candidates.choose(g, cluster)
     assert forked.winner == inline.winner
     assert np.array_equal(forked.repaired.device, inline.repaired.device)
     assert {n: c.get("makespan_us") for n, c in forked.candidates.items()} == \
         {n: c.get("makespan_us") for n, c in inline.candidates.items()}
+
+
+def test_a_candidate_is_taken_once_by_whoever_claims_it_first():
+    import multiprocessing
+    claims = multiprocessing.get_context("fork").Array("b", 3)
+    assert candidates._claimed(claims, 1) and not candidates._claimed(claims, 1)
+    assert candidates._claimed(claims, 0) and list(claims) == [1, 1, 0]
 
 
 def test_pardnn_fits_wherever_a_repaired_single_device_placement_fits():

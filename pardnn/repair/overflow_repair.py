@@ -52,10 +52,11 @@ class Repair:
                 "repair_rounds": self.rounds}
 
 
-def repair(graph, cluster, device) -> Repair:
-    """Move colocation groups until every device fits its capacity (see the module docstring)."""
+def repair(graph, cluster, device, schedule=None) -> Repair:
+    """Move colocation groups until every device fits its capacity (see the module
+    docstring). `schedule`, when given, is the emulation of `device` already at hand."""
     device = np.array(device, np.int32)
-    schedule, profile = _emulate(graph, cluster, device)
+    schedule, profile = _emulate(graph, cluster, device, schedule)
     before = profile.peak_bytes.copy()
     moved = np.zeros(graph.num_groups, bool)
     cap = cluster.capacity
@@ -77,8 +78,8 @@ def repair(graph, cluster, device) -> Repair:
     return Repair(device, moved[graph.group], before, schedule, profile, rounds)
 
 
-def _emulate(graph, cluster, device):
-    schedule = simulate(graph, cluster, device)
+def _emulate(graph, cluster, device, schedule=None):
+    schedule = simulate(graph, cluster, device) if schedule is None else schedule
     return schedule, track_memory(graph, cluster, device, schedule)
 
 

@@ -45,6 +45,9 @@ PARALLEL_MIN_NODES = 20_000  # smaller graphs build their candidates in this pro
 CORE = ("step1", "stages", "etf", "heft", "metis")
 EXTRAS = ("linear", "topo", "round-robin", "single")   # on small graphs, or when no core one fits
 EXTRAS_MAX_NODES = 20_000
+# The order workers take the candidates in: the slowest to build first, so that the
+# main process, done with Step 1, takes the quick ones still waiting at the end.
+SLOWEST_FIRST = ("etf", "heft", "linear", "stages", "metis", "topo", "round-robin", "single")
 BUILDERS = {"stages": stages.place, "etf": etf.place, "heft": heft.place, "metis": metis_cut.place,
             "linear": linear.place, "topo": topo.place, "round-robin": round_robin.place,
             "single": single.place}
@@ -92,17 +95,22 @@ def choose(graph, cluster, timings=None, budget_s: float = DEFAULT_BUDGET_S) -> 
     """Build, repair and judge the candidates; refine the winner within memory."""
     timings = {} if timings is None else timings
     deadline = time.perf_counter() + budget_s
-    names = list(CORE[1:]) + (list(EXTRAS) if graph.num_nodes < EXTRAS_MAX_NODES else [])
-    with _workers(graph, cluster, len(names)) as pool:
+    names = [n for n in SLOWEST_FIRST if n in CORE or graph.num_nodes < EXTRAS_MAX_NODES]
+    with _workers(graph, cluster, names) as pool:
         pending = {name: pool.submit(name) for name in names}
         first = step1.partition(graph, cluster, timings)
-        results = {"step1": _judged(graph, cluster, first.device, 0.0)}
-        results.update({name: _collect(job, deadline) for name, job in pending.items()})
+        results = {"step1": _judged(graph, cluster, first.device, 0.0, first.schedule)}
+        for name in reversed(names):            # help with those no worker has started yet
+            if pool.claim(name):
+                results[name] = _collect(_Inline(graph, cluster).submit(name), deadline)
+        results.update({name: _collect(pending[name], deadline) for name in CORE + EXTRAS
+                        if name in pending and name not in results})
     if all(r.repaired is None for r in results.values()):          # nothing fits yet: the rest
         inline = _Inline(graph, cluster)
         results.update({name: _collect(inline.submit(name), deadline)
                         for name in EXTRAS if name not in results})
-    return _pick(graph, cluster, results, _step1_output(first), timings, deadline)
+    ordered = {name: results[name] for name in CORE + EXTRAS if name in results}
+    return _pick(graph, cluster, ordered, _step1_output(first), timings, deadline)
 
 
 def _pick(graph, cluster, results, step1_output, timings, deadline) -> Chosen:
@@ -132,11 +140,11 @@ def _candidate(graph, cluster, name):
     return _judged(graph, cluster, device, time.perf_counter() - t0)
 
 
-def _judged(graph, cluster, device, build_s) -> Judged:
-    """The candidate `device` repaired and emulated."""
+def _judged(graph, cluster, device, build_s, schedule=None) -> Judged:
+    """The candidate `device` repaired and emulated (`schedule`: its emulation, if known)."""
     t0 = time.perf_counter()
     try:
-        fixed, error = repair(graph, cluster, device), None
+        fixed, error = repair(graph, cluster, device, schedule), None
     except UserError as exc:
         fixed, error = None, exc
     repair_s = time.perf_counter() - t0
@@ -160,25 +168,37 @@ def _collect(job, deadline):
         return DIED._replace(entry=dict(DIED.entry))
 
 
-_SHARED = {}    # the graph and cluster the forked workers inherit (never pickled to them)
+_SHARED = {}    # what the forked workers inherit (never pickled to them)
 
 
 def _shared_candidate(name):
+    """A worker's job: candidate `name`, or None when the main process claimed it first."""
+    if not _claimed(_SHARED["claims"], _SHARED["names"].index(name)):
+        return None
     return _candidate(_SHARED["graph"], _SHARED["cluster"], name)
 
 
+def _claimed(claims, index) -> bool:
+    """Mark candidate `index` taken; True when this caller is the first to take it."""
+    with claims.get_lock():
+        first = not claims[index]
+        claims[index] = 1
+    return first
+
+
 @contextlib.contextmanager
-def _workers(graph, cluster, jobs):
-    """Worker processes for the candidates after Step 1, which run beside it: one fewer
+def _workers(graph, cluster, names):
+    """Worker processes for the candidates `names`, which run beside Step 1: one fewer
     than the CPUs this process may use, none for graphs under PARALLEL_MIN_NODES (a fork
     costs more than they take) or on one CPU. Without workers the candidates run in
     turn. Workers still running when the placement moves on are killed."""
-    count = min(jobs, _usable_cpus() - 1)
+    count = min(len(names), _usable_cpus() - 1)
     if graph.num_nodes < PARALLEL_MIN_NODES or count < 1 or "fork" not in multiprocessing.get_all_start_methods():
         yield _Inline(graph, cluster)
         return
-    _SHARED.update(graph=graph, cluster=cluster)
-    pool = futures.ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("fork"))
+    context = multiprocessing.get_context("fork")
+    _SHARED.update(graph=graph, cluster=cluster, names=list(names), claims=context.Array("b", len(names)))
+    pool = futures.ProcessPoolExecutor(count, mp_context=context)
     try:
         yield _Forked(pool)
     finally:
@@ -196,11 +216,18 @@ def _usable_cpus() -> int:
 
 
 class _Forked:
+    """Candidates built by worker processes, each the first not yet claimed."""
+
     def __init__(self, pool):
         self.pool = pool
 
     def submit(self, name):
         return self.pool.submit(_shared_candidate, name)
+
+    @staticmethod
+    def claim(name) -> bool:
+        """Take candidate `name` for this process if no worker has started it."""
+        return _claimed(_SHARED["claims"], _SHARED["names"].index(name))
 
 
 class _Inline:
@@ -211,6 +238,10 @@ class _Inline:
 
     def submit(self, name):
         return _Deferred(lambda: _candidate(self.graph, self.cluster, name))
+
+    @staticmethod
+    def claim(name) -> bool:
+        return False            # nothing runs elsewhere: every candidate is built when collected
 
 
 class _Deferred:

@@ -71,16 +71,16 @@ def refine_within_memory(graph, cluster, fixed: Repair, allowed, rounds: int,
 def _until(deadline, judge):
     """The judge, refusing every trial once `deadline` has passed, so that no batch starts
     after it."""
-    def bounded(trial):
-        return None if time.perf_counter() > deadline else judge(trial)
+    def bounded(trial, beat):
+        return None if time.perf_counter() > deadline else judge(trial, beat)
     return bounded
 
 
 def judged_by_repair(graph, cluster):
     """A refinement judge (pardnn.placers.pardnn.refinement.first_improving) that repairs the
     trial first: (repaired device, its makespan, the Repair), or None when the trial
-    cannot be repaired."""
-    def judge(trial):
+    cannot be repaired. No bound prunes here: the repair may move the trial anywhere."""
+    def judge(trial, beat):
         try:
             fixed = repair(graph, cluster, trial)
         except UserError:

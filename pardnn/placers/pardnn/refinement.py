@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pardnn.emulator.bounds import makespan_lower_bound
 from pardnn.emulator.scheduler import simulate
 from pardnn.placers.pardnn.affinity import affinity_candidates
 from pardnn.placers.pardnn.switching import critical_moves, unblock_moves
@@ -44,6 +45,7 @@ class Refined:
     followed: int                   # nodes moved by communication moves (and kept)
     one_device: bool                # everything ended on one device (faster than any split)
     affinity: bool                  # refinement started from the affinity placement
+    schedule: object                # pardnn.emulator.scheduler.Schedule of `device`
 
 
 def refine(graph, cluster, slices, mapping, allowed, rounds: int) -> Refined:
@@ -52,8 +54,8 @@ def refine(graph, cluster, slices, mapping, allowed, rounds: int) -> Refined:
     schedule = simulate(graph, cluster, device)
     start = schedule.makespan
     swaps = swap_clusters(graph, slices, mapping)
-    if swaps:
-        trial = np.asarray(mapping.links.dev, np.int32)
+    trial = np.asarray(mapping.links.dev, np.int32)
+    if swaps and not np.array_equal(trial, device):
         swapped = simulate(graph, cluster, trial)
         if swapped.makespan <= schedule.makespan:
             device, schedule = trial, swapped
@@ -75,8 +77,8 @@ def refine(graph, cluster, slices, mapping, allowed, rounds: int) -> Refined:
                     switches += moved
         if schedule.makespan > begin * (1.0 - MIN_ROUND_GAIN):
             break
-    device, makespan, merged = _one_device_if_faster(graph, cluster, device, schedule.makespan, allowed)
-    return Refined(device, start, makespan, swaps, switches, followed, merged, affine)
+    device, schedule, merged = _one_device_if_faster(graph, cluster, device, schedule, allowed)
+    return Refined(device, start, schedule.makespan, swaps, switches, followed, merged, affine, schedule)
 
 
 def follow_data(graph, cluster, device, schedule, allowed) -> list:
@@ -101,34 +103,37 @@ def _affinity_if_faster(graph, cluster, device, schedule, allowed):
     the input."""
     affine = False
     for candidate in affinity_candidates(graph, cluster, allowed):
+        if cannot_beat(graph, cluster, candidate, schedule.makespan):
+            continue
         trial = simulate(graph, cluster, candidate)
         if trial.makespan < schedule.makespan:
             device, schedule, affine = candidate, trial, True
     return device, schedule, affine
 
 
-def _one_device_if_faster(graph, cluster, device, makespan, allowed):
-    """(device, makespan, True) with every node on the device that already holds
+def _one_device_if_faster(graph, cluster, device, schedule, allowed):
+    """(device, schedule, True) with every node on the device that already holds
     the most work, if all groups may go there and that is faster; else the input.
 
     Not in the thesis: when ops are short next to link latency (small batches,
     tiny layers), no split pays for its transfers and Step 1's K primaries would
     be slower than one device, whose emulated step is exactly the total work."""
     usable = np.flatnonzero(allowed.all(axis=0))
-    if len(usable) == 0 or graph.total_work_us() >= makespan:
-        return device, makespan, False
+    if len(usable) == 0 or graph.total_work_us() >= schedule.makespan:
+        return device, schedule, False
     held = np.bincount(device, graph.comp_us, minlength=cluster.num_devices)[usable]
     one = np.full(graph.num_nodes, usable[np.argmax(held)], np.int32)
-    single = simulate(graph, cluster, one).makespan
-    return (one, single, True) if single < makespan else (device, makespan, False)
+    single = simulate(graph, cluster, one)
+    return (one, single, True) if single.makespan < schedule.makespan else (device, schedule, False)
 
 
 def first_improving(graph, device, makespan, batches, judge):
     """(device, result, nodes moved) for the first batch of moves [(gain, group,
     device)] whose placement `judge` finds faster than `makespan`; None if none is.
 
-    judge(trial) -> (device, makespan, result) or None (the trial is unusable); the
-    device it returns may differ from the trial (a repair may move more)."""
+    judge(trial, makespan) -> (device, makespan, result), or None when the trial is
+    unusable or cannot beat `makespan`; the device it returns may differ from the trial
+    (a repair may move more)."""
     tried = set()
     for batch in batches:
         if not batch or len(batch) in tried:
@@ -137,7 +142,7 @@ def first_improving(graph, device, makespan, batches, judge):
         trial = device.copy()
         for _, g, d in batch:
             trial[graph.group_members(g)] = d
-        judged = judge(trial)
+        judged = judge(trial, makespan)
         if judged is not None and judged[1] < makespan:
             moved = int(sum(graph.group_ptr[g + 1] - graph.group_ptr[g] for _, g, _ in batch))
             return judged[0], judged[2], moved
@@ -145,11 +150,20 @@ def first_improving(graph, device, makespan, batches, judge):
 
 
 def _emulated(graph, cluster):
-    """The judge of refinement without memory limits: the emulated schedule."""
-    def judge(trial):
+    """The judge of refinement without memory limits: the emulated schedule, or None
+    when the trial's lower bound shows it cannot beat the makespan to beat."""
+    def judge(trial, beat):
+        if cannot_beat(graph, cluster, trial, beat):
+            return None
         schedule = simulate(graph, cluster, trial)
         return trial, schedule.makespan, schedule
     return judge
+
+
+def cannot_beat(graph, cluster, device, makespan) -> bool:
+    """True when pardnn.emulator.bounds proves `device` no faster than `makespan` (with
+    a margin of 1e-9 for the rounding of the two sums)."""
+    return makespan_lower_bound(graph, cluster, device) >= makespan * (1.0 + 1e-9)
 
 
 # ------------------------------------------------------------ cluster swapping

@@ -29,6 +29,7 @@ class Step1:
     followed: int
     one_device: bool
     affinity: bool                  # refinement started from the affinity placement
+    schedule: object                # the emulated Schedule of `device`
 
 
 def place(graph, cluster, timings=None) -> np.ndarray:
@@ -52,4 +53,4 @@ def partition(graph, cluster, timings=None) -> Step1:
     return Step1(result.device.astype(np.int32), mapping.device, result.mapped_makespan_us,
                  result.makespan_us, len(mapping.merged),
                  slices.num_clusters - slices.num_primary, result.swaps, result.switches,
-                 result.followed, result.one_device, result.affinity)
+                 result.followed, result.one_device, result.affinity, result.schedule)

@@ -1,0 +1,29 @@
+"""A lower bound on the emulated step of one placement, at a fraction of an emulation's
+cost, so that refinement can drop trials that cannot win without emulating them.
+
+Under the scheduler's model (pardnn.emulator.scheduler) a device runs one op at a
+time, so the step lasts at least the work placed on its busiest device; and a node
+starts no earlier than each input arrives, a cross-device input no earlier than its
+producer's finish plus the transfer's `bytes / bandwidth + latency`, so the step
+lasts at least the costliest path with those transfer costs on the cut edges. Both
+ignore queueing and link contention, which only add time.
+"""
+
+import numpy as np
+
+from pardnn.emulator.scheduler import plan_transfers
+from pardnn.graph.levels import bottom_levels
+
+
+def makespan_lower_bound(graph, cluster, device) -> float:
+    """max(busiest device's work, costliest path with the placement's transfers)."""
+    if graph.num_nodes == 0:
+        return 0.0
+    device = np.asarray(device, np.int64)
+    edge_transfer, _, _, occupancy, latency = plan_transfers(graph, cluster, device)
+    cross = edge_transfer >= 0
+    edge_cost = np.zeros(graph.num_edges)
+    edge_cost[cross] = occupancy[edge_transfer[cross]] + latency[edge_transfer[cross]]
+    path = float(bottom_levels(graph, graph.comp_us, edge_cost).max())
+    load = float(np.bincount(device, graph.comp_us, minlength=cluster.num_devices).max())
+    return max(path, load)
