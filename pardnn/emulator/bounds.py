@@ -17,13 +17,22 @@ from pardnn.graph.levels import bottom_levels
 
 def makespan_lower_bound(graph, cluster, device) -> float:
     """max(busiest device's work, costliest path with the placement's transfers)."""
+    return max(busiest_device_us(graph, cluster, device), longest_path_us(graph, cluster, device))
+
+
+def busiest_device_us(graph, cluster, device) -> float:
+    """The work placed on the busiest device (a millisecond where a path takes 50)."""
     if graph.num_nodes == 0:
         return 0.0
-    device = np.asarray(device, np.int64)
-    edge_transfer, _, _, occupancy, latency = plan_transfers(graph, cluster, device)
+    return float(np.bincount(np.asarray(device, np.int64), graph.comp_us, minlength=cluster.num_devices).max())
+
+
+def longest_path_us(graph, cluster, device) -> float:
+    """The costliest path, each cut edge costing its transfer's `bytes / bandwidth + latency`."""
+    if graph.num_nodes == 0:
+        return 0.0
+    edge_transfer, _, _, occupancy, latency = plan_transfers(graph, cluster, np.asarray(device, np.int64))
     cross = edge_transfer >= 0
     edge_cost = np.zeros(graph.num_edges)
     edge_cost[cross] = occupancy[edge_transfer[cross]] + latency[edge_transfer[cross]]
-    path = float(bottom_levels(graph, graph.comp_us, edge_cost).max())
-    load = float(np.bincount(device, graph.comp_us, minlength=cluster.num_devices).max())
-    return max(path, load)
+    return float(bottom_levels(graph, graph.comp_us, edge_cost).max())
