@@ -13,8 +13,8 @@ from pardnn.errors import UserError
 
 ALGORITHMS = {
     "pardnn": ("pardnn.placers.pardnn.step1:place",
-               "ParDNN: Step 1 and memory-aware candidates (stages, m-ETF, min-cut), repaired, "
-               "the fastest refined within memory"),
+               "ParDNN: Step 1 and memory-aware candidates (stages, m-ETF, min-cut; hosts first "
+               "on several hosts), repaired, the fastest refined within memory"),
     "pardnn-hier": ("pardnn.placers.hierarchical:place",
                     "hosts first, then ParDNN within each host (or one host alone, if faster)"),
     "round-robin": ("pardnn.placers.baselines.round_robin:place",

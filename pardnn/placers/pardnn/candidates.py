@@ -4,7 +4,9 @@
 No single method wins everywhere. Step 1 (thesis §4.1.1) ignores memory; on
 near-chains that do not fit one device, cutting the graph into stages (stages.py)
 does better; on other graphs a list schedule or a balanced min-cut can. The core
-candidates are, in order: Step 1, stages, Baechi's m-ETF, HEFT and a METIS min-cut;
+candidates are, in order: Step 1, stages, Baechi's m-ETF, HEFT, a METIS min-cut and,
+on clusters of several hosts, the hierarchical placement (`pardnn-hier`: hosts first,
+then Step 1 within each, or one host alone when that is faster);
 on graphs under EXTRAS_MAX_NODES, or when no core candidate fits, also linear
 clustering, m-TOPO, round-robin and one device. The emulator judges each after the
 same repair every placement gets. The fastest feasible one wins (the earliest on
@@ -33,6 +35,7 @@ import numpy as np
 
 from pardnn.errors import UserError
 from pardnn.graph.constraints import allowed_devices
+from pardnn.placers import hierarchical
 from pardnn.placers.baselines import etf, heft, linear, metis_cut, round_robin, single, topo
 from pardnn.placers.pardnn import stages, step1
 from pardnn.placers.pardnn.memory_refinement import refine_within_memory
@@ -42,15 +45,15 @@ DEFAULT_BUDGET_S = 300.0    # wall time for the whole placement; Step 1 always r
 MAX_MOVED_SHARE = 0.10      # a winner whose repair moved more is taken only if no other fits
 PARALLEL_MIN_NODES = 20_000  # smaller graphs build their candidates in this process
 
-CORE = ("step1", "stages", "etf", "heft", "metis")
+CORE = ("step1", "stages", "etf", "heft", "metis", "hier")   # "hier": on several hosts only
 EXTRAS = ("linear", "topo", "round-robin", "single")   # on small graphs, or when no core one fits
 EXTRAS_MAX_NODES = 20_000
 # The order workers take the candidates in: the slowest to build first, so that the
 # main process, done with Step 1, takes the quick ones still waiting at the end.
-SLOWEST_FIRST = ("etf", "heft", "linear", "stages", "metis", "topo", "round-robin", "single")
+SLOWEST_FIRST = ("hier", "etf", "heft", "linear", "stages", "metis", "topo", "round-robin", "single")
 BUILDERS = {"stages": stages.place, "etf": etf.place, "heft": heft.place, "metis": metis_cut.place,
-            "linear": linear.place, "topo": topo.place, "round-robin": round_robin.place,
-            "single": single.place}
+            "hier": hierarchical.place, "linear": linear.place, "topo": topo.place,
+            "round-robin": round_robin.place, "single": single.place}
 
 
 class Judged(NamedTuple):
@@ -95,7 +98,8 @@ def choose(graph, cluster, timings=None, budget_s: float = DEFAULT_BUDGET_S) -> 
     """Build, repair and judge the candidates; refine the winner within memory."""
     timings = {} if timings is None else timings
     deadline = time.perf_counter() + budget_s
-    names = [n for n in SLOWEST_FIRST if n in CORE or graph.num_nodes < EXTRAS_MAX_NODES]
+    names = [n for n in SLOWEST_FIRST if (n in CORE or graph.num_nodes < EXTRAS_MAX_NODES)
+             and (n != "hier" or len(cluster.hosts) > 1)]
     with _workers(graph, cluster, names) as pool:
         pending = {name: pool.submit(name) for name in names}
         first = step1.partition(graph, cluster, timings)
