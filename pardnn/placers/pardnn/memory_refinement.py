@@ -80,7 +80,7 @@ def judged_by_repair(graph, cluster):
     """A refinement judge (pardnn.placers.pardnn.refinement.first_improving) that repairs the
     trial first: (repaired device, its makespan, the Repair), or None when the trial
     cannot be repaired. No bound prunes here: the repair may move the trial anywhere."""
-    def judge(trial, beat):
+    def judge(trial, beat=None):
         try:
             fixed = repair(graph, cluster, trial)
         except UserError:
