@@ -114,17 +114,33 @@ def test_pardnn_beats_every_other_placer_on_a_near_chain_that_does_not_fit(seed)
         assert report["makespan_us"] <= other["makespan_us"] * (1 + 1e-9), name
 
 
-def test_the_winner_is_the_fastest_feasible_candidate_and_refinement_never_hurts():
+def test_the_winner_is_one_of_the_two_fastest_candidates_and_refinement_never_hurts():
     g = synth_graph(2000, seed=3)
     cluster = cluster_at(g, 4, 0.35)
     chosen = candidates.choose(g, cluster)
     feasible = {n: c["makespan_us"] for n, c in chosen.candidates.items() if c.get("feasible")}
     few = {n: t for n, t in feasible.items()
            if chosen.candidates[n]["moved_nodes"] <= candidates.MAX_MOVED_SHARE * g.num_nodes}
-    assert feasible and chosen.winner == min(few or feasible, key=(few or feasible).get)
+    two = sorted(few or feasible, key=(few or feasible).get)[:2]
+    assert feasible and chosen.winner in two
     final = evaluate(g, cluster, chosen.repaired.device)
     assert final["feasible"]
-    assert final["makespan_us"] <= feasible[chosen.winner] + 1e-6
+    assert final["makespan_us"] <= min(feasible[n] for n in two) + 1e-6
+    refined = {n: chosen.candidates[n]["refined_makespan_us"] for n in two if "refined_makespan_us" in chosen.candidates[n]}
+    assert final["makespan_us"] == pytest.approx(min([feasible[n] for n in two if n not in refined] + list(refined.values())))
+
+
+def test_a_runner_up_that_refines_faster_than_the_winner_wins():
+    # here the stage cut is the fastest candidate (157.6 ms) and METIS's the second
+    # (159.0 ms), but refined within memory METIS's gets to 151.0 ms, stages' to 157.3
+    g = synth_graph(1500, seed=4, shape="chain")
+    cluster = cluster_at(g, 4, 0.5)
+    chosen = candidates.choose(g, cluster)
+    c = chosen.candidates
+    assert c["stages"]["makespan_us"] < c["metis"]["makespan_us"]
+    assert c["metis"]["refined_makespan_us"] < c["stages"]["refined_makespan_us"]
+    assert chosen.winner == "metis"
+    assert evaluate(g, cluster, chosen.repaired.device)["makespan_us"] == pytest.approx(c["metis"]["refined_makespan_us"])
 
 
 def test_etf_row_is_matched_where_step1_and_the_repair_lost_to_it():
