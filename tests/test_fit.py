@@ -80,3 +80,14 @@ def test_the_summary_says_what_refining_within_memory_gained(capsys):
     line = next(x for x in capsys.readouterr().out.splitlines() if "refined within memory" in x)
     assert f"{report['refine_memory']['batches']} kept batch(es)" in line
     assert f"{report['changed_nodes']} nodes" in line
+
+
+def test_the_summary_gives_each_finalists_refined_step_and_the_kept_one(capsys):
+    report = {"candidates": {"step1": {"feasible": True, "makespan_us": 2000.0},
+                             "stages": {"feasible": True, "makespan_us": 1500.0, "refined_makespan_us": 1400.0},
+                             "metis": {"feasible": True, "makespan_us": 1600.0, "refined_makespan_us": 1200.0},
+                             "etf": {"feasible": False, "makespan_us": None}},
+              "candidate": "metis"}
+    from pardnn.io.summary import _candidates
+    assert _candidates(report) == ("step1 2.000 ms, stages 1.500 ms (refined 1.400 ms), "
+                                   "metis 1.600 ms (refined 1.200 ms, kept), etf infeasible")
