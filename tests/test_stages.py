@@ -131,10 +131,10 @@ def test_the_winner_is_one_of_the_two_fastest_candidates_and_refinement_never_hu
 
 
 def test_a_runner_up_that_refines_faster_than_the_winner_wins():
-    # here the stage cut is the fastest candidate (157.6 ms) and METIS's the second
-    # (159.0 ms), but refined within memory METIS's gets to 151.0 ms, stages' to 157.3
-    g = synth_graph(1500, seed=4, shape="chain")
-    cluster = cluster_at(g, 4, 0.5)
+    # here the stage cut is the fastest candidate (141.5 ms) and METIS's the second
+    # (145.1 ms), but refined within memory METIS's gets to 135.8 ms, stages' to 137.6
+    g = synth_graph(1500, seed=0, shape="chain")
+    cluster = cluster_at(g, 8, 0.3)
     chosen = candidates.choose(g, cluster)
     c = chosen.candidates
     assert c["stages"]["makespan_us"] < c["metis"]["makespan_us"]
@@ -145,7 +145,7 @@ def test_a_runner_up_that_refines_faster_than_the_winner_wins():
 
 def test_etf_row_is_matched_where_step1_and_the_repair_lost_to_it():
     # 0.3x memory on this graph: Step 1 cannot even be repaired, m-ETF can
-    g = synth_graph(5000, seed=1)
+    g = synth_graph(5000, seed=4)
     cluster = cluster_at(g, 4, 0.3)
     _, etf = placer.place(g, cluster, "etf")
     _, pardnn = placer.place(g, cluster, "pardnn")

@@ -49,13 +49,13 @@ def refine_within_memory(graph, cluster, fixed: Repair, allowed, rounds: int,
     late = False
     for _ in range(rounds):
         begin = current.schedule.makespan
-        for finder, cut in MOVE_FINDERS:
+        for finder in MOVE_FINDERS:
             late = time.perf_counter() > deadline
             if late:
                 break
             moves = finder(graph, cluster, current.device, current.schedule, allowed)
             kept = first_improving(graph, current.device, current.schedule.makespan,
-                                   batches_of(moves, cut), judge)
+                                   batches_of(moves), judge)
             if kept is not None:
                 _, current, count = kept
                 moved |= current.moved
