@@ -98,7 +98,7 @@ class Chosen:
 
 
 def choose(graph, cluster, timings=None, budget_s: float = DEFAULT_BUDGET_S) -> Chosen:
-    """Build, repair and judge the candidates; refine the winner within memory."""
+    """Build, repair and judge the candidates; refine the two fastest within memory."""
     timings = {} if timings is None else timings
     deadline = time.perf_counter() + budget_s
     names = [n for n in SLOWEST_FIRST if (n in CORE or graph.num_nodes < EXTRAS_MAX_NODES)
@@ -122,11 +122,10 @@ def choose(graph, cluster, timings=None, budget_s: float = DEFAULT_BUDGET_S) -> 
 
 def _pick(graph, cluster, results, step1_output, timings, deadline, pool) -> Chosen:
     """The faster of the two best candidates once each is refined within memory: the
-    first here, the second by a worker beside it (or after it, without workers). A
-    runner-up can overtake: on char-crn real at K = 16 over two hosts, METIS's cut
-    (74.8 ms) refines to 50.9 ms, the hierarchical plan (62.1 ms) only to 59.7. When
-    Step 1 wins without the repair moving anything, nothing is refined (the runner-up
-    would then cost time of its own: 5.1 s for HEFT's on the transformer probe)."""
+    first here, the second by a worker beside it (or after it, without workers), as a
+    runner-up can refine past the winner (docs/algorithm.md, "Candidates"). When Step 1
+    wins without the repair moving anything, nothing is refined: refining the runner-up
+    alone would cost time that nothing runs beside."""
     report = {name: r.entry for name, r in results.items()}
     repaired = {name: r.repaired for name, r in results.items() if r.repaired is not None}
     if not repaired:
@@ -139,8 +138,7 @@ def _pick(graph, cluster, results, step1_output, timings, deadline, pool) -> Cho
         finalists = finalists[:1]   # Step 1 won as it is: no refinement for the runner-up to run beside
     t0 = time.perf_counter()
     jobs = {name: pool.refine(repaired[name], deadline) for name in finalists[1:] if _refinable(name, repaired)}
-    fitted = {name: refine_within_memory(graph, cluster, repaired[name], allowed_devices(graph, cluster),
-                                         rounds=cluster.num_devices, deadline=deadline)
+    fitted = {name: _refined(graph, cluster, repaired[name], deadline)
               for name in finalists[:1] if _refinable(name, repaired)}
     fitted.update({name: _collect_refined(job, deadline) for name, job in jobs.items()})
     if fitted:
@@ -150,6 +148,12 @@ def _pick(graph, cluster, results, step1_output, timings, deadline, pool) -> Cho
         report[name]["refined_makespan_us"] = final[name].schedule.makespan
     winner = min(finalists, key=lambda n: (final[n].schedule.makespan, finalists.index(n)))
     return Chosen(winner, results[winner].device, final[winner], fitted.get(winner), step1_output, report)
+
+
+def _refined(graph, cluster, fixed, deadline):
+    """`fixed` refined within memory (memory_refinement.py), at most K rounds."""
+    return refine_within_memory(graph, cluster, fixed, allowed_devices(graph, cluster),
+                                rounds=cluster.num_devices, deadline=deadline)
 
 
 def _refinable(name, repaired) -> bool:
@@ -205,9 +209,7 @@ _SHARED = {}    # what the forked workers inherit (never pickled to them)
 
 def _shared_refine(fixed, deadline):
     """A worker's job: refine the repaired placement `fixed` within memory."""
-    graph, cluster = _SHARED["graph"], _SHARED["cluster"]
-    return refine_within_memory(graph, cluster, fixed, allowed_devices(graph, cluster),
-                                rounds=cluster.num_devices, deadline=deadline)
+    return _refined(_SHARED["graph"], _SHARED["cluster"], fixed, deadline)
 
 
 def _shared_candidate(name):
@@ -282,9 +284,7 @@ class _Inline:
         return _Deferred(lambda: _candidate(self.graph, self.cluster, name))
 
     def refine(self, fixed, deadline):
-        return _Deferred(lambda: refine_within_memory(self.graph, self.cluster, fixed,
-                                                      allowed_devices(self.graph, self.cluster),
-                                                      rounds=self.cluster.num_devices, deadline=deadline))
+        return _Deferred(lambda: _refined(self.graph, self.cluster, fixed, deadline))
 
     @staticmethod
     def claim(name) -> bool:

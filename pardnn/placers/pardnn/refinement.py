@@ -94,10 +94,7 @@ def batches_of(moves) -> list:
     """The batches to try of `moves` (best first), in turn until one is faster: all of
     them, the better half, the best quarter, the best one. The moves interact (along
     one path, or on one device's queue), so all together are often slower while a
-    part is faster. Trying only all and then one (or the half) left gains behind: on
-    char-crn real on 16 dgx2 GPUs Step 1's step is 419.8 ms with these four against
-    523.6 ms with two, on the transformer probe on 8 dgx1-v100 GPUs 337.1 against
-    366.8 ms, for 1.2-1.9x the refinement time (docs/algorithm.md)."""
+    part is faster; two batches left gains behind (docs/algorithm.md, "Refinement")."""
     sizes = dict.fromkeys((len(moves), len(moves) // 2, len(moves) // 4, 1))
     return [moves[:size] for size in sizes if size > 0]
 
