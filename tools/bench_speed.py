@@ -94,7 +94,7 @@ def run_cell(algorithm: str, nodes, k, limit: float, profile_args=None):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", default="10000,50000,100000,200000")
-    p.add_argument("--algorithms", default=",".join(algorithms.names()))
+    p.add_argument("--algorithms", help="comma-separated (default: every placer; with --profile: pardnn,etf)")
     p.add_argument("--k", type=int, default=8)
     p.add_argument("--limit", type=float, default=120.0, help="seconds before an algorithm is given up")
     p.add_argument("--profile", help="place this profile dir / cost graph JSON instead of synthetic graphs")
@@ -114,7 +114,7 @@ def main(argv=None) -> int:
     if args.profile:
         return profile_rows(args)
     sizes = [int(x) for x in args.sizes.split(",") if x]
-    names = [x for x in args.algorithms.split(",") if x]
+    names = [x for x in (args.algorithms or ",".join(algorithms.names())).split(",") if x]
     print(f"K={args.k} virtual CPUs, memory unlimited; seconds of wall time on {os.cpu_count()} cores")
     print(f"{'algorithm':12s} {'nodes':>7s} {'edges':>7s} {'placer':>9s} {'repair':>8s}  load avg")
     given_up = set()
@@ -139,8 +139,7 @@ def main(argv=None) -> int:
 
 def profile_rows(args) -> int:
     """--profile: one line per algorithm with load, placement and stage seconds."""
-    names = [x for x in args.algorithms.split(",") if x] if args.algorithms != ",".join(algorithms.names()) \
-        else ["pardnn", "etf"]
+    names = [x for x in (args.algorithms or "pardnn,etf").split(",") if x]
     print(f"{args.profile} on {args.devices}, memory {args.memory or 'as the preset'}; "
           f"seconds of wall time on {os.cpu_count()} cores")
     for name in names:

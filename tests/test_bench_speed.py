@@ -1,0 +1,25 @@
+"""tools/bench_speed.py --profile on a small cost graph JSON: the placement as `pardnn
+place` makes it, with its stage seconds."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from bench_speed import measure_profile  # noqa: E402
+from synth_graph import synth_graph  # noqa: E402
+
+from pardnn.hardware import parse_devices  # noqa: E402
+from pardnn.pipeline.place import place  # noqa: E402
+
+
+def test_a_profile_is_placed_as_pardnn_place_places_it(tmp_path):
+    g = synth_graph(800, seed=2)
+    path = tmp_path / "g.json"
+    g.to_json(str(path))
+    row = measure_profile("pardnn", str(path), "cpu:3", "")
+    _, report = place(g, parse_devices("cpu:3"), "pardnn")
+    assert row["nodes"] == g.num_nodes
+    assert row["import_s"] < 0.1            # a JSON cost graph needs no TensorFlow
+    assert row["makespan_ms"] == report["makespan_us"] / 1e3
+    assert {"slicing", "mapping", "refine", "repair", "evaluate"} <= set(row["stages"])
+    assert row["winner"] == report["candidate"]
