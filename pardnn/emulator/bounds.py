@@ -1,5 +1,6 @@
-"""A lower bound on the emulated step of one placement, at a fraction of an emulation's
-cost, so that refinement can drop trials that cannot win without emulating them.
+"""Lower bounds on the emulated step of one placement, at a fraction of an emulation's
+cost, so that refinement can drop trials that cannot win without emulating them
+(pardnn.placers.pardnn.refinement.cannot_beat tries the cheaper one first).
 
 Under the scheduler's model (pardnn.emulator.scheduler) a device runs one op at a
 time, so the step lasts at least the work placed on its busiest device; and a node
@@ -13,11 +14,6 @@ import numpy as np
 
 from pardnn.emulator.scheduler import plan_transfers
 from pardnn.graph.levels import bottom_levels
-
-
-def makespan_lower_bound(graph, cluster, device) -> float:
-    """max(busiest device's work, costliest path with the placement's transfers)."""
-    return max(busiest_device_us(graph, cluster, device), longest_path_us(graph, cluster, device))
 
 
 def busiest_device_us(graph, cluster, device) -> float:

@@ -14,7 +14,7 @@ from pardnn.errors import UserError
 ALGORITHMS = {
     "pardnn": ("pardnn.placers.pardnn.step1:place",
                "ParDNN: Step 1 and memory-aware candidates (stages, m-ETF, min-cut; hosts first "
-               "on several hosts), repaired, the fastest refined within memory"),
+               "on several hosts), repaired, the two fastest refined within memory, the faster kept"),
     "pardnn-hier": ("pardnn.placers.hierarchical:place",
                     "hosts first, then ParDNN within each host (or one host alone, if faster)"),
     "round-robin": ("pardnn.placers.baselines.round_robin:place",
