@@ -55,8 +55,9 @@ class _ETF:
         self.pending = consumers.tolist()
         self.data_edge = data.tolist()
         self.indeg = np.diff(graph.pred_ptr).tolist()
-        self.gpersist = np.bincount(graph.group, weights=resident_bytes(graph),
-                                    minlength=graph.num_groups).tolist()
+        gpersist = np.bincount(graph.group, weights=resident_bytes(graph), minlength=graph.num_groups)
+        self.gpersist = gpersist.tolist()
+        self.need = (gpersist[graph.group] + np.asarray(self.held, float)).tolist()  # room to start
         self.cap = cluster.capacity.tolist()
         self.used, self.free_at = [0.0] * k, [0.0] * k
         self.finish, self.device = [0.0] * n, [-1] * n
@@ -69,10 +70,11 @@ class _ETF:
         for v in range(self.n):
             if self.indeg[v] == 0:
                 self._release(v)
+        best_of, devices = self._best, range(self.k)
         for _ in range(self.n):
             best = None
-            for d in range(self.k):
-                cand = self._best(d)
+            for d in devices:
+                cand = best_of(d)
                 if cand is not None and (best is None or cand < best):
                     best = cand
             start, _, v, d = best if best is not None else self._force()
@@ -85,8 +87,12 @@ class _ETF:
         ready = data_ready(v, ptr, src, eid, ebytes, self.finish, self.device,
                            self.lat, self.inv_bw, self.k)
         self.ready_at[v] = ready
+        negprio, free_at, push = self.negprio[v], self.free_at, heapq.heappush
         for d in self.groups.choices(v):
-            heapq.heappush(self.waiting[d], (ready[d], self.negprio[v], v))
+            if ready[d] <= free_at[d]:               # arrived already: skip the waiting heap
+                push(self.arrived[d], (negprio, v, ready[d]))
+            else:
+                push(self.waiting[d], (ready[d], negprio, v))
 
     def _status(self, v, d):
         """'ok', 'drop' (never on d) or 'block' (no memory on d for now)."""
@@ -95,33 +101,32 @@ class _ETF:
         fixed = self.groups.fixed[self.groups.group[v]]
         if fixed >= 0:
             return "ok" if fixed == d else "drop"
-        return "ok" if self.used[d] + self._need(v) <= self.cap[d] else "block"
-
-    def _need(self, v):
-        return self.gpersist[self.groups.group[v]] + self.held[v]
-
-    def _clean(self, heap, d, node_at):
-        while heap:
-            v = heap[0][node_at]
-            status = self._status(v, d)
-            if status == "ok":
-                return
-            heapq.heappop(heap)
-            if status == "block":
-                heapq.heappush(self.blocked[d], (self._need(v), self.negprio[v], v, self.ready_at[v][d]))
+        return "ok" if self.used[d] + self.need[v] <= self.cap[d] else "block"
 
     def _best(self, d):
-        """(start, -prio, node, d) of the node device d would start next, or None."""
-        waiting, arrived = self.waiting[d], self.arrived[d]
-        while waiting and waiting[0][0] <= self.free_at[d]:
-            ready, negprio, v = heapq.heappop(waiting)
-            heapq.heappush(arrived, (negprio, v, ready))
-        self._clean(arrived, d, 1)
-        if arrived:
-            return (self.free_at[d], arrived[0][0], arrived[0][1], d)
-        self._clean(waiting, d, 2)
-        if waiting:
-            return (*waiting[0], d)
+        """(start, -prio, node, d) of the node device d would start next, or None.
+
+        Tops of d's heaps that can no longer start there (placed, or their group
+        fixed elsewhere) are popped; those waiting for memory on d move to d's
+        blocked heap."""
+        waiting, arrived, free = self.waiting[d], self.arrived[d], self.free_at[d]
+        pop, push = heapq.heappop, heapq.heappush
+        while waiting and waiting[0][0] <= free:
+            ready, negprio, v = pop(waiting)
+            push(arrived, (negprio, v, ready))
+        device, fixed, group, need = self.device, self.groups.fixed, self.groups.group, self.need
+        used, cap = self.used[d], self.cap[d]
+        for heap, at in ((arrived, 1), (waiting, 2)):
+            while heap:
+                top = heap[0]
+                v = top[at]
+                if device[v] < 0:
+                    f = fixed[group[v]]
+                    if f == d or (f < 0 and used + need[v] <= cap):
+                        return (free, top[0], v, d) if at == 1 else (top[0], top[1], v, d)
+                    if f < 0:                           # no room on d for now
+                        push(self.blocked[d], (need[v], self.negprio[v], v, self.ready_at[v][d]))
+                pop(heap)
         return None
 
     def _force(self):

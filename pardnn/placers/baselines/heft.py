@@ -107,7 +107,11 @@ class _Timeline:
             self.firsts[i + 1:i + 1] = [0.0]
             del block[self.BLOCK:]
             self._refresh(i + 1)
-        self._refresh(i)
+            self._refresh(i)
+        elif ge - gs >= self.widest[i]:         # the widest gap shrank: scan the block
+            self._refresh(i)
+        elif j == 0:                            # narrower pieces: only the first start may move
+            self.firsts[i] = block[0][0]
 
     def _refresh(self, i):
         block = self.blocks[i]
