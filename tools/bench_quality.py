@@ -53,7 +53,7 @@ from pardnn.models import FAMILIES  # noqa: E402
 from commit_line import print_commit  # noqa: E402
 
 COLUMNS = ["graph", "nodes", "preset", "k", "memory", "algorithm", "makespan_us", "speedup", "feasible",
-           "comm_bytes", "placement_seconds", "error"]
+           "comm_bytes", "placement_seconds", "lower_bound_us", "error"]
 
 
 def graphs(args):
@@ -112,9 +112,17 @@ def graph_stats(name, preset, graph, cluster) -> str:
             f"{path / 1e3:.1f} ms, parallelism {work / path:.2f}, CCR {comm / work:.2f}")
 
 
+def lower_bound_us(graph, k) -> float:
+    """No placement on k devices runs a step faster than max(total work / k, the
+    compute-only critical path): the emulator runs one op at a time per device and
+    an op starts after its inputs finish. Communication is left out, so it is a bound
+    for every placer alike."""
+    return max(float(graph.comp_us.sum()) / k, critical_path_us(graph))
+
+
 def one(name, graph, preset, k, memory, algorithm, cluster) -> dict:
     row = {"graph": name, "nodes": graph.num_nodes, "preset": preset, "k": k, "memory": memory,
-           "algorithm": algorithm}
+           "algorithm": algorithm, "lower_bound_us": round(lower_bound_us(graph, k), 3)}
     try:
         _, rep = placer.place(graph, cluster, algorithm)
     except UserError as exc:
@@ -148,15 +156,15 @@ def markdown(rows, args) -> str:
     for memory in dict.fromkeys(r["memory"] for r in rows):
         out += [f"### Memory: {memory}", "",
                 "| graph | nodes | devices | K | " + " | ".join(args.algorithms) + " | pardnn vs round-robin "
-                "| pardnn / best other |",
-                "|---|---:|---|---:|" + "---:|" * (len(args.algorithms) + 2)]
+                "| pardnn / best other | bound vs round-robin |",
+                "|---|---:|---|---:|" + "---:|" * (len(args.algorithms) + 3)]
         for (graph, nodes, preset, k), by in table_rows(rows, memory).items():
             best = max((x["speedup"] for x in by.values() if x["feasible"]), default=None)
             marks = [f"**{speedup_cell(by[a])}**" if by[a]["feasible"] and by[a]["speedup"] == best
                      else speedup_cell(by[a]) for a in args.algorithms]
             vs_rr, vs_best = against(by)
             out.append(f"| {graph} | {nodes} | {preset} | {k} | " + " | ".join(marks) +
-                       f" | {ratio_cell(vs_rr)} | {ratio_cell(vs_best)} |")
+                       f" | {ratio_cell(vs_rr)} | {ratio_cell(vs_best)} | {ratio_cell(ceiling(by))} |")
         out.append("")
     return "\n".join(out + targets(rows) + summary(rows, args))
 
@@ -182,6 +190,18 @@ def against(by) -> tuple:
             ours["makespan_us"] / min(others) if others else None)
 
 
+def ceiling(by):
+    """Round-robin's makespan over the row's lower bound: the most any placement could
+    gain over round-robin (None without a feasible round-robin or a bound)."""
+    rr = by.get("round-robin")
+    bound = float(rr.get("lower_bound_us") or 0.0) if rr is not None and rr["feasible"] else 0.0
+    return float(rr["makespan_us"]) / bound if bound > 0.0 else None
+
+
+def geo_mean(values) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
+
+
 def ratio_cell(x) -> str:
     return "—" if x is None else f"{x:.2f}x"
 
@@ -191,19 +211,23 @@ def targets(rows) -> list:
     round-robin (target >= 2) and the rows where ParDNN is within 1.00x of the best other."""
     out = ["### Targets", "",
            "geo-mean of round-robin makespan / ParDNN's (target >= 2x); rows where ParDNN's "
-           "makespan / the best other placer's is <= 1.00 (target: all), and the worst such ratio.", "",
-           "| devices | memory | rows | vs round-robin (geo-mean) | rows <= 1.00x best other | worst |",
-           "|---|---|---:|---:|---:|---:|"]
+           "makespan / the best other placer's is <= 1.00 (target: all), and the worst such ratio; "
+           "bound: geo-mean of round-robin makespan / the row's lower bound (max(work / K, critical "
+           "path)), the most any placer could reach.", "",
+           "| devices | memory | rows | vs round-robin (geo-mean) | rows <= 1.00x best other | worst "
+           "| bound vs round-robin (geo-mean) |",
+           "|---|---|---:|---:|---:|---:|---:|"]
     for memory in dict.fromkeys(r["memory"] for r in rows):
         by_preset = {}
         for (_, _, preset, _), by in table_rows(rows, memory).items():
-            by_preset.setdefault(preset, []).append(against(by))
-        for preset, pairs in by_preset.items():
-            rr = [a for a, _ in pairs if a is not None]
-            best = [b for _, b in pairs if b is not None]
-            geo = math.exp(sum(map(math.log, rr)) / len(rr)) if rr else float("nan")
-            out.append(f"| {preset} | {memory} | {len(pairs)} | {geo:.2f}x | "
-                       f"{sum(b <= 1.005 for b in best)} / {len(best)} | {ratio_cell(max(best, default=None))} |")
+            by_preset.setdefault(preset, []).append((*against(by), ceiling(by)))
+        for preset, triples in by_preset.items():
+            rr = [a for a, _, _ in triples if a is not None]
+            best = [b for _, b, _ in triples if b is not None]
+            bound = [c for a, _, c in triples if a is not None and c is not None]
+            out.append(f"| {preset} | {memory} | {len(triples)} | {geo_mean(rr):.2f}x | "
+                       f"{sum(b <= 1.005 for b in best)} / {len(best)} | {ratio_cell(max(best, default=None))} "
+                       f"| {geo_mean(bound):.2f}x |")
     return out + [""]
 
 
@@ -227,8 +251,7 @@ def summary(rows, args) -> list:
                 if r["feasible"] and base["feasible"]:
                     ratios.append(r["makespan_us"] / base["makespan_us"])
             if ratios:
-                geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
-                out.append(f"| {algorithm} | {memory} | {geo:.2f} | {min(ratios):.2f} | {max(ratios):.2f} | "
+                out.append(f"| {algorithm} | {memory} | {geo_mean(ratios):.2f} | {min(ratios):.2f} | {max(ratios):.2f} | "
                            f"{sum(x < 0.99 for x in ratios)} / {len(ratios)} | {bad} |")
     return out + [""]
 
