@@ -29,16 +29,16 @@ of the real executor that the thesis makes or leaves open:
   profiled `comp_us`.
 
 Cost: one discrete-event pass with a binary heap of ready and finish events,
-O((V + E) log V). The loop runs over Python lists, not numpy scalars, for speed.
+O((V + E) log V), compiled (pardnn.emulator.event_loop).
 """
 
 from __future__ import annotations
 
-import heapq
-from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
+
+from pardnn.emulator.event_loop import event_loop
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,15 +72,15 @@ def plan_transfers(graph, cluster, device):
     edge_transfer = np.full(graph.num_edges, -1, np.int64)
     if len(cross) == 0:
         empty = np.zeros(0)
-        return edge_transfer, cross.astype(np.int64), cross.astype(np.int64), empty, empty
-    slot = graph.edge_slot[cross].astype(np.int64) + 1
-    key = (graph.edge_src[cross].astype(np.int64) * (int(slot.max()) + 1) + slot) * k + dd[cross]
+        return edge_transfer, cross.astype(np.int64, copy=False), cross.astype(np.int64, copy=False), empty, empty
+    slot = graph.edge_slot[cross].astype(np.int64, copy=False) + 1
+    key = (graph.edge_src[cross].astype(np.int64, copy=False) * (int(slot.max()) + 1) + slot) * k + dd[cross]
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     edge_transfer[cross] = inverse
     transfer_edge = cross[first]
     src_dev, dst_dev = ds[transfer_edge], dd[transfer_edge]
     occupancy = graph.edge_bytes[transfer_edge] / cluster.bandwidth[src_dev, dst_dev]
-    return (edge_transfer, transfer_edge, src_dev.astype(np.int64) * k + dst_dev,
+    return (edge_transfer, transfer_edge, src_dev.astype(np.int64, copy=False) * k + dst_dev,
             occupancy, cluster.latency_us[src_dev, dst_dev].astype(float))
 
 
@@ -88,8 +88,11 @@ def simulate(graph, cluster, device) -> Schedule:
     """Emulate one training step of `graph` placed by `device` (int per node) on `cluster`."""
     device = np.asarray(device, np.int64)
     edge_transfer, transfer_edge, link, occupancy, latency = plan_transfers(graph, cluster, device)
-    start, finish, send, arrival = _event_loop(graph, cluster.num_devices, device, edge_transfer,
-                                               link, occupancy, latency)
+    f64, i64 = np.float64, np.int64                  # the compiled loop's dtypes
+    start, finish, send, arrival = event_loop(
+        cluster.num_devices, np.asarray(graph.comp_us, f64), device, np.asarray(graph.succ_ptr, i64),
+        np.asarray(graph.edge_dst, i64), edge_transfer, np.asarray(link, i64), np.asarray(occupancy, f64),
+        np.asarray(latency, f64), np.diff(graph.pred_ptr).astype(i64))
     return Schedule(
         start=start, finish=finish,
         busy_us=np.bincount(device, graph.comp_us, minlength=cluster.num_devices),
@@ -97,66 +100,3 @@ def simulate(graph, cluster, device) -> Schedule:
         transfer_dst=device[graph.edge_dst[transfer_edge]].astype(np.int32),
         transfer_bytes=graph.edge_bytes[transfer_edge], transfer_send=send,
         transfer_arrival=arrival)
-
-
-def _event_loop(graph, k, device, edge_transfer, link, occupancy, latency):
-    """The discrete-event simulation proper; returns start, finish, send, arrival arrays.
-
-    Heap entries are (time, key): key = node for a finish event and n + node for a
-    ready event, so at equal times finishes come first and ties go by node id."""
-    n = graph.num_nodes
-    comp, dev = graph.comp_us.tolist(), device.tolist()
-    ptr, dst, etr = graph.succ_ptr.tolist(), graph.edge_dst.tolist(), edge_transfer.tolist()
-    lnk, occ, lat = link.tolist(), occupancy.tolist(), latency.tolist()
-    indeg = np.diff(graph.pred_ptr).tolist()
-    ready = [0.0] * n
-    start, finish = [0.0] * n, [0.0] * n
-    send, arrival = [0.0] * len(lnk), [-1.0] * len(lnk)
-    link_free = [0.0] * (k * k)
-    queues = [deque() for _ in range(k)]
-    idle = [True] * k
-    heap = [(0.0, n + v) for v in range(n) if indeg[v] == 0]
-    push, pop = heapq.heappush, heapq.heappop
-    while heap:
-        t, key = pop(heap)
-        if key >= n:                                    # node key - n is ready
-            v = key - n
-            d = dev[v]
-            if idle[d]:
-                idle[d] = False
-                start[v] = t
-                finish[v] = f = t + comp[v]
-                push(heap, (f, v))
-            else:
-                queues[d].append(v)
-            continue
-        for e in range(ptr[key], ptr[key + 1]):         # node key finished at t
-            v = dst[e]
-            x = etr[e]
-            if x < 0:
-                a = t
-            else:
-                a = arrival[x]
-                if a < 0.0:                             # first consumer there: send it
-                    s = link_free[lnk[x]]
-                    if s < t:
-                        s = t
-                    send[x] = s
-                    link_free[lnk[x]] = s + occ[x]
-                    arrival[x] = a = s + occ[x] + lat[x]
-            if a > ready[v]:
-                ready[v] = a
-            c = indeg[v] - 1
-            indeg[v] = c
-            if c == 0:
-                push(heap, (ready[v], n + v))
-        q = queues[dev[key]]
-        if q:
-            v = q.popleft()
-            start[v] = t
-            finish[v] = f = t + comp[v]
-            push(heap, (f, v))
-        else:
-            idle[dev[key]] = True
-    return (np.asarray(start, float), np.asarray(finish, float),
-            np.asarray(send, float), np.asarray(arrival, float))
