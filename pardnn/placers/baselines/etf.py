@@ -19,164 +19,166 @@ until memory is freed; if every ready node waits, the one that overflows its
 device least is started anyway, so the placer always returns a placement and the
 emulator reports it infeasible.
 
-Each device keeps its candidates in two heaps: nodes whose inputs arrive after the
-device is free (keyed by arrival time) and nodes ready to start the moment it is
-free (keyed by priority), so a step costs O(K log V) and the whole run
-O(V K log V + E K).
+Each device keeps its candidates in three heaps: nodes whose inputs arrive after the
+device is free (`waiting`, keyed by arrival time), nodes ready to start the moment it
+is free (`arrived`, keyed by priority) and nodes waiting for memory there (`blocked`,
+keyed by the bytes they need), so a step costs O(K log V) and the whole run
+O(V K log V + E K). The loop is compiled with numba (docs/architecture.md), as one
+function whose steps are inner functions: numba inlines them and they share the
+arrays of the enclosing function, where passing those arrays as arguments cost a
+reference count per array per call.
 """
 
 import heapq
 
 import numpy as np
+from numba import njit
 
-from pardnn.graph.node_memory import resident_bytes, transient_bytes
-from pardnn.placers.baselines.common import GroupDevices, data_ready, link_tables
+from pardnn.graph.constraints import allowed_devices
 from pardnn.graph.levels import bottom_levels
+from pardnn.graph.node_memory import resident_bytes, transient_bytes
+from pardnn.placers.baselines.common import link_tables
 
 
 def place(graph, cluster, timings=None) -> np.ndarray:
-    return _ETF(graph, cluster).run()
+    n, i64 = graph.num_nodes, np.int64
+    data = graph.edge_slot >= 0
+    consumers = np.bincount(graph.edge_src[data], minlength=n)
+    held = np.where(consumers > 0, transient_bytes(graph), 0).astype(i64)
+    gpersist = np.bincount(graph.group, weights=resident_bytes(graph), minlength=graph.num_groups).astype(float)
+    lat, inv_bw = (np.asarray(t, np.float64) for t in link_tables(cluster))
+    csr = tuple(np.asarray(a, i64) for a in (graph.pred_ptr, graph.pred_src, graph.pred_eid, graph.edge_bytes,
+                                             graph.succ_ptr, graph.edge_dst, graph.group, graph.group_ptr,
+                                             graph.group_nodes))
+    node = (np.asarray(graph.comp_us, float), -bottom_levels(graph, graph.comp_us).astype(float), held,
+            gpersist[graph.group] + held, consumers.astype(i64), np.diff(graph.pred_ptr).astype(i64))
+    memory = (gpersist, np.asarray(cluster.capacity, i64), allowed_devices(graph, cluster), data)
+    return _run(csr, node, memory, lat, inv_bw).astype(np.int32)
 
 
-class _ETF:
-    def __init__(self, graph, cluster):
-        n, k = graph.num_nodes, cluster.num_devices
-        self.graph, self.n, self.k = graph, n, k
-        self.csr = (graph.pred_ptr.tolist(), graph.pred_src.tolist(), graph.pred_eid.tolist(),
-                    graph.edge_bytes.tolist())
-        self.succ = (graph.succ_ptr.tolist(), graph.edge_dst.tolist())
-        self.comp = graph.comp_us.tolist()
-        self.groups = GroupDevices(graph, cluster)
-        self.lat, self.inv_bw = link_tables(cluster)
-        self.negprio = (-bottom_levels(graph, graph.comp_us)).tolist()
-        data = graph.edge_slot >= 0
-        consumers = np.bincount(graph.edge_src[data], minlength=n)
-        self.held = np.where(consumers > 0, transient_bytes(graph), 0).tolist()
-        self.pending = consumers.tolist()
-        self.data_edge = data.tolist()
-        self.indeg = np.diff(graph.pred_ptr).tolist()
-        gpersist = np.bincount(graph.group, weights=resident_bytes(graph), minlength=graph.num_groups)
-        self.gpersist = gpersist.tolist()
-        self.need = (gpersist[graph.group] + np.asarray(self.held, float)).tolist()  # room to start
-        self.cap = cluster.capacity.tolist()
-        self.used, self.free_at = [0.0] * k, [0.0] * k
-        self.finish, self.device = [0.0] * n, [-1] * n
-        self.ready_at = {}                                  # ready node -> arrival time per device
-        self.waiting = [[] for _ in range(k)]               # (arrival, -prio, node)
-        self.arrived = [[] for _ in range(k)]               # (-prio, node, arrival)
-        self.blocked = [[] for _ in range(k)]               # (bytes needed, -prio, node, arrival)
+@njit(cache=True)
+def _run(csr, node, memory, lat, inv_bw):
+    """Schedules every node; returns its device (the arrays as `place` packs them)."""
+    pred_ptr, pred_src, pred_eid, edge_bytes, succ_ptr, edge_dst, group, group_ptr, group_nodes = csr
+    comp, negprio, held, need, pending, indegree = node
+    gpersist, cap, allowed, data_edge = memory
+    n, k = comp.shape[0], lat.shape[0]
+    pending, indegree = pending.copy(), indegree.copy()
+    device, finish, ready_at, is_ready = np.full(n, -1), np.zeros(n), np.zeros((n, k)), np.zeros(n, np.bool_)
+    free_at, used, fixed = np.zeros(k), np.zeros(k), np.full(gpersist.shape[0], -1)
+    waiting = [[(0.0, 0.0, 0)] for _ in range(k)]      # (arrival, -prio, node); typed by a
+    arrived = [[(0.0, 0, 0.0)] for _ in range(k)]      # first item, emptied below
+    blocked = [[(0.0, 0.0, 0, 0.0)] for _ in range(k)]  # (bytes needed, -prio, node, arrival)
+    for d in range(k):
+        waiting[d].pop(), arrived[d].pop(), blocked[d].pop()
 
-    def run(self) -> np.ndarray:
-        for v in range(self.n):
-            if self.indeg[v] == 0:
-                self._release(v)
-        best_of, devices = self._best, range(self.k)
-        for _ in range(self.n):
-            best = None
-            for d in devices:
-                cand = best_of(d)
-                if cand is not None and (best is None or cand < best):
-                    best = cand
-            start, _, v, d = best if best is not None else self._force()
-            self._start(v, d, start)
-        return np.asarray(self.device, np.int32)
+    def release(v):
+        """v's inputs are all scheduled: its arrival time on every device, then queue it."""
+        ready = ready_at[v]
+        for p in range(pred_ptr[v], pred_ptr[v + 1]):
+            u = pred_src[p]
+            f, du, b = finish[u], device[u], edge_bytes[pred_eid[p]]
+            for d in range(k):
+                ready[d] = max(ready[d], f + lat[du, d] + b * inv_bw[du, d])
+        is_ready[v] = True
+        for d in range(k):
+            if fixed[group[v]] == d or (fixed[group[v]] < 0 and allowed[group[v], d]):
+                if ready[d] <= free_at[d]:                  # arrived already: skip the waiting heap
+                    heapq.heappush(arrived[d], (negprio[v], v, ready[d]))
+                else:
+                    heapq.heappush(waiting[d], (ready[d], negprio[v], v))
 
-    # ----------------------------------------------------------- candidates
-    def _release(self, v):
-        ptr, src, eid, ebytes = self.csr
-        ready = data_ready(v, ptr, src, eid, ebytes, self.finish, self.device,
-                           self.lat, self.inv_bw, self.k)
-        self.ready_at[v] = ready
-        negprio, free_at, push = self.negprio[v], self.free_at, heapq.heappush
-        for d in self.groups.choices(v):
-            if ready[d] <= free_at[d]:               # arrived already: skip the waiting heap
-                push(self.arrived[d], (negprio, v, ready[d]))
-            else:
-                push(self.waiting[d], (ready[d], negprio, v))
+    def fits(v, d):
+        """May v start on d now? If it could once memory is freed there, block it on d."""
+        f = fixed[group[v]]
+        if device[v] >= 0 or (f >= 0 and f != d):
+            return False
+        if f == d or used[d] + need[v] <= cap[d]:
+            return True
+        heapq.heappush(blocked[d], (need[v], negprio[v], v, ready_at[v, d]))
+        return False
 
-    def _status(self, v, d):
-        """'ok', 'drop' (never on d) or 'block' (no memory on d for now)."""
-        if self.device[v] >= 0:
-            return "drop"
-        fixed = self.groups.fixed[self.groups.group[v]]
-        if fixed >= 0:
-            return "ok" if fixed == d else "drop"
-        return "ok" if self.used[d] + self.need[v] <= self.cap[d] else "block"
+    def best(d):
+        """(found, start, -prio, node) of the node device d would start next. Tops of d's
+        heaps that cannot start there now are popped (and blocked, by `fits`)."""
+        wait, arrive, free = waiting[d], arrived[d], free_at[d]
+        while wait and wait[0][0] <= free:
+            ready, prio, v = heapq.heappop(wait)
+            heapq.heappush(arrive, (prio, v, ready))
+        while arrive:
+            prio, v, _ = arrive[0]
+            if fits(v, d):
+                return True, free, prio, v
+            heapq.heappop(arrive)
+        while wait:
+            ready, prio, v = wait[0]
+            if fits(v, d):
+                return True, ready, prio, v
+            heapq.heappop(wait)
+        return False, 0.0, 0.0, 0
 
-    def _best(self, d):
-        """(start, -prio, node, d) of the node device d would start next, or None.
-
-        Tops of d's heaps that can no longer start there (placed, or their group
-        fixed elsewhere) are popped; those waiting for memory on d move to d's
-        blocked heap."""
-        waiting, arrived, free = self.waiting[d], self.arrived[d], self.free_at[d]
-        pop, push = heapq.heappop, heapq.heappush
-        while waiting and waiting[0][0] <= free:
-            ready, negprio, v = pop(waiting)
-            push(arrived, (negprio, v, ready))
-        device, fixed, group, need = self.device, self.groups.fixed, self.groups.group, self.need
-        used, cap = self.used[d], self.cap[d]
-        for heap, at in ((arrived, 1), (waiting, 2)):
-            while heap:
-                top = heap[0]
-                v = top[at]
-                if device[v] < 0:
-                    f = fixed[group[v]]
-                    if f == d or (f < 0 and used + need[v] <= cap):
-                        return (free, top[0], v, d) if at == 1 else (top[0], top[1], v, d)
-                    if f < 0:                           # no room on d for now
-                        push(self.blocked[d], (need[v], self.negprio[v], v, self.ready_at[v][d]))
-                pop(heap)
-        return None
-
-    def _force(self):
-        """Every ready node waits for memory: start the one that overflows least."""
-        best = None
-        for d in range(self.k):
-            heap = self.blocked[d]
-            while heap and self._status(heap[0][2], d) == "drop":
-                heapq.heappop(heap)
+    def force():
+        """Every ready node waits for memory: (start, node, device) of the one that
+        overflows its device least."""
+        found, over, prio, v, start, d = False, 0.0, 0.0, 0, 0.0, 0
+        for e in range(k):
+            heap = blocked[e]
+            while heap and (device[heap[0][2]] >= 0 or fixed[group[heap[0][2]]] not in (-1, e)):
+                heapq.heappop(heap)                         # placed, or its group is fixed elsewhere
             if heap:
-                need, negprio, v, ready = heap[0]
-                over = self.used[d] + need - self.cap[d]
-                if best is None or (over, negprio, v) < best[0]:
-                    best = ((over, negprio, v), (max(ready, self.free_at[d]), negprio, v, d))
-        return best[1]
+                bytes_needed, c_prio, c_v, ready = heap[0]
+                c_over = used[e] + bytes_needed - cap[e]
+                if not found or (c_over, c_prio, c_v) < (over, prio, v):
+                    found, over, prio, v, start, d = True, c_over, c_prio, c_v, max(ready, free_at[e]), e
+        return start, v, d
 
-    # ------------------------------------------------------------ starting
-    def _start(self, v, d, start):
-        self.device[v] = d
-        self.finish[v] = self.free_at[d] = start + self.comp[v]
-        del self.ready_at[v]
-        if self.groups.fix(v, d):
-            self.used[d] += self.gpersist[self.groups.group[v]]
-            self._wake_group(v, d)
-        self.used[d] += self.held[v]
-        ptr, src, eid, _ = self.csr
-        for p in range(ptr[v], ptr[v + 1]):
-            if not self.data_edge[eid[p]]:
-                continue
-            u = src[p]
-            self.pending[u] -= 1
-            if self.pending[u] == 0 and self.held[u]:
-                self.used[self.device[u]] -= self.held[u]
-                self._unblock(self.device[u])
-        sptr, dst = self.succ
-        for w in dst[sptr[v]:sptr[v + 1]]:
-            self.indeg[w] -= 1
-            if self.indeg[w] == 0:
-                self._release(w)
+    def unblock(d):
+        """Memory was freed on d: requeue the blocked nodes that now fit."""
+        heap = blocked[d]
+        while heap and used[d] + heap[0][0] <= cap[d]:
+            _, prio, v, ready = heapq.heappop(heap)
+            if device[v] < 0:
+                heapq.heappush(waiting[d], (ready, prio, v))
 
-    def _wake_group(self, v, d):
-        """Ready members of v's group may have been blocked on d before the group
-        was fixed there; they no longer need room, so queue them again."""
-        for m in self.graph.group_members(self.groups.group[v]).tolist():
-            if m in self.ready_at:
-                heapq.heappush(self.waiting[d], (self.ready_at[m][d], self.negprio[m], m))
+    def fix_group(grp, d):
+        """The group's first member starts on d: hold its resident state there, and queue
+        its ready members on d again (they may have been blocked there for memory)."""
+        fixed[grp] = d
+        used[d] += gpersist[grp]
+        for i in range(group_ptr[grp], group_ptr[grp + 1]):
+            m = group_nodes[i]
+            if is_ready[m]:
+                heapq.heappush(waiting[d], (ready_at[m, d], negprio[m], m))
 
-    def _unblock(self, d):
-        heap = self.blocked[d]
-        while heap and self.used[d] + heap[0][0] <= self.cap[d]:
-            _, negprio, v, ready = heapq.heappop(heap)
-            if self.device[v] < 0:
-                heapq.heappush(self.waiting[d], (ready, negprio, v))
+    def start(v, d, t):
+        """Start v on d at t: hold its output, free its inputs' outputs, release its successors."""
+        device[v], is_ready[v] = d, False
+        finish[v] = free_at[d] = t + comp[v]
+        if fixed[group[v]] < 0:
+            fix_group(group[v], d)
+        used[d] += held[v]
+        for p in range(pred_ptr[v], pred_ptr[v + 1]):
+            u = pred_src[p]
+            if data_edge[pred_eid[p]]:
+                pending[u] -= 1
+                if pending[u] == 0 and held[u] != 0:
+                    used[device[u]] -= held[u]
+                    unblock(device[u])
+        for e in range(succ_ptr[v], succ_ptr[v + 1]):
+            indegree[edge_dst[e]] -= 1
+            if indegree[edge_dst[e]] == 0:
+                release(edge_dst[e])
+
+    for v in range(n):
+        if indegree[v] == 0:
+            release(v)
+    for _ in range(n):
+        found, t, prio, v, d = False, 0.0, 0.0, 0, 0
+        for e in range(k):
+            ok, c_t, c_prio, c_v = best(e)
+            if ok and (not found or (c_t, c_prio, c_v, e) < (t, prio, v, d)):
+                found, t, prio, v, d = True, c_t, c_prio, c_v, e
+        if not found:
+            t, v, d = force()
+        start(v, d, t)
+    return device
