@@ -11,18 +11,20 @@ A node whose cost is -inf counts as removed from the graph (thesis Algorithm 1
 removes each critical path before recomputing levels): it lies on no path, its bl
 and tl are -inf, and its neighbours see it as absent.
 
-ParDNN's slicing runs these sweeps K+1 times. Both are plain loops over Python
-lists of the CSR arrays (cached per graph), not numpy calls per depth level:
-training graphs are deep and narrow, so per-level calls would cost more than the
-loop (measurements in docs/algorithm.md, "Costs").
+ParDNN's slicing runs these sweeps K+1 times and refinement's bounds and move
+finders many more. Both are loops over the CSR arrays compiled with numba, not numpy
+calls per depth level: training graphs are deep and narrow, so per-level calls would
+cost more than the loop (measurements in docs/algorithm.md, "Costs").
 """
 
 import weakref
 
 import numpy as np
+from numba import njit
 
 NEG_INF = float("-inf")
 _ADJACENCY = weakref.WeakKeyDictionary()
+_SUCCESSORS = weakref.WeakKeyDictionary()
 
 
 def adjacency(graph):
@@ -37,51 +39,63 @@ def adjacency(graph):
 
 def top_levels(graph, node_cost, edge_cost=None) -> np.ndarray:
     """tl per node; edge_cost is indexed by edge id (None: zero communication)."""
-    w = _as_list(node_cost)
-    tl = top_levels_list(graph, w, _edge_costs(graph, edge_cost))
-    out = np.asarray(tl, float)
-    out[np.asarray(w, float) == NEG_INF] = NEG_INF
-    return out
+    w = np.asarray(node_cost, float)
+    tl = _top_levels(*_successors(graph), w, _edge_costs(graph, edge_cost))
+    tl[w == NEG_INF] = NEG_INF
+    return tl
 
 
 def top_levels_list(graph, w, ec) -> list:
-    """tl as a list, from lists of node and edge costs (the hot loop).
+    """tl as a list, from lists of node and edge costs."""
+    return _top_levels(*_successors(graph), np.asarray(w, float), np.asarray(ec, float)).tolist()
 
-    Push form: each node offers tl(u) + w(u) + comm(e) to its successors, reading
+
+@njit(cache=True)
+def _top_levels(succ_ptr, edge_dst, w, ec):
+    """Push form: each node offers tl(u) + w(u) + comm(e) to its successors, reading
     the successor CSR whose positions are the edge ids."""
-    ptr, dst = adjacency(graph)[:2]
-    tl = [0.0] * len(w)
-    for u in range(len(w)):
+    tl = np.zeros(w.shape[0])
+    for u in range(w.shape[0]):
         fu = tl[u] + w[u]
-        if fu == NEG_INF:
+        if fu == -np.inf:
             continue
-        for e in range(ptr[u], ptr[u + 1]):
-            c = fu + ec[e]
-            v = dst[e]
-            if c > tl[v]:
-                tl[v] = c
+        for e in range(succ_ptr[u], succ_ptr[u + 1]):
+            tl[edge_dst[e]] = max(tl[edge_dst[e]], fu + ec[e])
     return tl
 
 
 def bottom_levels(graph, node_cost, edge_cost=None) -> np.ndarray:
     """bl per node; edge_cost is indexed by edge id (None: zero communication)."""
-    return np.asarray(bottom_levels_list(graph, _as_list(node_cost), _edge_costs(graph, edge_cost)), float)
+    return _bottom_levels(*_successors(graph), np.asarray(node_cost, float), _edge_costs(graph, edge_cost))
 
 
 def bottom_levels_list(graph, w, ec) -> list:
-    """bl as a list, from lists of node and edge costs (the hot loop)."""
-    ptr, dst = adjacency(graph)[:2]
-    bl = [NEG_INF] * len(w)
-    for u in range(len(w) - 1, -1, -1):
-        if w[u] == NEG_INF:
+    """bl as a list, from lists of node and edge costs."""
+    return _bottom_levels(*_successors(graph), np.asarray(w, float), np.asarray(ec, float)).tolist()
+
+
+@njit(cache=True)
+def _bottom_levels(succ_ptr, edge_dst, w, ec):
+    """Pull form, from the last node back: bl(u) = w(u) + the costliest comm + bl of
+    a successor (0 for a sink); -inf for removed nodes."""
+    bl = np.full(w.shape[0], -np.inf)
+    for u in range(w.shape[0] - 1, -1, -1):
+        if w[u] == -np.inf:
             continue
         best = 0.0
-        for e in range(ptr[u], ptr[u + 1]):
-            c = ec[e] + bl[dst[e]]
-            if c > best:
-                best = c
+        for e in range(succ_ptr[u], succ_ptr[u + 1]):
+            best = max(best, ec[e] + bl[edge_dst[e]])
         bl[u] = best + w[u]
     return bl
+
+
+def _successors(graph) -> tuple:
+    """(succ_ptr, edge_dst) as int64 arrays, the compiled sweeps' dtype, cached."""
+    arrays = _SUCCESSORS.get(graph)
+    if arrays is None:
+        arrays = (np.asarray(graph.succ_ptr, np.int64), np.asarray(graph.edge_dst, np.int64))
+        _SUCCESSORS[graph] = arrays
+    return arrays
 
 
 def critical_path_us(graph, node_cost=None, edge_cost=None) -> float:
@@ -92,11 +106,5 @@ def critical_path_us(graph, node_cost=None, edge_cost=None) -> float:
     return float(bottom_levels(graph, cost, edge_cost).max())
 
 
-def _as_list(values) -> list:
-    return np.asarray(values, float).tolist()
-
-
-def _edge_costs(graph, edge_cost) -> list:
-    if edge_cost is None:
-        return [0.0] * graph.num_edges
-    return _as_list(edge_cost)
+def _edge_costs(graph, edge_cost) -> np.ndarray:
+    return np.zeros(graph.num_edges) if edge_cost is None else np.asarray(edge_cost, float)
