@@ -41,6 +41,7 @@ from pardnn.placers.baselines.common import link_tables
 
 
 def place(graph, cluster, timings=None) -> np.ndarray:
+    """Device per node (int32); the graph and cluster go to the compiled loop as arrays."""
     n, i64 = graph.num_nodes, np.int64
     data = graph.edge_slot >= 0
     consumers = np.bincount(graph.edge_src[data], minlength=n)
@@ -66,11 +67,13 @@ def _run(csr, node, memory, lat, inv_bw):
     pending, indegree = pending.copy(), indegree.copy()
     device, finish, ready_at, is_ready = np.full(n, -1), np.zeros(n), np.zeros((n, k)), np.zeros(n, np.bool_)
     free_at, used, fixed = np.zeros(k), np.zeros(k), np.full(gpersist.shape[0], -1)
-    waiting = [[(0.0, 0.0, 0)] for _ in range(k)]      # (arrival, -prio, node); typed by a
-    arrived = [[(0.0, 0, 0.0)] for _ in range(k)]      # first item, emptied below
+    waiting = [[(0.0, 0.0, 0)] for _ in range(k)]       # (arrival, -prio, node)
+    arrived = [[(0.0, 0, 0.0)] for _ in range(k)]       # (-prio, node, arrival)
     blocked = [[(0.0, 0.0, 0, 0.0)] for _ in range(k)]  # (bytes needed, -prio, node, arrival)
-    for d in range(k):
-        waiting[d].pop(), arrived[d].pop(), blocked[d].pop()
+    for d in range(k):                                  # each heap typed by a first item, then emptied
+        waiting[d].pop()
+        arrived[d].pop()
+        blocked[d].pop()
 
     def release(v):
         """v's inputs are all scheduled: its arrival time on every device, then queue it."""
