@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pardnn.emulator.event_loop import event_loop
+from pardnn.graph.levels import successor_arrays
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,7 +73,7 @@ def plan_transfers(graph, cluster, device):
     edge_transfer = np.full(graph.num_edges, -1, np.int64)
     if len(cross) == 0:
         empty = np.zeros(0)
-        return edge_transfer, cross.astype(np.int64, copy=False), cross.astype(np.int64, copy=False), empty, empty
+        return edge_transfer, cross.astype(np.int64), cross.astype(np.int64), empty, empty
     slot = graph.edge_slot[cross].astype(np.int64, copy=False) + 1
     key = (graph.edge_src[cross].astype(np.int64, copy=False) * (int(slot.max()) + 1) + slot) * k + dd[cross]
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
@@ -90,9 +91,9 @@ def simulate(graph, cluster, device) -> Schedule:
     edge_transfer, transfer_edge, link, occupancy, latency = plan_transfers(graph, cluster, device)
     f64, i64 = np.float64, np.int64                  # the compiled loop's dtypes
     start, finish, send, arrival = event_loop(
-        cluster.num_devices, np.asarray(graph.comp_us, f64), device, np.asarray(graph.succ_ptr, i64),
-        np.asarray(graph.edge_dst, i64), edge_transfer, np.asarray(link, i64), np.asarray(occupancy, f64),
-        np.asarray(latency, f64), np.diff(graph.pred_ptr).astype(i64))
+        cluster.num_devices, np.asarray(graph.comp_us, f64), device, *successor_arrays(graph),
+        edge_transfer, np.asarray(link, i64), np.asarray(occupancy, f64), np.asarray(latency, f64),
+        np.diff(graph.pred_ptr).astype(i64))
     return Schedule(
         start=start, finish=finish,
         busy_us=np.bincount(device, graph.comp_us, minlength=cluster.num_devices),

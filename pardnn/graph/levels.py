@@ -40,14 +40,14 @@ def adjacency(graph):
 def top_levels(graph, node_cost, edge_cost=None) -> np.ndarray:
     """tl per node; edge_cost is indexed by edge id (None: zero communication)."""
     w = np.asarray(node_cost, float)
-    tl = _top_levels(*_successors(graph), w, _edge_costs(graph, edge_cost))
+    tl = _top_levels(*successor_arrays(graph), w, _edge_costs(graph, edge_cost))
     tl[w == NEG_INF] = NEG_INF
     return tl
 
 
 def top_levels_list(graph, w, ec) -> list:
     """tl as a list, from lists of node and edge costs."""
-    return _top_levels(*_successors(graph), np.asarray(w, float), np.asarray(ec, float)).tolist()
+    return _top_levels(*successor_arrays(graph), np.asarray(w, float), np.asarray(ec, float)).tolist()
 
 
 @njit(cache=True)
@@ -66,12 +66,13 @@ def _top_levels(succ_ptr, edge_dst, w, ec):
 
 def bottom_levels(graph, node_cost, edge_cost=None) -> np.ndarray:
     """bl per node; edge_cost is indexed by edge id (None: zero communication)."""
-    return _bottom_levels(*_successors(graph), np.asarray(node_cost, float), _edge_costs(graph, edge_cost))
+    w = np.asarray(node_cost, float)
+    return _bottom_levels(*successor_arrays(graph), w, _edge_costs(graph, edge_cost))
 
 
 def bottom_levels_list(graph, w, ec) -> list:
     """bl as a list, from lists of node and edge costs."""
-    return _bottom_levels(*_successors(graph), np.asarray(w, float), np.asarray(ec, float)).tolist()
+    return _bottom_levels(*successor_arrays(graph), np.asarray(w, float), np.asarray(ec, float)).tolist()
 
 
 @njit(cache=True)
@@ -89,8 +90,9 @@ def _bottom_levels(succ_ptr, edge_dst, w, ec):
     return bl
 
 
-def _successors(graph) -> tuple:
-    """(succ_ptr, edge_dst) as int64 arrays, the compiled sweeps' dtype, cached."""
+def successor_arrays(graph) -> tuple:
+    """(succ_ptr, edge_dst) as int64 arrays, the dtype of the compiled loops here and in
+    the emulator, cached per graph."""
     arrays = _SUCCESSORS.get(graph)
     if arrays is None:
         arrays = (np.asarray(graph.succ_ptr, np.int64), np.asarray(graph.edge_dst, np.int64))

@@ -46,7 +46,8 @@ def place(graph, cluster, timings=None) -> np.ndarray:
     data = graph.edge_slot >= 0
     consumers = np.bincount(graph.edge_src[data], minlength=n)
     held = np.where(consumers > 0, transient_bytes(graph), 0).astype(i64)
-    gpersist = np.bincount(graph.group, weights=resident_bytes(graph), minlength=graph.num_groups).astype(float)
+    gpersist = np.bincount(graph.group, weights=resident_bytes(graph), minlength=graph.num_groups)
+    gpersist = gpersist.astype(float)
     lat, inv_bw = (np.asarray(t, np.float64) for t in link_tables(cluster))
     csr = tuple(np.asarray(a, i64) for a in (graph.pred_ptr, graph.pred_src, graph.pred_eid, graph.edge_bytes,
                                              graph.succ_ptr, graph.edge_dst, graph.group, graph.group_ptr,
