@@ -39,7 +39,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from pardnn.emulator.event_loop import event_loop
-from pardnn.graph.levels import successor_arrays
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,7 +90,7 @@ def simulate(graph, cluster, device) -> Schedule:
     edge_transfer, transfer_edge, link, occupancy, latency = plan_transfers(graph, cluster, device)
     f64, i64 = np.float64, np.int64                  # the compiled loop's dtypes
     start, finish, send, arrival = event_loop(
-        cluster.num_devices, np.asarray(graph.comp_us, f64), device, *successor_arrays(graph),
+        cluster.num_devices, np.asarray(graph.comp_us, f64), device, *graph.successor_arrays,
         edge_transfer, np.asarray(link, i64), np.asarray(occupancy, f64), np.asarray(latency, f64),
         np.diff(graph.pred_ptr).astype(i64))
     return Schedule(

@@ -23,6 +23,7 @@ import heapq
 import json
 import os
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -89,6 +90,21 @@ class CostGraph:
 
     def total_work_us(self) -> float:
         return float(self.comp_us.sum())
+
+    # ------------------------------------------- other forms of the adjacency, cached
+    @cached_property
+    def adjacency_lists(self) -> tuple:
+        """(succ_ptr, edge_dst, pred_ptr, pred_src, pred_eid) as Python lists, for the
+        interpreted loops of slicing and switching: they index one element at a time,
+        where a list is faster than a numpy array."""
+        return (self.succ_ptr.tolist(), self.edge_dst.tolist(), self.pred_ptr.tolist(),
+                self.pred_src.tolist(), self.pred_eid.tolist())
+
+    @cached_property
+    def successor_arrays(self) -> tuple:
+        """(succ_ptr, edge_dst) as int64 arrays, the dtype the compiled loops of levels.py
+        and the emulator are compiled for."""
+        return np.asarray(self.succ_ptr, np.int64), np.asarray(self.edge_dst, np.int64)
 
     # ------------------------------------------------------------ construction
     @classmethod

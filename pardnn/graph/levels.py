@@ -17,37 +17,23 @@ calls per depth level: training graphs are deep and narrow, so per-level calls w
 cost more than the loop (measurements in docs/algorithm.md, "Costs").
 """
 
-import weakref
-
 import numpy as np
 from numba import njit
 
 NEG_INF = float("-inf")
-_ADJACENCY = weakref.WeakKeyDictionary()
-_SUCCESSORS = weakref.WeakKeyDictionary()
-
-
-def adjacency(graph):
-    """(succ_ptr, edge_dst, pred_ptr, pred_src, pred_eid) as Python lists, cached."""
-    lists = _ADJACENCY.get(graph)
-    if lists is None:
-        lists = (graph.succ_ptr.tolist(), graph.edge_dst.tolist(), graph.pred_ptr.tolist(),
-                 graph.pred_src.tolist(), graph.pred_eid.tolist())
-        _ADJACENCY[graph] = lists
-    return lists
 
 
 def top_levels(graph, node_cost, edge_cost=None) -> np.ndarray:
     """tl per node; edge_cost is indexed by edge id (None: zero communication)."""
     w = np.asarray(node_cost, float)
-    tl = _top_levels(*successor_arrays(graph), w, _edge_costs(graph, edge_cost))
+    tl = _top_levels(*graph.successor_arrays, w, _edge_costs(graph, edge_cost))
     tl[w == NEG_INF] = NEG_INF
     return tl
 
 
 def top_levels_list(graph, w, ec) -> list:
     """tl as a list, from lists of node and edge costs."""
-    return _top_levels(*successor_arrays(graph), np.asarray(w, float), np.asarray(ec, float)).tolist()
+    return _top_levels(*graph.successor_arrays, np.asarray(w, float), np.asarray(ec, float)).tolist()
 
 
 @njit(cache=True)
@@ -67,12 +53,12 @@ def _top_levels(succ_ptr, edge_dst, w, ec):
 def bottom_levels(graph, node_cost, edge_cost=None) -> np.ndarray:
     """bl per node; edge_cost is indexed by edge id (None: zero communication)."""
     w = np.asarray(node_cost, float)
-    return _bottom_levels(*successor_arrays(graph), w, _edge_costs(graph, edge_cost))
+    return _bottom_levels(*graph.successor_arrays, w, _edge_costs(graph, edge_cost))
 
 
 def bottom_levels_list(graph, w, ec) -> list:
     """bl as a list, from lists of node and edge costs."""
-    return _bottom_levels(*successor_arrays(graph), np.asarray(w, float), np.asarray(ec, float)).tolist()
+    return _bottom_levels(*graph.successor_arrays, np.asarray(w, float), np.asarray(ec, float)).tolist()
 
 
 @njit(cache=True)
@@ -88,16 +74,6 @@ def _bottom_levels(succ_ptr, edge_dst, w, ec):
             best = max(best, ec[e] + bl[edge_dst[e]])
         bl[u] = best + w[u]
     return bl
-
-
-def successor_arrays(graph) -> tuple:
-    """(succ_ptr, edge_dst) as int64 arrays, the dtype of the compiled loops here and in
-    the emulator, cached per graph."""
-    arrays = _SUCCESSORS.get(graph)
-    if arrays is None:
-        arrays = (np.asarray(graph.succ_ptr, np.int64), np.asarray(graph.edge_dst, np.int64))
-        _SUCCESSORS[graph] = arrays
-    return arrays
 
 
 def critical_path_us(graph, node_cost=None, edge_cost=None) -> float:

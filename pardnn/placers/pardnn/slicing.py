@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pardnn.graph.levels import NEG_INF, adjacency, bottom_levels_list, top_levels_list
+from pardnn.graph.levels import NEG_INF, bottom_levels_list, top_levels_list
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class _Walker:
     """Cluster ids, node costs (-inf once taken) and the path walk."""
 
     def __init__(self, graph, masks):
-        self.succ_ptr, self.dst = adjacency(graph)[:2]
+        self.succ_ptr, self.dst = graph.adjacency_lists[:2]
         self.group = graph.group.tolist()
         self.gptr, self.gnodes = graph.group_ptr.tolist(), graph.group_nodes.tolist()
         self.masks = masks

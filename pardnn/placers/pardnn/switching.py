@@ -32,8 +32,6 @@ first; the caller emulates them.
 import numpy as np
 from numba import njit
 
-from pardnn.graph.levels import adjacency
-
 MAX_UNBLOCK = 256   # queue waits per round whose blocking op looks for a device
 
 
@@ -91,7 +89,7 @@ class _Timing:
 
     def __init__(self, graph, cluster, device, schedule):
         self.graph = graph
-        self.succ_ptr, self.dst, self.pred_ptr, self.pred_src, self.pred_eid = adjacency(graph)
+        self.succ_ptr, self.dst, self.pred_ptr, self.pred_src, self.pred_eid = graph.adjacency_lists
         self.src = graph.edge_src.tolist()
         self.dev, self.group = device.tolist(), graph.group.tolist()
         self.comp = graph.comp_us.tolist()
