@@ -7,6 +7,7 @@ from pardnn.graph.constraints import allowed_devices
 from pardnn.emulator.scheduler import simulate
 from pardnn.graph import CostGraph
 from pardnn.placers.pardnn.affinity import affinity_candidates
+from pardnn.emulator.trial import emulate
 from pardnn.placers.pardnn.step1 import partition
 
 WEIGHT = 10**7          # 100 us on the wire at 1e5 bytes/us, far above the latency
@@ -79,7 +80,7 @@ def test_each_layer_goes_with_its_weights_and_layers_split():
 
 def test_step1_adopts_the_pipeline_when_it_emulates_faster():
     g, c = two_layers(steps=6), cluster(2)
-    result = partition(g, c)
+    result = partition(g, c, emulate=emulate)
     heavy = g.edge_bytes == WEIGHT
     assert result.affinity
     assert np.all(result.device[g.edge_src[heavy]] == result.device[g.edge_dst[heavy]])
@@ -114,4 +115,4 @@ def test_pipeline_candidate_splits_labels_that_run_at_the_same_time():
     assert len(device_of(g, together, ["ma0", "mb0"])) == 1
     assert len(device_of(g, pipeline, ["ma0", "mb0"])) == 2
     assert simulate(g, c, pipeline).makespan < simulate(g, c, together).makespan
-    assert partition(g, c).makespan_us <= simulate(g, c, pipeline).makespan
+    assert partition(g, c, emulate=emulate).makespan_us <= simulate(g, c, pipeline).makespan

@@ -1,4 +1,4 @@
-"""ParDNN's refinement within memory (pardnn.placers.pardnn.memory_refinement): Step 1's moves again
+"""ParDNN's refinement within memory (pardnn.pipeline.refine_memory): Step 1's moves again
 after the overflow repair, each batch repaired before it is judged."""
 
 import sys
@@ -12,8 +12,8 @@ from pardnn.pipeline import place as placer
 from pardnn.hardware import parse_devices
 from pardnn.emulator import evaluate
 from pardnn.graph import CostGraph
-from pardnn.placers.pardnn.memory_refinement import judged_by_repair
-from pardnn.placers.pardnn import candidates
+from pardnn.pipeline.portfolio import choose
+from pardnn.pipeline.refine_memory import judged_by_repair
 from pardnn.io.summary import print_summary
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
@@ -44,7 +44,7 @@ def test_refined_placement_fits_and_is_never_slower_than_the_repair_alone(seed):
     assert 0 < stages["refine_memory"] and sum(stages.values()) <= wall    # timed inside the call
     assert (fit["batches"] == 0) == (report["makespan_us"] == fit["makespan_after_repair_us"])
     placed = placer.place(g, cluster, "pardnn")[0].device
-    first = candidates.choose(g, cluster).raw         # the winning candidate, before its repair
+    first = choose(g, cluster, "pardnn").raw         # the winning candidate, before its repair
     assert report["changed_nodes"] == int(np.count_nonzero(placed != first))
 
 

@@ -9,10 +9,13 @@ import numpy as np
 import pytest
 
 from pardnn.pipeline.place import place
-from pardnn.placers import hierarchical, registry as algorithms
+from pardnn.emulator.trial import emulate
+from pardnn.placers import hierarchical
+from pardnn.placers.pardnn import step1
 from pardnn.cli import main
 from pardnn.hardware import GBps, Cluster, Device, Host, parse_devices
 from pardnn.hardware.cluster_file import compose
+from pardnn.hardware.hosts import host_cluster
 from pardnn.graph.constraints import violations
 from pardnn.emulator.scheduler import simulate
 from pardnn.errors import UserError
@@ -56,7 +59,7 @@ def test_host_level_cluster_sums_memory_and_averages_links():
 
 def test_host_cluster_keeps_one_hosts_devices_and_links():
     c = two_hosts()
-    h1 = hierarchical.host_cluster(c, 1)
+    h1 = host_cluster(c, 1)
     assert h1.names == ["/job:worker/task:1/device:GPU:0", "/job:worker/task:1/device:GPU:1"]
     assert h1.hosts == (c.hosts[1],) and h1.host_of.tolist() == [0, 0]
     assert h1.bandwidth[0, 1] == pytest.approx(450 * GBps)
@@ -79,7 +82,7 @@ def test_subgraph_is_the_induced_subgraph():
 def test_one_diamond_per_host_and_one_branch_per_device():
     g, c = two_diamonds(), two_hosts()
     timings = {}
-    device = hierarchical.place(g, c, timings)
+    device = hierarchical.place(g, c, timings, emulate=emulate)
     index = g.index()
     host = {name: int(c.host_of[device[i]]) for name, i in index.items()}
     assert len({host[f"x{k}"] for k in "sabt"}) == 1 and len({host[f"y{k}"] for k in "sabt"}) == 1
@@ -102,21 +105,22 @@ def four_branches():
 
 def test_fast_links_between_hosts_use_every_device():
     g, c = four_branches(), two_hosts()            # 1 MB costs 50 us between hosts
-    device = hierarchical.place(g, c, {})
+    device = hierarchical.place(g, c, {}, emulate=emulate)
     assert len(set(device.tolist())) == 4
     assert simulate(g, c, device).makespan < 1200   # vs 2000+ on one host
 
 
 def test_slow_links_between_hosts_keep_everything_on_one_host():
     g, c = four_branches(), two_hosts(inter_bandwidth=1e-3)     # 1 KB/s between hosts
-    device = hierarchical.place(g, c, {})
+    device = hierarchical.place(g, c, {}, emulate=emulate)
     assert set(c.host_of[device].tolist()) == {0} and len(set(device.tolist())) == 2
     assert simulate(g, c, device).makespan < 2100              # two branches per device
 
 
 def test_one_host_is_the_inner_placer():
     g, c = synth_graph(400, seed=1), parse_devices("dgx-h100:4")
-    assert np.array_equal(hierarchical.place(g, c, {}), algorithms.get("pardnn")(g, c, {}))
+    alone = step1.place(g, c, {}, emulate=emulate)
+    assert np.array_equal(hierarchical.place(g, c, {}, emulate=emulate), alone)
 
 
 @pytest.mark.parametrize("spec", ["2xdgx-h100:4", "3xcpu:2"])
@@ -125,7 +129,7 @@ def test_groups_stay_whole_and_pins_hold(spec):
     pinned = tuple("GPU" if i % 97 == 0 else p for i, p in enumerate(g.pinned))
     g = replace(g, pinned=pinned)
     c = parse_devices(spec)
-    device = hierarchical.place(g, c, {})
+    device = hierarchical.place(g, c, {}, emulate=emulate)
     assert violations(g, c, device) == []
 
 
@@ -135,7 +139,7 @@ def test_hosts_with_different_device_kinds_are_refused():
     c = Cluster((gpu, cpu), np.array([[0, 10.0], [10.0, 0]]), np.array([[np.inf, 1e3], [1e3, np.inf]]),
                 hosts=(Host("/job:worker/task:0"), Host("/job:worker/task:1")))
     with pytest.raises(UserError, match="same device kinds"):
-        hierarchical.place(two_diamonds(), c, {})
+        hierarchical.place(two_diamonds(), c, {}, emulate=emulate)
 
 
 def test_compare_shows_flat_and_hierarchical(tmp_path, capsys):

@@ -6,7 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from pardnn.placers import replicas
+from pardnn.graph import averaging
+from pardnn.hardware import hosts
+from pardnn.pipeline import replicas
 from pardnn.cli import main
 from pardnn.hardware import parse_devices
 from pardnn.errors import UserError
@@ -39,19 +41,19 @@ def names_of(graph, ids):
 
 def test_data_dependent_inputs_of_updates_are_averaged():
     g = training_step()
-    dep = replicas.data_dependent(g)
+    dep = averaging.data_dependent(g)
     assert names_of(g, np.flatnonzero(dep)) == ["apply", "delta", "ema", "f", "g", "x"]
-    a = replicas.averaged_tensors(g)
+    a = averaging.averaged_tensors(g)
     tensors = {g.names[s]: (int(k), int(b)) for s, k, b in zip(a.src, a.slot, a.nbytes)}
     assert tensors == {"g": (0, 1000), "delta": (0, 400)}        # not lr, w, m, one, step
     assert names_of(g, g.edge_dst[a.edges]) == ["apply", "ema"]
-    assert {replicas.mean_name(g, a, k) for k in range(2)} == {"allreduce/g/0", "allreduce/delta/0"}
+    assert {averaging.mean_name(g, a, k) for k in range(2)} == {"allreduce/g/0", "allreduce/delta/0"}
 
 
 def test_replicated_graph_reads_one_mean_per_tensor():
     g = training_step()
-    a = replicas.averaged_tensors(g)
-    table = replicas.replica_devices(parse_devices("2xcpu:1"), 2)
+    a = averaging.averaged_tensors(g)
+    table = hosts.replica_devices(parse_devices("2xcpu:1"), 2)
     rep, device = replicas.replicated_graph(g, a, np.zeros(g.num_nodes, np.int32), table)
     assert rep.num_nodes == 2 * g.num_nodes + 2 and rep.num_groups == 2 * g.num_groups + 2
     index = rep.index()
@@ -81,12 +83,12 @@ def test_step_time_adds_reduce_and_broadcast_hops(devices):
     assert block["step_time_us"] == pytest.approx(10 + 5 + 20 + 20 + 1)
     assert block["averaged_tensors"] == 1 and block["allreduce_bytes"] == 1000
     assert block["hosts"] == ["/job:worker/task:0", "/job:worker/task:1"]
-    assert replicas.replica_cluster(cluster, 2).num_devices == 1
+    assert hosts.replica_cluster(cluster, 2).num_devices == 1
 
 
 def test_more_replicas_than_hosts_is_refused():
     with pytest.raises(UserError, match="--replicas: 3 replicas need 3 hosts"):
-        replicas.replica_devices(parse_devices("2xcpu:2"), 3)
+        hosts.replica_devices(parse_devices("2xcpu:2"), 3)
 
 
 def test_hosts_must_have_host_zeros_devices(tmp_path):
@@ -97,7 +99,7 @@ def test_hosts_must_have_host_zeros_devices(tmp_path):
     path = tmp_path / "c.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(UserError, match="task:1 has no CPU:1"):
-        replicas.replica_devices(parse_devices(str(path)), 2)
+        hosts.replica_devices(parse_devices(str(path)), 2)
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from pardnn.emulator.scheduler import simulate
 from pardnn.graph import CostGraph
 from pardnn.graph.edge_costs import mean_edge_costs
 from pardnn.placers.pardnn.mapping import map_clusters
+from pardnn.emulator.trial import emulate
 from pardnn.placers.pardnn.step1 import partition, place
 from pardnn.placers.pardnn.slicing import slice_graph
 from pardnn.placers.pardnn.switching import _Busy, unblock_moves
@@ -42,7 +43,7 @@ def devices_of(graph, device, names):
 def test_two_independent_chains_go_to_different_devices():
     g = build({"a0": 10, "a1": 10, "a2": 10, "b0": 10, "b1": 10, "b2": 10},
               [("a0", "a1", 5000), ("a1", "a2", 5000), ("b0", "b1", 5000), ("b1", "b2", 5000)])
-    device = place(g, link(2), {})
+    device = place(g, link(2), {}, emulate=emulate)
     a, b = devices_of(g, device, ["a0", "a1", "a2"]), devices_of(g, device, ["b0", "b1", "b2"])
     assert len(a) == 1 and len(b) == 1 and a != b
 
@@ -52,7 +53,7 @@ def test_a_chain_with_heavy_edges_stays_on_one_device():
     edges = [(f"x{i}", f"x{i + 1}", 10**7) for i in range(7)] + [("y", "x7", 10)]
     g = build(nodes, edges)
     timings = {}
-    device = place(g, link(4), timings)
+    device = place(g, link(4), timings, emulate=emulate)
     assert len(devices_of(g, device, [f"x{i}" for i in range(8)])) == 1
     assert set(timings) == {"slicing", "mapping", "refine"}
 
@@ -103,7 +104,7 @@ def test_lalb_uses_the_work_within_the_span_not_the_total():
 def test_same_input_gives_the_same_placement():
     g = synth_graph(3000, seed=3)
     cluster = parse_devices("gpu:4")
-    first, second = place(g, cluster, {}), place(g, cluster, {})
+    first, second = place(g, cluster, {}, emulate=emulate), place(g, cluster, {}, emulate=emulate)
     assert first.dtype == np.int32 and np.array_equal(first, second)
 
 
@@ -129,7 +130,7 @@ def test_groups_and_pins_are_respected(seed):
         node["pinned"] = pin or None
     g = CostGraph.from_dict(doc)
     cluster = mixed_cluster()
-    device = place(g, cluster, {})
+    device = place(g, cluster, {}, emulate=emulate)
     assert violations(g, cluster, device) == []
     pinned_groups = np.unique(g.group[[i for i, p in enumerate(g.pinned) if p]])
     assert np.all(device[np.isin(g.group, pinned_groups)] == 2)
@@ -140,7 +141,7 @@ def test_groups_and_pins_are_respected(seed):
 def test_refinement_never_makes_the_emulated_makespan_worse(spec):
     g = synth_graph(4000, seed=5)
     cluster = parse_devices(spec)
-    result = partition(g, cluster)
+    result = partition(g, cluster, emulate=emulate)
     assert result.makespan_us <= result.mapped_makespan_us
     assert result.makespan_us == simulate(g, cluster, result.device).makespan
     assert np.array_equal(result.schedule.finish, simulate(g, cluster, result.device).finish)
@@ -149,20 +150,20 @@ def test_refinement_never_makes_the_emulated_makespan_worse(spec):
 
 @pytest.mark.parametrize("seed, spec", [(1, "gpu:4"), (2, "dgx1-v100:8"), (3, "cpu:3")])
 def test_pruning_trials_by_the_lower_bound_changes_no_placement(monkeypatch, seed, spec):
-    from pardnn.placers.pardnn import refinement
+    from pardnn.emulator import trial
     g = synth_graph(3000, seed=seed)
     cluster = parse_devices(spec)
-    pruned = partition(g, cluster)
-    monkeypatch.setattr(refinement, "cannot_beat", lambda *args: False)
-    assert np.array_equal(partition(g, cluster).device, pruned.device)
+    pruned = partition(g, cluster, emulate=emulate)
+    monkeypatch.setattr(trial, "cannot_beat", lambda *args: False)
+    assert np.array_equal(partition(g, cluster, emulate=emulate).device, pruned.device)
 
 
 def test_one_device_and_tiny_graphs():
     g = build({"a": 1, "b": 2}, [("a", "b", 10)])
-    assert place(g, link(1), {}).tolist() == [0, 0]
-    assert len(set(place(g, link(8), {}).tolist())) == 1           # one path, one device
+    assert place(g, link(1), {}, emulate=emulate).tolist() == [0, 0]
+    assert len(set(place(g, link(8), {}, emulate=emulate).tolist())) == 1           # one path, one device
     lone = CostGraph.build(names=["only"], comp_us=[3.0])
-    assert place(lone, link(4), {}).tolist() == [0]
+    assert place(lone, link(4), {}, emulate=emulate).tolist() == [0]
 
 
 def test_place_cli_defaults_to_pardnn(tmp_path):
@@ -180,7 +181,7 @@ def test_never_slower_than_one_device_when_transfers_cannot_pay():
     g = build({"s": 1, "a": 2, "b": 2, "c": 2, "t": 1},
               [("s", "a", 8), ("s", "b", 8), ("s", "c", 8), ("a", "t", 8), ("b", "t", 8), ("c", "t", 8)])
     cluster = link(4, latency=100.0)
-    result = partition(g, cluster)
+    result = partition(g, cluster, emulate=emulate)
     assert result.makespan_us == g.total_work_us() < result.mapped_makespan_us
     assert len(set(result.device.tolist())) == 1
 

@@ -15,7 +15,8 @@ from pardnn.hardware import Cluster, Device, parse_devices
 from pardnn.graph.constraints import violations
 from pardnn.emulator import evaluate
 from pardnn.repair import repair_round as repair_module
-from pardnn.repair.overflow_repair import least_memory, repair
+from pardnn.pipeline.judge import judge
+from pardnn.repair.overflow_repair import least_memory
 from pardnn.errors import UserError
 from pardnn.graph import NORMAL, REFERENCE, RESIDUAL, CostGraph
 
@@ -51,7 +52,7 @@ def test_the_branch_whose_tensor_overflows_is_the_one_moved():
     g = branch_graph()
     on_one = np.zeros(g.num_nodes, int)
     assert evaluate(g, cluster(2, 10**6), on_one)["peak_memory_bytes"] == [160, 0]
-    r = repair(g, cluster(2, 120), on_one)
+    r = judge(g, cluster(2, 120), on_one)
     # only moving both b1 and b2 gets the 100 B tensor off device 0 (moving b1 alone
     # leaves a received copy for b2; b2 alone leaves b1's output while b1 runs)
     assert placed(g, r) == {"s": 0, "x1": 0, "x2": 0, "b1": 1, "b2": 1, "j": 0}
@@ -67,7 +68,7 @@ def test_a_moved_group_goes_where_its_data_is_rather_than_to_the_idlest_device()
               [("s", "x1"), ("x1", "x2"), ("s", "b1"), ("b1", "b2"), ("p", "b1")])
     start = np.array([1 if n == "p" else 0 for n in g.names])
     assert evaluate(g, cluster(3, 10**6), start)["peak_memory_bytes"] == [81, 10, 0]
-    r = repair(g, cluster(3, 80), start)
+    r = judge(g, cluster(3, 80), start)
     assert placed(g, r) == {"s": 0, "x1": 0, "x2": 0, "b1": 1, "b2": 0, "p": 1}
     assert r.profile.peak_bytes.tolist() == [80, 71, 0]
 
@@ -83,7 +84,7 @@ def variable_graph():
 
 def test_a_variable_moves_with_its_read_and_its_update():
     g = variable_graph()
-    r = repair(g, cluster(2, 170), np.zeros(g.num_nodes, int))
+    r = judge(g, cluster(2, 170), np.zeros(g.num_nodes, int))
     assert r.peak_before.tolist() == [220, 0]              # v + y1 + y2 while y2 runs
     assert placed(g, r) == {"v": 1, "r": 1, "x": 0, "m": 0, "y1": 0, "y2": 0, "a": 1}
     assert violations(g, cluster(2, 170), r.device) == []
@@ -93,7 +94,7 @@ def test_a_variable_moves_with_its_read_and_its_update():
 def test_a_placement_that_fits_is_left_alone():
     g = variable_graph()
     start = np.array([0, 0, 1, 1, 0, 1, 0])
-    r = repair(g, cluster(2, 10**6), start)
+    r = judge(g, cluster(2, 10**6), start)
     assert r.device.tolist() == start.tolist() and r.rounds == 0 and not r.moved.any()
     assert r.report_fields(cluster(2, 10**6))["repaired_devices"] == []
 
@@ -101,10 +102,10 @@ def test_a_placement_that_fits_is_left_alone():
 def test_the_reserve_is_respected():
     g = branch_graph()
     on_one = np.zeros(g.num_nodes, int)
-    assert not repair(g, cluster(2, 200, reserve=0.0), on_one).moved.any()      # 160 <= 200
+    assert not judge(g, cluster(2, 200, reserve=0.0), on_one).moved.any()      # 160 <= 200
     tight = cluster(2, 200, reserve=0.25)
     assert tight.capacity.tolist() == [150, 150]
-    r = repair(g, tight, on_one)
+    r = judge(g, tight, on_one)
     assert r.moved.any() and np.all(r.profile.peak_bytes <= 150)
 
 
@@ -118,7 +119,7 @@ def pinned_case(pins):
                         edge_bytes=g.edge_bytes)
     devs = tuple(Device(f"/device:{n}", n.split(":")[0], 120) for n in ("GPU:0", "GPU:1", "CPU:0"))
     c = Cluster(devices=devs, latency_us=np.ones((3, 3)), bandwidth=np.full((3, 3), 1e6), reserve=0.0)
-    r = repair(g, c, np.array([0, 0, 0, 0, 0, 0, 1]))
+    r = judge(g, c, np.array([0, 0, 0, 0, 0, 0, 1]))
     assert violations(g, c, r.device) == []
     return dict(zip(g.names, r.device.tolist()))
 
@@ -137,7 +138,7 @@ def test_an_impossible_limit_names_device_time_overflow_and_least_memory():
     assert least_memory(g, 2) == {"largest colocation group": 0, "total resident / K": 0,
                                   "largest op working set": 101}
     with pytest.raises(UserError) as err:
-        repair(g, cluster(2, 100), np.zeros(g.num_nodes, int))
+        judge(g, cluster(2, 100), np.zeros(g.num_nodes, int))
     msg = str(err.value)
     assert "device:CPU:0 overflows by 60 bytes" in msg and "at t=52.0 us" in msg
     assert "at least 101 B per device" in msg and len(msg.splitlines()) == 1
@@ -146,7 +147,7 @@ def test_an_impossible_limit_names_device_time_overflow_and_least_memory():
 def test_when_nothing_can_move_the_last_overflow_is_reported():
     g = branch_graph()           # fits 150 B by its working sets, but one device has no way out
     with pytest.raises(UserError, match=r"CPU:0 overflows by 10 bytes .* at t=52.0 us .* at least 101 B"):
-        repair(g, cluster(1, 150), np.zeros(g.num_nodes, int))
+        judge(g, cluster(1, 150), np.zeros(g.num_nodes, int))
 
 
 def test_a_group_that_alone_overflows_every_device_is_named():
@@ -161,14 +162,14 @@ def test_a_group_that_alone_overflows_every_device_is_named():
     with pytest.raises(UserError, match=r"overflows by 21 bytes .* at t=101.0 us .* the colocation group "
                                         r"of 'v' \(5 nodes\) holds 131 B there alone, more than any device's "
                                         r"capacity; this graph needs at least 91 B"):
-        repair(g, cluster(2, 110), np.zeros(g.num_nodes, int))
+        judge(g, cluster(2, 110), np.zeros(g.num_nodes, int))
 
 
 def test_resident_state_beyond_all_devices_fails_before_moving_anything(monkeypatch):
     g = variable_graph()
     monkeypatch.setattr(repair_module, "RepairRound", None)          # must not be reached
     with pytest.raises(UserError, match=r"overflows by 121 bytes .*\(largest colocation group 100 B"):
-        repair(g, cluster(2, 99), np.zeros(g.num_nodes, int))
+        judge(g, cluster(2, 99), np.zeros(g.num_nodes, int))
 
 
 def test_impossible_limit_through_the_cli_exits_2_with_the_numbers(tmp_path, capsys):
@@ -237,7 +238,7 @@ def test_repair_fits_or_explains_and_never_moves_a_node_twice(case):
 
     repair_module.RepairRound.run = recording
     try:
-        r = repair(g, c, start)
+        r = judge(g, c, start)
     except UserError as exc:
         assert "overflows by" in str(exc)
         return
@@ -274,7 +275,7 @@ def test_repair_succeeds_where_a_placement_is_known_to_fit(case):
     g, c, known = case
     assert max(evaluate(g, c, known)["peak_memory_bytes"]) <= c.capacity[0]     # the construction
     start = np.zeros(g.num_nodes, np.int32)
-    r = repair(g, c, start)                        # a UserError here fails the test
+    r = judge(g, c, start)                        # a UserError here fails the test
     assert np.all(r.profile.peak_bytes <= c.capacity)
     assert violations(g, c, r.device) == []
     if np.all(r.peak_before <= c.capacity):
@@ -294,7 +295,7 @@ def test_repair_solves_a_case_where_a_known_placement_fits_exactly():
                         edge_dst=["n5", "n2", "n3", "n5", "n5"], edge_bytes=[42, 24, 7, 7, 20])
     c = cluster(2, 191)
     assert max(evaluate(g, c, np.array([0, 1, 0, 0, 1, 1]))["peak_memory_bytes"]) <= 191
-    r = repair(g, c, np.zeros(6, np.int32))
+    r = judge(g, c, np.zeros(6, np.int32))
     assert np.all(r.profile.peak_bytes <= 191)
 
 

@@ -13,7 +13,9 @@ from pardnn.errors import UserError
 from pardnn.graph import CostGraph
 from pardnn.hardware import parse_devices
 from pardnn.pipeline import place as placer
-from pardnn.placers.pardnn import candidates, stages
+from pardnn.pipeline import portfolio
+from pardnn.placers import registry
+from pardnn.placers.pardnn import stages
 from pardnn.placers.pardnn.stages import _cheapest_cuts, fold_positions
 from pardnn.placers.registry import names
 
@@ -117,13 +119,13 @@ def test_pardnn_beats_every_other_placer_on_a_near_chain_that_does_not_fit(seed)
 def test_the_winner_is_one_of_the_two_fastest_candidates_and_refinement_never_hurts():
     g = synth_graph(2000, seed=3)
     cluster = cluster_at(g, 4, 0.35)
-    chosen = candidates.choose(g, cluster)
+    chosen = portfolio.choose(g, cluster, "pardnn")
     feasible = {n: c["makespan_us"] for n, c in chosen.candidates.items() if c.get("feasible")}
     few = {n: t for n, t in feasible.items()
-           if chosen.candidates[n]["moved_nodes"] <= candidates.MAX_MOVED_SHARE * g.num_nodes}
+           if chosen.candidates[n]["moved_nodes"] <= portfolio.MAX_MOVED_SHARE * g.num_nodes}
     two = sorted(few or feasible, key=(few or feasible).get)[:2]
     assert feasible and chosen.winner in two
-    final = evaluate(g, cluster, chosen.repaired.device)
+    final = evaluate(g, cluster, chosen.judged.device)
     assert final["feasible"]
     assert final["makespan_us"] <= min(feasible[n] for n in two) + 1e-6
     refined = {n: chosen.candidates[n]["refined_makespan_us"] for n in two if "refined_makespan_us" in chosen.candidates[n]}
@@ -135,12 +137,12 @@ def test_a_runner_up_that_refines_faster_than_the_winner_wins():
     # (145.1 ms), but refined within memory METIS's gets to 135.8 ms, stages' to 137.6
     g = synth_graph(1500, seed=0, shape="chain")
     cluster = cluster_at(g, 8, 0.3)
-    chosen = candidates.choose(g, cluster)
+    chosen = portfolio.choose(g, cluster, "pardnn")
     c = chosen.candidates
     assert c["stages"]["makespan_us"] < c["metis"]["makespan_us"]
     assert c["metis"]["refined_makespan_us"] < c["stages"]["refined_makespan_us"]
     assert chosen.winner == "metis"
-    assert evaluate(g, cluster, chosen.repaired.device)["makespan_us"] == pytest.approx(c["metis"]["refined_makespan_us"])
+    assert evaluate(g, cluster, chosen.judged.device)["makespan_us"] == pytest.approx(c["metis"]["refined_makespan_us"])
 
 
 def test_etf_row_is_matched_where_step1_and_the_repair_lost_to_it():
@@ -160,16 +162,16 @@ def test_report_names_every_candidate_and_the_same_input_gives_the_same_placemen
     cluster = cluster_at(g, 4, 0.4)
     (a, ra), (b, rb) = placer.place(g, cluster, "pardnn"), placer.place(g, cluster, "pardnn")
     assert np.array_equal(a.device, b.device)
-    one_host = set(candidates.CORE + candidates.EXTRAS) - {"hier"}
+    one_host = set(registry.candidates("pardnn")) - {"hier"}
     assert set(ra["candidates"]) == one_host        # a small graph on one host
     assert ra["candidate"] == rb["candidate"] and ra["step1_output"] in {"thesis", "affinity", "one-device"}
 
 
 def test_a_spent_budget_skips_the_later_candidates():
     g = synth_graph(1500, seed=4)
-    chosen = candidates.choose(g, parse_devices("cpu:4"), budget_s=1e-9)
+    chosen = portfolio.choose(g, parse_devices("cpu:4"), "pardnn", budget_s=1e-9)
     assert chosen.winner == "step1"
-    assert all("skipped" in chosen.candidates[n] for n in candidates.CORE[1:] + candidates.EXTRAS if n != "hier")
+    assert all("skipped" in chosen.candidates[n] for n in registry.candidates("pardnn")[1:] if n != "hier")
 
 
 @pytest.mark.parametrize("budget", ["0", "-5s", "soon"])
@@ -189,12 +191,12 @@ def test_candidates_built_in_worker_processes_give_the_same_placement(monkeypatc
     # those it has not started
     g = synth_graph(1500, seed=5, shape="chain")
     cluster = cluster_at(g, 4, 0.35)
-    inline = candidates.choose(g, cluster)
-    monkeypatch.setattr(candidates, "PARALLEL_MIN_NODES", 0)
-    monkeypatch.setattr(candidates, "_usable_cpus", lambda: cpus)
-    forked = candidates.choose(g, cluster)
+    inline = portfolio.choose(g, cluster, "pardnn")
+    monkeypatch.setattr(portfolio, "PARALLEL_MIN_NODES", 0)
+    monkeypatch.setattr(portfolio, "_usable_cpus", lambda: cpus)
+    forked = portfolio.choose(g, cluster, "pardnn")
     assert forked.winner == inline.winner
-    assert np.array_equal(forked.repaired.device, inline.repaired.device)
+    assert np.array_equal(forked.judged.device, inline.judged.device)
     assert {n: c.get("makespan_us") for n, c in forked.candidates.items()} == \
         {n: c.get("makespan_us") for n, c in inline.candidates.items()}
 
@@ -202,8 +204,8 @@ def test_candidates_built_in_worker_processes_give_the_same_placement(monkeypatc
 def test_a_candidate_is_taken_once_by_whoever_claims_it_first():
     import multiprocessing
     claims = multiprocessing.get_context("fork").Array("b", 3)
-    assert candidates._claimed(claims, 1) and not candidates._claimed(claims, 1)
-    assert candidates._claimed(claims, 0) and list(claims) == [1, 1, 0]
+    assert portfolio._claimed(claims, 1) and not portfolio._claimed(claims, 1)
+    assert portfolio._claimed(claims, 0) and list(claims) == [1, 1, 0]
 
 
 def test_pardnn_fits_wherever_a_repaired_single_device_placement_fits():
@@ -244,13 +246,13 @@ def test_a_plain_time_budget_is_seconds(text, seconds):
 
 def test_refinement_within_memory_starts_no_batch_after_its_deadline():
     from pardnn.graph.constraints import allowed_devices
-    from pardnn.placers.pardnn.memory_refinement import refine_within_memory
-    from pardnn.repair.overflow_repair import repair
+    from pardnn.pipeline.judge import judge
+    from pardnn.pipeline.refine_memory import refine_within_memory
     g = synth_graph(1500, seed=2)
     cluster = cluster_at(g, 4, 0.35)
-    fixed = repair(g, cluster, np.zeros(g.num_nodes, np.int32))
+    fixed = judge(g, cluster, np.zeros(g.num_nodes, np.int32))
     late = refine_within_memory(g, cluster, fixed, allowed_devices(g, cluster), rounds=4, deadline=0.0)
     assert late.stopped_by_budget and late.batches == 0
-    assert np.array_equal(late.repaired.device, fixed.device)
+    assert np.array_equal(late.judged.device, fixed.device)
     free = refine_within_memory(g, cluster, fixed, allowed_devices(g, cluster), rounds=4)
     assert not free.stopped_by_budget and free.batches > 0

@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from synth_graph import synth_graph  # noqa: E402
 
+from pardnn.pipeline.portfolio import build  # noqa: E402
 from pardnn.placers import registry as algorithms  # noqa: E402
 from pardnn.hardware import parse_devices  # noqa: E402
 from pardnn.emulator.memory import track_memory  # noqa: E402
@@ -46,7 +47,7 @@ def main(argv=None):
           f"({cluster.num_devices} devices); best of {args.repeat}")
     print(f"{'placement':<12} {'simulate s':>11} {'memory s':>9} {'total s':>8} {'makespan ms':>12}")
     for name in ("round-robin", "pardnn"):
-        device = algorithms.get(name)(graph, cluster, {})
+        device = build(graph, cluster, algorithms.candidates(name)[0], {})
         t_sim, schedule = best_of(args.repeat, lambda: simulate(graph, cluster, device))
         t_mem, _ = best_of(args.repeat, lambda: track_memory(graph, cluster, device, schedule))
         print(f"{name:<12} {t_sim:>11.3f} {t_mem:>9.3f} {t_sim + t_mem:>8.3f} {schedule.makespan / 1e3:>12.1f}")

@@ -173,12 +173,13 @@ def run_step1_memory(args):
     from pardnn.emulator import evaluate
     from pardnn.graph.node_memory import resident_bytes
     from pardnn.pipeline.load import load_cost_graph
+    from pardnn.emulator.trial import emulate
     from pardnn.placers.pardnn import step1
     for spec in args.families:
         family, k = spec.split(":")
         graph = load_cost_graph(profile_dir(args.profiles, family, "default"))[0]
         cluster = parse_devices(f"cpu:{k}")
-        device = step1.partition(graph, cluster, {}).device
+        device = step1.partition(graph, cluster, {}, emulate=emulate).device
         res = np.bincount(device, resident_bytes(graph), int(k))
         peaks = np.array(evaluate(graph, cluster, device)["peak_memory_bytes"], float)
         print(f"{family:12s} K={k:2s} resident share % {np.round(100 * res / res.sum()).astype(int).tolist()}"

@@ -18,9 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synth_graph import synth_graph  # noqa: E402
 
 from pardnn.pipeline import place as placer
-from pardnn.placers import replicas  # noqa: E402
+from pardnn.pipeline import replicas  # noqa: E402
 from pardnn.hardware import parse_devices  # noqa: E402
-from pardnn.placers.hierarchical import host_cluster  # noqa: E402
+from pardnn.hardware.hosts import host_cluster  # noqa: E402
 from pardnn.units import format_size, format_time  # noqa: E402
 from commit_line import print_commit  # noqa: E402
 

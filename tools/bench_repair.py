@@ -50,7 +50,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pardnn.pipeline import place as placer  # noqa: E402
 from pardnn.hardware import parse_devices  # noqa: E402
 from pardnn.emulator import evaluate  # noqa: E402
-from pardnn.repair.overflow_repair import least_memory, repair  # noqa: E402
+from pardnn.pipeline.judge import judge  # noqa: E402
+from pardnn.repair.overflow_repair import least_memory  # noqa: E402
 from pardnn.units import format_size  # noqa: E402
 from commit_line import print_commit  # noqa: E402
 
@@ -136,7 +137,7 @@ def run_speed(args):
           f"one-device peak {format_size(peak)}; capacity {format_size(cluster.capacity[0])} "
           f"on each of {args.devices} devices")
     t1 = time.perf_counter()
-    result = repair(graph, cluster, start)
+    result = judge(graph, cluster, start)
     seconds = time.perf_counter() - t1
     moved = int(result.moved.sum())
     print(f"repair: moved {moved} nodes ({moved / graph.num_nodes:.1%}) in {result.rounds} rounds, "

@@ -31,6 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
+from pardnn.pipeline.portfolio import build  # noqa: E402
 from pardnn.placers import registry as algorithms  # noqa: E402
 from commit_line import print_commit  # noqa: E402
 
@@ -43,13 +44,13 @@ def measure(algorithm: str, nodes: int, k: int) -> dict:
     from synth_graph import synth_graph
 
     from pardnn.hardware import parse_devices
-    from pardnn.repair.overflow_repair import repair
+    from pardnn.pipeline.judge import judge
     graph = synth_graph(nodes, seed=0)
     cluster = parse_devices(f"cpu:{k}").with_options(memory=UNLIMITED)
     t0 = time.perf_counter()
-    device = algorithms.get(algorithm)(graph, cluster, {})
+    device = build(graph, cluster, algorithms.candidates(algorithm)[0], {})
     t1 = time.perf_counter()
-    repair(graph, cluster, device)
+    judge(graph, cluster, device)
     t2 = time.perf_counter()
     return {"nodes": graph.num_nodes, "edges": graph.num_edges, "placer_s": t1 - t0, "repair_s": t2 - t1}
 

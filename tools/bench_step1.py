@@ -40,6 +40,7 @@ from pardnn.placers.baselines.round_robin import place as round_robin  # noqa: E
 from pardnn.hardware import parse_devices  # noqa: E402
 from pardnn.emulator.scheduler import simulate  # noqa: E402
 from pardnn.graph.levels import critical_path_us  # noqa: E402
+from pardnn.emulator.trial import emulate  # noqa: E402
 from pardnn.placers.pardnn.step1 import partition  # noqa: E402
 from commit_line import print_commit  # noqa: E402
 
@@ -63,7 +64,7 @@ def quality(args) -> int:
         for k in ks:
             cluster = parse_devices(f"{args.devices}:{k}")
             rr = simulate(g, cluster, round_robin(g, cluster)).makespan
-            r = partition(g, cluster)
+            r = partition(g, cluster, emulate=emulate)
             lb = max(cp, work / k)
             row = (work / cp, rr / r.makespan_us, r.makespan_us / lb, 1 - r.makespan_us / r.mapped_makespan_us)
             rows.append((k, *row, r.one_device))
@@ -102,7 +103,7 @@ def speed(args) -> int:
         timings = {}
         load = os.getloadavg()[0]
         t0 = time.perf_counter()
-        partition(g, cluster, timings)
+        partition(g, cluster, timings, emulate=emulate)
         total = time.perf_counter() - t0
         stages = "  ".join(f"{s} {timings[s]:.2f} s" for s in ("slicing", "mapping", "refine"))
         print(f"run {i + 1}: {stages}  total {total:.2f} s  (load average {load:.2f})")

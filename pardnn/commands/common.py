@@ -16,13 +16,16 @@ def add_cluster_args(parser, required=True):
 
 
 def add_budget_arg(parser):
-    parser.add_argument("--time-budget", default="300s", metavar="TIME",
-                        help="wall time pardnn may spend on candidates after Step 1 and on refinement "
-                             "within memory: 90s, 1500ms, or plain seconds (default 300s)")
+    parser.add_argument("--time-budget", metavar="TIME",
+                        help="a cap on the wall time pardnn may spend on candidates after Step 1 and on "
+                             "refinement within memory: 90s, 1500ms, or plain seconds. Default: none, so "
+                             "the placement never depends on the machine's speed; with a cap it may")
 
 
-def budget_from_args(args) -> float:
-    """--time-budget in seconds; UserError unless it is positive."""
+def budget_from_args(args):
+    """--time-budget in seconds, None when not given; UserError unless it is positive."""
+    if args.time_budget is None:
+        return None
     text = str(args.time_budget).strip()
     plain = text.replace(".", "", 1).lstrip("+-").isdigit()
     seconds = parse_time(text + "s" if plain else text, "--time-budget") / 1e6

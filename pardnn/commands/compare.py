@@ -65,7 +65,7 @@ def parse_algorithms(text) -> list:
     if not names:
         raise UserError("--algorithms: no algorithm named")
     for name in names:
-        if name not in algorithms.ALGORITHMS:
+        if name not in algorithms.names():
             raise UserError(f"--algorithms: unknown algorithm {name!r} "
                             f"(choose from {', '.join(algorithms.names())})")
     return list(dict.fromkeys(names))

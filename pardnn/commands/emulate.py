@@ -19,7 +19,7 @@ from pardnn.emulator.scheduler import simulate
 from pardnn.errors import UserError
 from pardnn.pipeline.load import load_cost_graph
 from pardnn.io.placement import Placement, read_csv
-from pardnn.io.report import base_report
+from pardnn.pipeline.report import base_report
 from pardnn.jsonfile import write_json
 from pardnn.units import format_size, format_time
 

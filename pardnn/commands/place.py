@@ -6,8 +6,10 @@ directory, OUT_DIR/placed_graph.pb, all or nothing.
 
 import time
 
-from pardnn.pipeline import place as placer
-from pardnn.placers import registry as algorithms, replicas
+from pardnn.graph.averaging import check_averaged
+from pardnn.hardware.hosts import replica_cluster
+from pardnn.pipeline import place as placer, replicas
+from pardnn.placers import registry as algorithms
 from pardnn.commands.common import add_budget_arg, add_cluster_args, budget_from_args, cluster_from_args
 from pardnn.pipeline.load import load_cost_graph
 from pardnn.io.outputs import OutputDir, check_output_dir
@@ -37,16 +39,16 @@ def add_parser(sub):
 
 def run(args):
     cluster = cluster_from_args(args)
-    algorithms.get(args.algorithm)          # reject a bad name before loading anything
+    algorithms.candidates(args.algorithm)   # reject a bad name before loading anything
     budget_s = budget_from_args(args)
     check_output_dir(args.out, inputs=[args.profile])
-    one_replica = cluster if args.replicas is None else replicas.replica_cluster(cluster, args.replicas)
+    one_replica = cluster if args.replicas is None else replica_cluster(cluster, args.replicas)
     t0 = time.perf_counter()
     with stage(f"loading {args.profile}"):
         graph, info = load_cost_graph(args.profile)
     load_s = time.perf_counter() - t0
     if args.replicas is not None:
-        replicas.check_averaged(graph, args.profile)
+        check_averaged(graph, args.profile)
     with stage(f"placing {graph.num_nodes} nodes with {args.algorithm} on {cluster.num_devices} devices"):
         placement, report = placer.place(graph, one_replica, args.algorithm, budget_s)
     report["stage_seconds"] = {"load": load_s, **report["stage_seconds"]}

@@ -2,7 +2,7 @@
 
 MODEL is a built-in family (`pardnn models` lists them) or a path to a script
 defining build(**knobs) (protocol in pardnn.models). Writes the profile dir of
-DESIGN.md (graph.pb, run_metadata_<i>.pb, profile.json) all or nothing.
+docs/profiles.md (graph.pb, run_metadata_<i>.pb, profile.json) all or nothing.
 With `--estimate PRESET` nothing runs: op costs are estimated for one GPU of the
 preset by Grappler's analytical cost model (pardnn.tf.estimate, docs/estimates.md).
 """

@@ -1,6 +1,6 @@
 """Lower bounds on the emulated step of one placement, at a fraction of an emulation's
 cost, so that refinement can drop trials that cannot win without emulating them
-(pardnn.placers.pardnn.refinement.cannot_beat tries the cheaper one first).
+(pardnn.emulator.trial.emulate tries the cheaper one first).
 
 Under the scheduler's model (pardnn.emulator.scheduler) a device runs one op at a
 time, so the step lasts at least the work placed on its busiest device; and a node

@@ -65,7 +65,7 @@ def plan_transfers(graph, cluster, device):
 
     Returns (edge_transfer, transfer_edge, link, occupancy_us, latency_us) where link is
     src_device * K + dst_device. Transfers are numbered by (producer, slot, destination);
-    each takes its bytes from its first edge, as pardnn.io.report.transfers does."""
+    each takes its bytes from its first edge, as pardnn.graph.edge_costs.transfers does."""
     k = cluster.num_devices
     ds, dd = device[graph.edge_src], device[graph.edge_dst]
     cross = np.flatnonzero(ds != dd)

@@ -4,8 +4,7 @@ their device kind.
 A group's allowed devices are those whose kind matches every pin in the group. A pin
 to a kind the cluster lacks (e.g. a CPU-only op when placing on GPUs) does not
 restrict the planner; `pardnn.tf.rewrite` sends such nodes to the host CPU, where
-TensorFlow would put them anyway (DESIGN.md: "Ops with no kernel for the target
-device type stay where TF put them in the profile").
+TensorFlow would put them anyway (docs/profiles.md, "Loading one": "Pinned").
 """
 
 import numpy as np

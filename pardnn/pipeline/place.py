@@ -1,15 +1,13 @@
-"""Orchestrates a placement: run the chosen algorithm, repair it for memory, judge it,
-and build the report.
+"""Orchestrates a placement: the portfolio of the chosen algorithm (its candidates built,
+each repaired for memory and judged, the best refined within memory), then the report.
 
-Every placement is judged the same way, by the emulator (pardnn.emulator.evaluate),
-whose fields `pardnn emulate` reproduces exactly. A plain placer's output goes through
-the memory repair (pardnn.repair, thesis §4.1.2) against cluster.capacity (memory minus
-the reserve): it moves colocation groups until every device fits, or raises UserError
-saying why it cannot. `--algorithm pardnn` is a portfolio (registry.PORTFOLIOS): it
-repairs and judges its own candidates and refines the winner within memory
-(pardnn.placers.pardnn.candidates). Either way the final emulation is the one reported.
-placement_seconds is the placer's time plus the repair's and that refinement's;
-judging the result is stage_seconds["evaluate"].
+Every placement is judged the same way, by the emulator (pardnn.emulator), whose fields
+`pardnn emulate` reproduces exactly, after the memory repair (pardnn.repair, thesis
+§4.1.2) against cluster.capacity (memory minus the reserve): it moves colocation groups
+until every device fits, or raises UserError saying why it cannot. A plain algorithm
+is a portfolio of one (pardnn.pipeline.portfolio). placement_seconds is the placers'
+time plus the repairs' and the refinement's; judging the result is
+stage_seconds["evaluate"].
 """
 
 import time
@@ -19,27 +17,18 @@ import numpy as np
 from pardnn.emulator import report_fields
 from pardnn.graph.constraints import violations
 from pardnn.io.placement import Placement
-from pardnn.io.report import base_report
-from pardnn.placers import registry
-from pardnn.repair.overflow_repair import repair
+from pardnn.pipeline.portfolio import choose
+from pardnn.pipeline.report import base_report
 
 
 def place(graph, cluster, algorithm="pardnn", budget_s=None):
     """Run `algorithm` on graph and cluster; returns (Placement, report dict).
-    `budget_s` bounds a portfolio's work after its first candidate (None: its default)."""
+    `budget_s` caps the portfolio's work after its first candidate (None: no cap)."""
     start = time.perf_counter()
-    timings, extra = {}, {}
-    portfolio = registry.portfolio(algorithm)
-    if portfolio is not None:
-        chosen = portfolio(graph, cluster, timings, **({} if budget_s is None else {"budget_s": budget_s}))
-        device, fixed, extra = chosen.raw, chosen.repaired, chosen.report_fields()
-        _check_rules(graph, cluster, device, f"candidate {chosen.winner!r} of {algorithm!r}")
-    else:
-        device = registry.get(algorithm)(graph, cluster, timings)
-        _check_rules(graph, cluster, device, f"placer {algorithm!r}")
-        t0 = time.perf_counter()
-        fixed = repair(graph, cluster, device)
-        timings["repair"] = time.perf_counter() - t0
+    timings = {}
+    chosen = choose(graph, cluster, algorithm, timings, budget_s)
+    _check_rules(graph, cluster, chosen.raw, f"candidate {chosen.winner!r} of {algorithm!r}")
+    fixed = chosen.judged
     _check_rules(graph, cluster, fixed.device, "the memory repair")
     placement = Placement(fixed.device, cluster, algorithm, stage_seconds=timings)
     report = base_report(graph, placement)
@@ -47,8 +36,8 @@ def place(graph, cluster, algorithm="pardnn", budget_s=None):
     t0 = time.perf_counter()
     report.update(report_fields(graph, cluster, fixed.device, fixed.schedule, fixed.profile))
     report.update(fixed.report_fields(cluster))
-    report["changed_nodes"] = int(np.count_nonzero(fixed.device != device))
-    report.update(extra)
+    report["changed_nodes"] = int(np.count_nonzero(fixed.device != chosen.raw))
+    report.update(chosen.report_fields())
     report["stage_seconds"] = {**timings, "evaluate": time.perf_counter() - t0}
     return placement, report
 

@@ -4,7 +4,8 @@ place each host's share on that host's devices (`--algorithm pardnn-hier`).
 The ParDNN thesis (§5.1, "Extending ParDNN to multiple nodes") keeps ParDNN inside
 one node; Piper (Appendix E) and the Yale hierarchical planners partition over the
 slow links first and the fast links second. Here both levels run the same placer
-(ParDNN Step 1 by default), and the emulator picks between two plans:
+(ParDNN Step 1), and the emulator, which the pipeline lends as `emulate`, picks
+between two plans:
 
 1. Host level: each host becomes one device whose links to another host are the
    mean latency and the harmonic-mean bandwidth of the device pairs between them,
@@ -24,30 +25,31 @@ slow links first and the fast links second. Here both levels run the same placer
 
 Colocation groups never straddle hosts (the host-level placer keeps groups whole).
 Every host must offer the same device kinds, so that a node pinned to a kind can go
-to any host. With one host this is the inner placer itself.
+to any host. With one host this is Step 1 itself.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 
-from pardnn.placers import registry as algorithms
-from pardnn.hardware import Cluster, Device
-from pardnn.emulator.scheduler import simulate
 from pardnn.errors import UserError
 from pardnn.graph import CostGraph
+from pardnn.hardware import Cluster, Device
+from pardnn.hardware.hosts import host_cluster
+from pardnn.placers.pardnn import step1
 
 HOST_KIND = "HOST"   # the host-level devices' kind: matches no pin, so pins don't restrict hosts
 
 
-def place(graph, cluster, timings=None, inner="pardnn") -> np.ndarray:
-    """Device index (int32) per node: the faster, by the emulator, of the split
-    across hosts and the inner placer on the first host alone."""
+def place(graph, cluster, timings=None, *, emulate) -> np.ndarray:
+    """Device index (int32) per node: the faster, by `emulate`, of the split across
+    hosts and Step 1 on the first host alone."""
     timings = {} if timings is None else timings
-    placer = algorithms.get(inner)
+    placer = partial(step1.place, emulate=emulate)
     if len(cluster.hosts) < 2:
         return placer(graph, cluster, timings)
     _check_alike_kinds(cluster)
@@ -56,7 +58,7 @@ def place(graph, cluster, timings=None, inner="pardnn") -> np.ndarray:
     first = np.flatnonzero(cluster.host_of == 0)
     alone = first[placer(graph, host_cluster(cluster, 0), {})].astype(np.int32)
     t2 = time.perf_counter()
-    best = min((split, alone), key=lambda d: simulate(graph, cluster, d).makespan)
+    best = min((split, alone), key=lambda d: emulate(graph, cluster, d).makespan)
     timings.update(one_host=t2 - t1, choose=time.perf_counter() - t2)
     return best
 
@@ -80,14 +82,6 @@ def split_then_place(graph, cluster, placer, timings) -> np.ndarray:
         device[nodes] = devices[local]
     timings.update(split_hosts=t1 - t0, within_hosts=time.perf_counter() - t1)
     return device
-
-
-def host_cluster(cluster, h: int) -> Cluster:
-    """The single-host cluster of host `h`'s devices and the links among them."""
-    idx = np.flatnonzero(cluster.host_of == h)
-    devices = tuple(replace(cluster.devices[i], host=0) for i in idx)
-    return Cluster(devices, cluster.latency_us[np.ix_(idx, idx)], cluster.bandwidth[np.ix_(idx, idx)],
-                   cluster.reserve, cluster.preset, (cluster.hosts[h],))
 
 
 def host_level_cluster(cluster) -> Cluster:

@@ -1,54 +1,92 @@
-"""The registry of placement algorithms behind `--algorithm`.
+"""The one table of placers: for each, its function, what it does, and its part in
+`--algorithm pardnn`'s portfolio (run by pardnn.pipeline.portfolio).
 
 A placer is a function `place(graph, cluster, timings) -> np.ndarray` returning the
 device index of every node. It must keep colocation groups whole and pinned nodes on
 their device kind (see pardnn.graph.constraints) and may record its stage wall times in
-`timings` (seconds, e.g. {"slicing": 0.4}). Modules are imported on first use so that
-listing algorithms stays cheap.
+`timings` (seconds, e.g. {"slicing": 0.4}). A placer imports no emulator: one that
+judges trial placements itself takes the emulator as the keyword `emulate`
+(`emulates=True` below), and the pipeline lends it pardnn.emulator.trial.emulate.
+
+Every algorithm is a portfolio that the pipeline builds, repairs and judges alike:
+`--algorithm pardnn` the candidates with a role below, any other name the one placer
+it names. Adding a placer, and making it a candidate, is one entry in PLACERS.
+Modules are imported on first use, so that listing algorithms stays cheap.
 """
 
+from __future__ import annotations
+
 import importlib
+from typing import NamedTuple
 
 from pardnn.errors import UserError
 
-ALGORITHMS = {
-    "pardnn": ("pardnn.placers.pardnn.step1:place",
-               "ParDNN: Step 1 and memory-aware candidates (stages, m-ETF, min-cut; hosts first "
-               "on several hosts), repaired, the two fastest refined within memory, the faster kept"),
-    "pardnn-hier": ("pardnn.placers.hierarchical:place",
-                    "hosts first, then ParDNN within each host (or one host alone, if faster)"),
-    "round-robin": ("pardnn.placers.baselines.round_robin:place",
-                    "colocation groups dealt to devices in topological order"),
-    "single": ("pardnn.placers.baselines.single:place", "everything on device 0, TensorFlow's default"),
-    "topo": ("pardnn.placers.baselines.topo:place", "Baechi m-TOPO: fill devices in topological order up to a memory share"),
-    "etf": ("pardnn.placers.baselines.etf:place", "Baechi m-ETF: earliest-task-first list scheduling with memory tracking"),
-    "heft": ("pardnn.placers.baselines.heft:place", "HEFT: upward rank, earliest finish time with insertion"),
-    "linear": ("pardnn.placers.baselines.linear:place", "linear clustering + Guided Load Balancing (thesis 6.4.2)"),
-    "metis": ("pardnn.placers.baselines.metis_cut:place", "METIS balanced min-cut of the undirected graph (pymetis)"),
-}
+PORTFOLIO = "pardnn"
+PORTFOLIO_DESCRIPTION = ("ParDNN: Step 1 and memory-aware candidates (stages, m-ETF, min-cut; hosts first "
+                         "on several hosts), repaired, the two fastest refined within memory, the faster kept")
 
-# Portfolios build, repair and judge several candidates themselves and return a
-# pardnn.placers.pardnn.candidates.Chosen. `get` still gives their plain placer (for
-# pardnn: Step 1 alone), which pardnn-hier uses within each host.
-PORTFOLIOS = {"pardnn": "pardnn.placers.pardnn.candidates:choose"}
+# Roles in the portfolio. FIRST is built in the pipeline's own process while worker
+# processes build the others; CORE always runs; HOSTS is core on clusters of several
+# hosts; EXTRA runs on small graphs, or when no core candidate fits.
+FIRST, CORE, HOSTS, EXTRA = "first", "core", "hosts", "extra"
+
+
+class Placer(NamedTuple):
+    function: str               # "module:function", the place(graph, cluster, timings) above
+    description: str
+    algorithm: str | None       # its name under --algorithm; None when only a candidate
+    role: str | None            # in the portfolio (FIRST, CORE, HOSTS, EXTRA); None: not a candidate
+    build_rank: int = 0         # how slow it is to build among candidates, slowest highest: workers
+    #                             take the slowest first, so that the main process, done with
+    #                             the FIRST one, takes the quick ones still waiting at the end
+    emulates: bool = False      # takes the emulator as `emulate`
+
+
+# Candidate name -> placer, in the portfolio's order: of two equally fast, the earlier wins.
+PLACERS = {
+    "step1": Placer("pardnn.placers.pardnn.step1:place",
+                    "ParDNN Step 1 (thesis §4.1.1): slicing, mapping, refinement; memory ignored",
+                    None, FIRST, emulates=True),
+    "stages": Placer("pardnn.placers.pardnn.stages:place",
+                     "contiguous stages of the topological order, cut for memory (after RaNNC, Piper)",
+                     None, CORE, 5),
+    "etf": Placer("pardnn.placers.baselines.etf:place",
+                  "Baechi m-ETF: earliest-task-first list scheduling with memory tracking", "etf", CORE, 8),
+    "heft": Placer("pardnn.placers.baselines.heft:place",
+                   "HEFT: upward rank, earliest finish time with insertion", "heft", CORE, 7),
+    "metis": Placer("pardnn.placers.baselines.metis_cut:place",
+                    "METIS balanced min-cut of the undirected graph (pymetis)", "metis", CORE, 4),
+    "hier": Placer("pardnn.placers.hierarchical:place",
+                   "hosts first, then ParDNN within each host (or one host alone, if faster)",
+                   "pardnn-hier", HOSTS, 9, emulates=True),
+    "linear": Placer("pardnn.placers.baselines.linear:place",
+                     "linear clustering + Guided Load Balancing (thesis 6.4.2)", "linear", EXTRA, 6),
+    "topo": Placer("pardnn.placers.baselines.topo:place",
+                   "Baechi m-TOPO: fill devices in topological order up to a memory share", "topo", EXTRA, 3),
+    "round-robin": Placer("pardnn.placers.baselines.round_robin:place",
+                          "colocation groups dealt to devices in topological order", "round-robin", EXTRA, 2),
+    "single": Placer("pardnn.placers.baselines.single:place",
+                     "everything on device 0, TensorFlow's default", "single", EXTRA, 1),
+}
 
 
 def names() -> list:
-    return list(ALGORITHMS)
+    """The names `--algorithm` accepts: the portfolio first."""
+    return [PORTFOLIO] + [p.algorithm for p in PLACERS.values() if p.algorithm]
 
 
-def portfolio(name: str):
-    """The portfolio function for `name`, or None when it is a plain placer."""
-    return _load(PORTFOLIOS[name]) if name in PORTFOLIOS else None
+def candidates(algorithm: str) -> list:
+    """The candidate names `algorithm` may run, in portfolio order; UserError listing
+    the valid names when there is no such algorithm."""
+    if algorithm == PORTFOLIO:
+        return [name for name, p in PLACERS.items() if p.role is not None]
+    found = [name for name, p in PLACERS.items() if p.algorithm == algorithm]
+    if not found:
+        raise UserError(f"--algorithm: unknown algorithm {algorithm!r} (choose from {', '.join(names())})")
+    return found
 
 
 def get(name: str):
-    """The placer function for `name`; UserError listing valid names otherwise."""
-    if name not in ALGORITHMS:
-        raise UserError(f"--algorithm: unknown algorithm {name!r} (choose from {', '.join(names())})")
-    return _load(ALGORITHMS[name][0])
-
-
-def _load(target: str):
-    module, func = target.split(":")
+    """The place function of placer `name` (a key of PLACERS)."""
+    module, func = PLACERS[name].function.split(":")
     return getattr(importlib.import_module(module), func)

@@ -1,5 +1,6 @@
 """ParDNN Step 2's overflow repair (thesis §4.1.2, "Addressing Overflow"): move colocation
-groups off devices whose emulated memory exceeds capacity. overflow_repair.py runs rounds
-(repair_round.py) between emulations; footprint.py, chains.py, knapsack.py and
-rangemax.py are the pieces a round uses. It judges with pardnn.emulator and imports
-no placer."""
+groups off devices whose emulated memory exceeds capacity. overflow_repair.py gives a
+round of moves (repair_round.py) for an emulation it is handed; footprint.py, chains.py,
+knapsack.py and rangemax.py are the pieces a round uses. The pipeline's judge
+(pardnn.pipeline.judge) alternates rounds and emulations; the repair imports neither
+the emulator nor a placer."""

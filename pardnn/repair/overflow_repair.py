@@ -1,12 +1,13 @@
 """ParDNN Step 2, overflow repair (thesis §4.1.2, "Addressing Overflow", Eq. 4.4-4.5):
 make every device's emulated memory fit its capacity, or say precisely why it cannot.
 
-`repair(graph, cluster, device)` runs after every placer. It emulates the placement
-(pardnn.emulator.scheduler, pardnn.emulator.memory); while some device's peak exceeds
-`cluster.capacity` (memory minus the reserve), it runs a round
-(pardnn.repair.repair_round): at each overflow, the greedy two-heap min-knapsack picks
-colocation groups by move cost per byte freed, and each goes to a device that can
-absorb it; then it emulates again, once per round rather than once per move.
+The pipeline's judge (pardnn.pipeline.judge) emulates a placement and, while some
+device's peak exceeds `cluster.capacity` (memory minus the reserve), asks
+`OverflowRepair.round` for a round of moves (pardnn.repair.repair_round): at each
+overflow, the greedy two-heap min-knapsack picks colocation groups by move cost per
+byte freed, and each goes to a device that can absorb it; then it emulates again,
+once per round rather than once per move. The repair reads the emulation it is given
+and imports no emulator.
 
 Termination: a group that has moved is frozen, so each node moves at most once and
 the rounds end. When a round can move nothing while a device still overflows, the
@@ -17,70 +18,41 @@ comes at once, before any move, when that least memory already rules the cluster
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from pardnn.graph.node_memory import resident_bytes
-from pardnn.graph.constraints import allowed_devices
-from pardnn.repair.footprint import GroupLinks, distinct
-from pardnn.emulator.memory import track_memory
-from pardnn.repair.repair_round import RepairRound
-from pardnn.emulator.scheduler import simulate
 from pardnn.errors import UserError
 from pardnn.graph import NORMAL
+from pardnn.graph.constraints import allowed_devices
+from pardnn.graph.node_memory import resident_bytes
+from pardnn.repair.footprint import GroupLinks, distinct
+from pardnn.repair.repair_round import RepairRound
 from pardnn.units import format_size, format_time
 
 
-@dataclass(frozen=True, eq=False)
-class Repair:
-    """A repaired placement and the emulation that shows it fits."""
+class OverflowRepair:
+    """The repair of one placement, round by round; `moved` marks the groups moved so far."""
 
-    device: np.ndarray          # int32 per node
-    moved: np.ndarray           # bool per node: moved by the repair
-    peak_before: np.ndarray     # int64 per device: emulated peak before the repair
-    schedule: object            # pardnn.emulator.scheduler.Schedule of `device`
-    profile: object             # pardnn.emulator.memory.MemoryProfile of `device`
-    rounds: int                 # emulations after the first
-
-    def report_fields(self, cluster) -> dict:
-        """report.json fields: moved_nodes, the peaks before repair, the devices repaired."""
-        over = self.peak_before > cluster.capacity
-        return {"moved_nodes": int(self.moved.sum()),
-                "peak_memory_before_repair_bytes": [int(x) for x in self.peak_before],
-                "repaired_devices": [cluster.names[d] for d in np.flatnonzero(over)],
-                "repair_rounds": self.rounds}
-
-
-def repair(graph, cluster, device, schedule=None) -> Repair:
-    """Move colocation groups until every device fits its capacity (see the module
-    docstring). `schedule`, when given, is the emulation of `device` already at hand."""
-    device = np.array(device, np.int32)
-    schedule, profile = _emulate(graph, cluster, device, schedule)
-    before = profile.peak_bytes.copy()
-    moved = np.zeros(graph.num_groups, bool)
-    cap = cluster.capacity
-    rounds = 0
-    if np.any(before > cap):
+    def __init__(self, graph, cluster, profile):
+        """Starts on the emulated memory `profile` of a placement that overflows; UserError
+        at once when `least_memory` rules the cluster out."""
         _fail_if_hopeless(graph, cluster, profile)
-        links, allowed = GroupLinks(graph, cluster), allowed_devices(graph, cluster)
-    while np.any(profile.peak_bytes > cap):
-        step = RepairRound(graph, cluster, links, allowed, device, schedule, profile, moved).run()
+        self.graph, self.cluster = graph, cluster
+        self.links, self.allowed = GroupLinks(graph, cluster), allowed_devices(graph, cluster)
+        self.moved = np.zeros(graph.num_groups, bool)
+
+    def round(self, device, schedule, profile) -> np.ndarray:
+        """`device` (int32 per node) after one round of moves at the overflows of its
+        emulation (`schedule`, `profile`); UserError when no move can fix them."""
+        graph = self.graph
+        step = RepairRound(graph, self.cluster, self.links, self.allowed, device, schedule, profile,
+                           self.moved).run()
         if not step.moves:
-            raise UserError(_message(graph, cluster, *step.stuck[0]))
+            raise UserError(_message(graph, self.cluster, *step.stuck[0]))
         groups, targets = np.array(step.moves, np.int64).T
         group_dev = device[graph.group_nodes[graph.group_ptr[:-1]]]
         group_dev[groups] = targets
-        device = group_dev[graph.group].astype(np.int32)
-        moved[groups] = True
-        schedule, profile = _emulate(graph, cluster, device)
-        rounds += 1
-    return Repair(device, moved[graph.group], before, schedule, profile, rounds)
-
-
-def _emulate(graph, cluster, device, schedule=None):
-    schedule = simulate(graph, cluster, device) if schedule is None else schedule
-    return schedule, track_memory(graph, cluster, device, schedule)
+        self.moved[groups] = True
+        return group_dev[graph.group].astype(np.int32)
 
 
 def least_memory(graph, k: int) -> dict:

@@ -1,7 +1,7 @@
 """Colocation groups: the nodes TensorFlow insists on running on one device.
 
-Union-find over four kinds of ties (DESIGN.md "Where TensorFlow's rules meet the
-algorithm"):
+Union-find over four kinds of ties (docs/profiles.md, "Loading one": "Colocation
+groups"):
 - `_class: loc:@x` attributes (what `colocate_with` and optimizer slots write);
 - ref- and resource-typed edges: TF's placer colocates every consumer of a ref or
   a resource handle with its producer, so a VarHandleOp joins its readers

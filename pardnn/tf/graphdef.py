@@ -119,7 +119,7 @@ def _edges(graph_def, index, source):
 
 
 def _drop_back_edges(ops, src, dst, slot):
-    """Drop TF1 while-loop back edges NextIteration -> Merge (DESIGN.md "Cycles")."""
+    """Drop TF1 while-loop back edges NextIteration -> Merge (docs/profiles.md, "Loading one")."""
     op_arr = np.asarray(ops, dtype=object)
     back = (np.isin(op_arr[src], _BACK_EDGE_SRC) & np.isin(op_arr[dst], ("Merge", "RefMerge"))
             if len(src) else np.zeros(0, bool))

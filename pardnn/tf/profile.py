@@ -7,7 +7,7 @@ step (first-run allocation and kernel set-up would skew the times), then `steps`
 steps traced with RunOptions(trace_level=FULL_TRACE). Each step really trains: the
 fetches (typically the train op) run steps + 1 times.
 
-The profile dir (DESIGN.md), written all or nothing:
+The profile dir (docs/profiles.md), written all or nothing:
   graph.pb              session.graph.as_graph_def(add_shapes=True) — with the
                         `_output_shapes` the loader uses for tensors nobody timed
   run_metadata_<i>.pb   one serialized RunMetadata per traced step, i = 0..S-1

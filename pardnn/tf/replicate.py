@@ -1,6 +1,6 @@
 """One GraphDef for the distributed runtime holding R replicas of a placed graph, with
 the batch-dependent inputs of variable updates averaged in-graph across replicas
-(`pardnn place --replicas R`; what is averaged, and why, is in pardnn.placers.replicas).
+(`pardnn place --replicas R`; what is averaged, and why, is in pardnn.graph.averaging).
 
 Replica r is the placed graph with every node renamed `replica_<r>/<name>` and its
 device moved from the first host's task to host r's (`/job:worker/task:0/device:GPU:1`
@@ -11,10 +11,10 @@ Random ops with neither a graph nor an op seed get one fixed seed (the same in e
 replica, from the op's name), so that every replica initialises its variables to the
 same values; seeded ops keep their seeds and are equal across replicas already.
 
-For averaged tensor k (pardnn.placers.replicas.averaged_tensors) three nodes are added on
+For averaged tensor k (pardnn.graph.averaging.averaged_tensors) three nodes are added on
 the update's device in replica k mod R: `<mean>/sum` (AddN over the replicas'
 tensors), `<mean>/count` (R) and `<mean>` (their quotient), where <mean> is
-pardnn.placers.replicas.mean_name; every replica's update reads `<mean>`. Only floating
+pardnn.graph.averaging.mean_name; every replica's update reads `<mean>`. Only floating
 tensors can be averaged: an update fed batch-dependent integers (the indices of a
 sparse update) is refused with a UserError.
 
@@ -33,7 +33,8 @@ from tensorflow.core.framework import graph_pb2, node_def_pb2, types_pb2
 from tensorflow.python.framework import tensor_util
 
 from pardnn.errors import UserError
-from pardnn.placers.replicas import averaged_tensors, mean_name, replica_devices
+from pardnn.graph.averaging import averaged_tensors, mean_name
+from pardnn.hardware.hosts import replica_devices
 from pardnn.tf.graphdef import graph_table, read_graph_def
 from pardnn.tf.rewrite import placed_devices
 

@@ -2,9 +2,10 @@
 rounds of node moves, every batch judged by the emulator (docs/algorithm.md §3).
 
 The thesis accepts a change when its own estimate improves. Here candidates are
-chosen by local estimates, but a batch is kept only when the emulated makespan
-(pardnn.emulator.scheduler.simulate) does not get worse, so refinement never hurts;
-emulating once per batch rather than once per move keeps it affordable.
+chosen by local estimates, but a batch is kept only when the emulated makespan does
+not get worse, so refinement never hurts; emulating once per batch rather than once
+per move keeps it affordable. The emulator comes in as `emulate` (the pipeline lends
+pardnn.emulator.trial.emulate): a placer imports none.
 
 1. Cluster swapping: a secondary sc whose span is less loaded on device b swaps with
    a lighter secondary on b that starts within span(sc) when the sum of their Eq. 4.2
@@ -25,8 +26,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pardnn.emulator.bounds import busiest_device_us, longest_path_us
-from pardnn.emulator.scheduler import simulate
 from pardnn.placers.pardnn.affinity import affinity_candidates
 from pardnn.placers.pardnn.switching import critical_moves, unblock_moves
 from pardnn.placers.pardnn.volume import comm_moves
@@ -48,22 +47,23 @@ class Refined:
     schedule: object                # pardnn.emulator.scheduler.Schedule of `device`
 
 
-def refine(graph, cluster, slices, mapping, allowed, rounds: int) -> Refined:
-    """Refine `mapping` (from map_clusters); `allowed` is (groups x devices)."""
+def refine(graph, cluster, slices, mapping, allowed, rounds: int, emulate) -> Refined:
+    """Refine `mapping` (from map_clusters); `allowed` is (groups x devices);
+    emulate(graph, cluster, device, beat=inf) -> Schedule, or None when it cannot beat `beat`."""
     device = mapping.device
-    schedule = simulate(graph, cluster, device)
+    schedule = emulate(graph, cluster, device)
     start = schedule.makespan
     swaps = swap_clusters(graph, slices, mapping)
     trial = np.asarray(mapping.links.dev, np.int32)
     if swaps and not np.array_equal(trial, device):
-        swapped = simulate(graph, cluster, trial)
+        swapped = emulate(graph, cluster, trial)
         if swapped.makespan <= schedule.makespan:
             device, schedule = trial, swapped
         else:
             swaps = 0
-    device, schedule, affine = _affinity_if_faster(graph, cluster, device, schedule, allowed)
+    device, schedule, affine = _affinity_if_faster(graph, cluster, device, schedule, allowed, emulate)
     switches = followed = 0
-    judge = _emulated(graph, cluster)
+    judge = _emulated(graph, cluster, emulate)
     for _ in range(rounds):
         begin = schedule.makespan
         for finder in MOVE_FINDERS:
@@ -77,7 +77,7 @@ def refine(graph, cluster, slices, mapping, allowed, rounds: int) -> Refined:
                     switches += moved
         if schedule.makespan > begin * (1.0 - MIN_ROUND_GAIN):
             break
-    device, schedule, merged = _one_device_if_faster(graph, cluster, device, schedule, allowed)
+    device, schedule, merged = _one_device_if_faster(graph, cluster, device, schedule, allowed, emulate)
     return Refined(device, start, schedule.makespan, swaps, switches, followed, merged, affine, schedule)
 
 
@@ -99,21 +99,19 @@ def batches_of(moves) -> list:
     return [moves[:size] for size in sizes if size > 0]
 
 
-def _affinity_if_faster(graph, cluster, device, schedule, allowed):
+def _affinity_if_faster(graph, cluster, device, schedule, allowed, emulate):
     """(device, schedule, True) with the fastest of pardnn.placers.pardnn.affinity's
     candidates if the emulator finds it faster than the (swapped) mapping; else
     the input."""
     affine = False
     for candidate in affinity_candidates(graph, cluster, allowed):
-        if cannot_beat(graph, cluster, candidate, schedule.makespan):
-            continue
-        trial = simulate(graph, cluster, candidate)
-        if trial.makespan < schedule.makespan:
+        trial = emulate(graph, cluster, candidate, schedule.makespan)
+        if trial is not None and trial.makespan < schedule.makespan:
             device, schedule, affine = candidate, trial, True
     return device, schedule, affine
 
 
-def _one_device_if_faster(graph, cluster, device, schedule, allowed):
+def _one_device_if_faster(graph, cluster, device, schedule, allowed, emulate):
     """(device, schedule, True) with every node on the device that already holds
     the most work, if all groups may go there and that is faster; else the input.
 
@@ -125,7 +123,7 @@ def _one_device_if_faster(graph, cluster, device, schedule, allowed):
         return device, schedule, False
     held = np.bincount(device, graph.comp_us, minlength=cluster.num_devices)[usable]
     one = np.full(graph.num_nodes, usable[np.argmax(held)], np.int32)
-    single = simulate(graph, cluster, one)
+    single = emulate(graph, cluster, one)
     return (one, single, True) if single.makespan < schedule.makespan else (device, schedule, False)
 
 
@@ -151,23 +149,13 @@ def first_improving(graph, device, makespan, batches, judge):
     return None
 
 
-def _emulated(graph, cluster):
+def _emulated(graph, cluster, emulate):
     """The judge of refinement without memory limits: the emulated schedule, or None
     when the trial's lower bound shows it cannot beat the makespan to beat."""
     def judge(trial, beat):
-        if cannot_beat(graph, cluster, trial, beat):
-            return None
-        schedule = simulate(graph, cluster, trial)
-        return trial, schedule.makespan, schedule
+        schedule = emulate(graph, cluster, trial, beat)
+        return None if schedule is None else (trial, schedule.makespan, schedule)
     return judge
-
-
-def cannot_beat(graph, cluster, device, makespan) -> bool:
-    """True when a lower bound of pardnn.emulator.bounds proves `device` no faster than
-    `makespan` (with a margin of 1e-9 for rounding); the cheap bound is tried first."""
-    beat = makespan * (1.0 + 1e-9)
-    return (busiest_device_us(graph, cluster, device) >= beat
-            or longest_path_us(graph, cluster, device) >= beat)
 
 
 # ------------------------------------------------------------ cluster swapping

@@ -1,7 +1,10 @@
 """ParDNN Step 1, partitioning to minimise the makespan (thesis §4.1.1): slicing,
-mapping, refinement. `place` is the placer behind `--algorithm pardnn`.
+mapping, refinement. `place` is the first candidate of `--algorithm pardnn`
+(pardnn.pipeline.portfolio), and the placer pardnn-hier runs within each host.
 
-Memory is not considered here; Step 2 (pardnn.repair.overflow_repair) fixes overflows.
+Memory is not considered here; Step 2 (pardnn.repair, through the pipeline's judge)
+fixes overflows. Refinement judges its trials with `emulate`, which the pipeline
+lends (pardnn.emulator.trial.emulate).
 """
 
 import time
@@ -32,12 +35,12 @@ class Step1:
     schedule: object                # the emulated Schedule of `device`
 
 
-def place(graph, cluster, timings=None) -> np.ndarray:
+def place(graph, cluster, timings=None, *, emulate) -> np.ndarray:
     """Device index (int32) per node; stage seconds go into `timings`."""
-    return partition(graph, cluster, timings).device
+    return partition(graph, cluster, timings, emulate=emulate).device
 
 
-def partition(graph, cluster, timings=None) -> Step1:
+def partition(graph, cluster, timings=None, *, emulate) -> Step1:
     """Run Step 1 and say what each stage did."""
     timings = {} if timings is None else timings
     allowed = allowed_devices(graph, cluster)
@@ -48,7 +51,7 @@ def partition(graph, cluster, timings=None) -> Step1:
     t1 = time.perf_counter()
     mapping = map_clusters(graph, cluster, slices, edge_cost, allowed)
     t2 = time.perf_counter()
-    result = refine(graph, cluster, slices, mapping, allowed, rounds=k)
+    result = refine(graph, cluster, slices, mapping, allowed, rounds=k, emulate=emulate)
     timings.update(slicing=t1 - t0, mapping=t2 - t1, refine=time.perf_counter() - t2)
     return Step1(result.device.astype(np.int32), mapping.device, result.mapped_makespan_us,
                  result.makespan_us, len(mapping.merged),

@@ -1,6 +1,7 @@
-"""ParDNN refinement under memory limits: after the overflow repair (thesis §4.1.2),
-run Step 1's refinement moves again, keeping a batch only if the placement, repaired
-again, is faster and fits. Not in the thesis.
+"""Refinement within memory, a pipeline stage after the judge: run Step 1's refinement
+moves again (pardnn.placers.pardnn.refinement) on a repaired placement, keeping a batch
+only if the placement, judged again (repaired, then emulated), is faster and fits.
+Not in the thesis.
 
 Why: Step 1 ignores memory, so on a model whose critical path holds most of the
 activations it puts nearly all of them on one device (e3d at K = 8: about 3x that
@@ -23,8 +24,8 @@ import math
 import time
 from dataclasses import dataclass, replace
 
-from pardnn.repair.overflow_repair import Repair, repair
 from pardnn.errors import UserError
+from pardnn.pipeline.judge import Judged, judge
 from pardnn.placers.pardnn.refinement import MIN_ROUND_GAIN, MOVE_FINDERS, batches_of, first_improving
 
 
@@ -32,20 +33,20 @@ from pardnn.placers.pardnn.refinement import MIN_ROUND_GAIN, MOVE_FINDERS, batch
 class Fitted:
     """The refined, repaired placement, and what this step did."""
 
-    repaired: Repair            # the result; `moved`: nodes any repair moved, `rounds`: all repairs'
+    judged: Judged              # the result; `moved`: nodes any repair moved, `rounds`: all repairs'
     makespan_before_us: float   # emulated step of the first repair's placement
     refined_nodes: int          # nodes moved by the kept batches of refinement moves
     batches: int                # batches kept
     stopped_by_budget: bool     # the deadline ended it before a round gained too little
 
 
-def refine_within_memory(graph, cluster, fixed: Repair, allowed, rounds: int,
+def refine_within_memory(graph, cluster, fixed: Judged, allowed, rounds: int,
                          deadline: float = math.inf) -> Fitted:
     """Refine the repaired placement `fixed` under the cluster's capacities, stopping
     at `deadline` (time.perf_counter() seconds) between batches."""
     current, moved = fixed, fixed.moved.copy()
     refined = batches = repair_rounds = 0
-    judge = _until(deadline, judged_by_repair(graph, cluster))
+    judged = _until(deadline, judged_by_repair(graph, cluster))
     late = False
     for _ in range(rounds):
         begin = current.schedule.makespan
@@ -55,7 +56,7 @@ def refine_within_memory(graph, cluster, fixed: Repair, allowed, rounds: int,
                 break
             moves = finder(graph, cluster, current.device, current.schedule, allowed)
             kept = first_improving(graph, current.device, current.schedule.makespan,
-                                   batches_of(moves), judge)
+                                   batches_of(moves), judged)
             if kept is not None:
                 _, current, count = kept
                 moved |= current.moved
@@ -68,22 +69,22 @@ def refine_within_memory(graph, cluster, fixed: Repair, allowed, rounds: int,
     return Fitted(result, fixed.schedule.makespan, refined, batches, late)
 
 
-def _until(deadline, judge):
-    """The judge, refusing every trial once `deadline` has passed, so that no batch starts
-    after it."""
+def _until(deadline, judged):
+    """The refinement judge `judged`, refusing every trial once `deadline` has passed, so
+    that no batch starts after it."""
     def bounded(trial, beat):
-        return None if time.perf_counter() > deadline else judge(trial, beat)
+        return None if time.perf_counter() > deadline else judged(trial, beat)
     return bounded
 
 
 def judged_by_repair(graph, cluster):
     """A refinement judge (pardnn.placers.pardnn.refinement.first_improving) that repairs the
-    trial first: (repaired device, its makespan, the Repair), or None when the trial
+    trial first: (repaired device, its makespan, the Judged), or None when the trial
     cannot be repaired. No bound prunes here: the repair may move the trial anywhere."""
-    def judge(trial, beat=None):
+    def judged(trial, beat=None):
         try:
-            fixed = repair(graph, cluster, trial)
+            fixed = judge(graph, cluster, trial)
         except UserError:
             return None
         return fixed.device, fixed.schedule.makespan, fixed
-    return judge
+    return judged

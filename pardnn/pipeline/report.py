@@ -1,4 +1,4 @@
-"""report.json: what a placement costs, in microseconds and bytes (DESIGN.md).
+"""report.json: what a placement costs, in microseconds and bytes (docs/report.md).
 
 Fields are filled only by code that computes them; a field nothing computes is
 absent, never faked.

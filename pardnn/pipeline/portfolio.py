@@ -1,0 +1,328 @@
+"""The portfolio stage: build an algorithm's candidate placements, judge each (repair,
+then emulate: judge.py), refine the two fastest feasible ones within memory
+(refine_memory.py), keep the faster. Which placers are candidates, and in what role,
+is the registry's table (pardnn.placers.registry); a plain `--algorithm etf` is a
+portfolio of one, judged the same way, neither refined nor reported as candidates.
+
+No single method wins everywhere (docs/algorithm.md, "Candidates"). `--algorithm
+pardnn` builds ParDNN's Step 1 (the FIRST candidate) in this process and the CORE
+ones (HOSTS too on clusters of several hosts), and on graphs under EXTRAS_MAX_NODES,
+or when no core candidate fits, the EXTRA ones. The two fastest feasible ones (the
+earlier in the registry's order on ties; one whose repair moved more than
+MAX_MOVED_SHARE of the nodes only when no other fits) are refined within memory,
+side by side when there are workers, and the faster result wins; when the fastest is
+Step 1 and the repair moved nothing, it wins as it is (it was refined already).
+
+On graphs of PARALLEL_MIN_NODES or more, the candidates after the FIRST one are built
+and judged in worker processes while it runs. The answer never depends on a wall
+clock: with no `budget_s` every candidate is built and every refinement runs to its
+end. `budget_s` (`--time-budget`) is a cap a user sets: candidates not ready when it
+ends are skipped and the refinement stops, and report.json says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import multiprocessing
+import os
+import time
+from concurrent import futures
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from pardnn.emulator.trial import emulate
+from pardnn.errors import UserError
+from pardnn.graph.constraints import allowed_devices
+from pardnn.pipeline.judge import judge
+from pardnn.pipeline.refine_memory import refine_within_memory
+from pardnn.placers import registry
+from pardnn.placers.pardnn import step1
+
+MAX_MOVED_SHARE = 0.10      # a winner whose repair moved more is taken only if no other fits
+PARALLEL_MIN_NODES = 20_000  # smaller graphs build their candidates in this process
+EXTRAS_MAX_NODES = 20_000   # smaller graphs get the EXTRA candidates too
+REFINE_GRACE_S = 60.0       # how long past a budget a worker's refinement may finish its batch
+
+
+class Candidate(NamedTuple):
+    """One candidate after its repair and emulation."""
+
+    device: object               # int32 per node as built, or None when it was not built
+    entry: dict                  # its report.json entry under `candidates`
+    judged: object               # judge.Judged, or None when it cannot fit
+    error: object                # the repair's UserError, or None
+    build_s: float
+    repair_s: float
+
+
+SKIPPED = Candidate(None, {"skipped": "time budget spent"}, None, None, 0.0, 0.0)
+DIED = Candidate(None, {"feasible": False, "makespan_us": None, "reason": "its worker process died"},
+                 None, None, 0.0, 0.0)
+
+
+@dataclass
+class Chosen:
+    """The placement the portfolio keeps, and what each candidate did."""
+
+    winner: str
+    raw: np.ndarray              # the winner's device per node before the repair
+    judged: object               # judge.Judged, refined within memory
+    fitted: object               # refine_memory.Fitted, or None when refinement did not run
+    step1_output: str | None     # "thesis", "affinity" or "one-device": what Step 1 returned
+    candidates: dict = field(default_factory=dict)
+
+    def report_fields(self) -> dict:
+        """report.json's portfolio fields; none for a portfolio of one."""
+        if len(self.candidates) < 2:
+            return {}
+        fields = {"candidate": self.winner, "step1_output": self.step1_output,
+                  "candidates": self.candidates}
+        if self.fitted is not None:
+            fields["refine_memory"] = {"makespan_after_repair_us": self.fitted.makespan_before_us,
+                                       "moved_nodes": self.fitted.refined_nodes,
+                                       "batches": self.fitted.batches,
+                                       "stopped_by_budget": self.fitted.stopped_by_budget}
+        return fields
+
+
+def build(graph, cluster, name, timings=None) -> np.ndarray:
+    """Placer `name`'s placement (int32 per node), lending it the emulator when it
+    judges its own trials (registry.Placer.emulates)."""
+    lent = {"emulate": emulate} if registry.PLACERS[name].emulates else {}
+    return np.asarray(registry.get(name)(graph, cluster, timings, **lent), np.int32)
+
+
+def choose(graph, cluster, algorithm, timings=None, budget_s=None) -> Chosen:
+    """Build and judge `algorithm`'s candidates; refine the two fastest within memory."""
+    timings = {} if timings is None else timings
+    deadline = math.inf if budget_s is None else time.perf_counter() + budget_s
+    roles = {name: registry.PLACERS[name].role for name in registry.candidates(algorithm)}
+    if len(roles) == 1:
+        roles = dict.fromkeys(roles, registry.FIRST)    # a portfolio of one: built here, always
+    first = [name for name, role in roles.items() if role == registry.FIRST]
+    extra = [name for name, role in roles.items() if role == registry.EXTRA]
+    beside = [name for name, role in roles.items() if role == registry.CORE
+              or (role == registry.HOSTS and len(cluster.hosts) > 1)
+              or (role == registry.EXTRA and graph.num_nodes < EXTRAS_MAX_NODES)]
+    beside.sort(key=lambda name: -registry.PLACERS[name].build_rank)      # the slowest first
+    with _workers(graph, cluster, beside) as pool:
+        pending = {name: pool.submit(name) for name in beside}
+        results, step1_output = _first(graph, cluster, first[0], timings)
+        for name in reversed(beside):           # help with those no worker has started yet
+            if pool.claim(name):
+                results[name] = _collect(_Inline(graph, cluster).submit(name), deadline)
+        results.update({name: _collect(pending[name], deadline) for name in roles
+                        if name in pending and name not in results})
+        if all(r.judged is None for r in results.values()):      # nothing fits yet: the rest
+            inline = _Inline(graph, cluster)
+            results.update({name: _collect(inline.submit(name), deadline)
+                            for name in extra if name not in results})
+        ordered = {name: results[name] for name in roles if name in results}
+        return _pick(graph, cluster, ordered, step1_output, timings, deadline, pool)
+
+
+def _first(graph, cluster, name, timings):
+    """({name: Candidate}, step1_output) for the FIRST candidate, built here with the
+    stage timings: Step 1 through `partition`, which says what it returned and gives
+    the emulation of its result."""
+    if name != "step1":
+        return {name: _candidate(graph, cluster, name, timings)}, None
+    first = step1.partition(graph, cluster, timings, emulate=emulate)
+    output = "one-device" if first.one_device else "affinity" if first.affinity else "thesis"
+    return {name: _judged(graph, cluster, first.device, 0.0, first.schedule)}, output
+
+
+def _pick(graph, cluster, results, step1_output, timings, deadline, pool) -> Chosen:
+    """The faster of the two best candidates once each is refined within memory: the
+    first here, the second by a worker beside it (or after it, without workers), as a
+    runner-up can refine past the winner (docs/algorithm.md, "Candidates"). When Step 1
+    wins without the repair moving anything, nothing is refined: refining the runner-up
+    alone would cost time that nothing runs beside. A portfolio of one is not refined."""
+    report = {name: r.entry for name, r in results.items()}
+    judged = {name: r.judged for name, r in results.items() if r.judged is not None}
+    if not judged:
+        raise next(r.error for r in results.values() if r.error is not None)
+    timings["repair"] = sum(r.repair_s for r in results.values())
+    first = next(iter(results))                 # the FIRST candidate: its stages are in timings
+    timings.update({name: r.build_s for name, r in results.items() if name != first and r.device is not None})
+    finalists = _finalists(judged, graph.num_nodes, list(results))
+    refine = len(results) > 1 and _refinable(finalists[0], judged)
+    if not refine:
+        finalists = finalists[:1]   # Step 1 won as it is: no refinement for the runner-up to run beside
+    refined = [name for name in finalists if refine and _refinable(name, judged)]
+    t0 = time.perf_counter()
+    jobs = {name: pool.refine(judged[name], deadline) for name in refined[1:]}
+    fitted = {name: _refined(graph, cluster, judged[name], deadline) for name in refined[:1]}
+    fitted.update({name: _collect_refined(job, deadline) for name, job in jobs.items()})
+    if fitted:
+        timings["refine_memory"] = time.perf_counter() - t0
+    final = {name: fitted[name].judged if fitted.get(name) else judged[name] for name in finalists}
+    for name in fitted:
+        report[name]["refined_makespan_us"] = final[name].schedule.makespan
+    winner = min(finalists, key=lambda n: (final[n].schedule.makespan, finalists.index(n)))
+    return Chosen(winner, results[winner].device, final[winner], fitted.get(winner), step1_output, report)
+
+
+def _refined(graph, cluster, judged, deadline):
+    """`judged` refined within memory (refine_memory.py), at most K rounds."""
+    return refine_within_memory(graph, cluster, judged, allowed_devices(graph, cluster),
+                                rounds=cluster.num_devices, deadline=deadline)
+
+
+def _refinable(name, judged) -> bool:
+    """Step 1 refined itself, so it is refined again only when its repair moved nodes."""
+    return name != "step1" or judged[name].rounds > 0
+
+
+def _finalists(judged, num_nodes, order) -> list:
+    """The two fastest feasible candidates (the earlier in `order` on ties), among those
+    whose repair moved at most MAX_MOVED_SHARE of the nodes when there are any."""
+    few = [n for n, r in judged.items() if r.moved.sum() <= MAX_MOVED_SHARE * num_nodes]
+    return sorted(few or judged, key=lambda n: (judged[n].schedule.makespan, order.index(n)))[:2]
+
+
+def _candidate(graph, cluster, name, timings=None):
+    """Build candidate `name` and judge it (runs in a worker process when there are any)."""
+    t0 = time.perf_counter()
+    device = build(graph, cluster, name, timings)
+    return _judged(graph, cluster, device, time.perf_counter() - t0)
+
+
+def _judged(graph, cluster, device, build_s, schedule=None) -> Candidate:
+    """The candidate `device` judged (`schedule`: its emulation, if known)."""
+    t0 = time.perf_counter()
+    try:
+        fixed, error = judge(graph, cluster, device, schedule), None
+    except UserError as exc:
+        fixed, error = None, exc
+    repair_s = time.perf_counter() - t0
+    entry = ({"feasible": False, "makespan_us": None, "reason": str(error)} if fixed is None else
+             {"feasible": True, "makespan_us": fixed.schedule.makespan, "moved_nodes": int(fixed.moved.sum())})
+    entry["seconds"] = build_s + repair_s
+    return Candidate(device, entry, fixed, error, build_s, repair_s)
+
+
+def _left(deadline, grace=0.0):
+    """Seconds to wait for a job: None (no limit) without a budget."""
+    return None if deadline == math.inf else max(deadline - time.perf_counter(), 0.0) + grace
+
+
+def _collect(job, deadline):
+    """A candidate's result; a skipped entry once the budget has ended (with or without
+    workers alike), a failed one when its worker process died."""
+    remaining = _left(deadline)
+    try:
+        if remaining is not None and remaining <= 0:
+            raise futures.TimeoutError
+        return job.result(timeout=remaining)
+    except futures.TimeoutError:
+        return SKIPPED._replace(entry=dict(SKIPPED.entry))
+    except BrokenProcessPool:
+        return DIED._replace(entry=dict(DIED.entry))
+
+
+def _collect_refined(job, deadline):
+    """A worker's refinement (it stops itself at the deadline), or None if it died."""
+    try:
+        return job.result(timeout=_left(deadline, REFINE_GRACE_S))
+    except (futures.TimeoutError, BrokenProcessPool):
+        return None
+
+
+_SHARED = {}    # what the forked workers inherit (never pickled to them)
+
+
+def _shared_refine(judged, deadline):
+    """A worker's job: refine the judged placement within memory."""
+    return _refined(_SHARED["graph"], _SHARED["cluster"], judged, deadline)
+
+
+def _shared_candidate(name):
+    """A worker's job: candidate `name`, or None when the main process claimed it first."""
+    if not _claimed(_SHARED["claims"], _SHARED["names"].index(name)):
+        return None
+    return _candidate(_SHARED["graph"], _SHARED["cluster"], name)
+
+
+def _claimed(claims, index) -> bool:
+    """Mark candidate `index` taken; True when this caller is the first to take it."""
+    with claims.get_lock():
+        first = not claims[index]
+        claims[index] = 1
+    return first
+
+
+@contextlib.contextmanager
+def _workers(graph, cluster, names):
+    """Worker processes for the candidates `names`, which run beside the first: one fewer
+    than the CPUs this process may use, none for graphs under PARALLEL_MIN_NODES (a fork
+    costs more than they take) or on one CPU. Without workers the candidates run in
+    turn. Workers still running when the placement moves on are killed."""
+    count = min(len(names), _usable_cpus() - 1)
+    if graph.num_nodes < PARALLEL_MIN_NODES or count < 1 or "fork" not in multiprocessing.get_all_start_methods():
+        yield _Inline(graph, cluster)
+        return
+    context = multiprocessing.get_context("fork")
+    _SHARED.update(graph=graph, cluster=cluster, names=list(names), claims=context.Array("b", len(names)))
+    pool = futures.ProcessPoolExecutor(count, mp_context=context)
+    try:
+        yield _Forked(pool)
+    finally:
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.kill()
+        _SHARED.clear()
+
+
+def _usable_cpus() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+class _Forked:
+    """Candidates built by worker processes, each the first not yet claimed."""
+
+    def __init__(self, pool):
+        self.pool = pool
+
+    def submit(self, name):
+        return self.pool.submit(_shared_candidate, name)
+
+    def refine(self, judged, deadline):
+        return self.pool.submit(_shared_refine, judged, deadline)
+
+    @staticmethod
+    def claim(name) -> bool:
+        """Take candidate `name` for this process if no worker has started it."""
+        return _claimed(_SHARED["claims"], _SHARED["names"].index(name))
+
+
+class _Inline:
+    """Candidates built in this process, each when its result is asked for."""
+
+    def __init__(self, graph, cluster):
+        self.graph, self.cluster = graph, cluster
+
+    def submit(self, name):
+        return _Deferred(lambda: _candidate(self.graph, self.cluster, name))
+
+    def refine(self, judged, deadline):
+        return _Deferred(lambda: _refined(self.graph, self.cluster, judged, deadline))
+
+    @staticmethod
+    def claim(name) -> bool:
+        return False            # nothing runs elsewhere: every candidate is built when collected
+
+
+class _Deferred:
+    def __init__(self, build):
+        self.build = build
+
+    def result(self, timeout):
+        return self.build()
