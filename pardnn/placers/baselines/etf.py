@@ -26,10 +26,14 @@ keyed by the bytes they need), so a step costs O(K log V) and the whole run
 O(V K log V + E K). The loop is compiled with numba (docs/architecture.md), as one
 function whose steps are inner functions: numba inlines them and they share the
 arrays of the enclosing function, where passing those arrays as arguments cost a
-reference count per array per call.
+reference count per array per call. The arrays arrive by name, in three named tuples
+(Graph, Nodes, Devices), so none can be passed in the wrong place; run uncompiled
+(`_run.py_func`), the same code is the readable twin tests/test_etf_kernel.py checks
+the compiled loop against.
 """
 
 import heapq
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -40,34 +44,72 @@ from pardnn.graph.node_memory import resident_bytes, transient_bytes
 from pardnn.placers.baselines.common import link_tables
 
 
+class Graph(NamedTuple):
+    """The edges both ways and the colocation groups, int64 (bool for data_edge)."""
+
+    pred_ptr: np.ndarray
+    pred_src: np.ndarray
+    pred_eid: np.ndarray
+    succ_ptr: np.ndarray
+    edge_dst: np.ndarray
+    edge_bytes: np.ndarray
+    data_edge: np.ndarray       # per edge: carries a tensor (not a control edge)
+    group: np.ndarray           # per node
+    group_ptr: np.ndarray
+    group_nodes: np.ndarray
+
+
+class Nodes(NamedTuple):
+    """Per node: what the schedule and the memory tracking read."""
+
+    comp: np.ndarray            # compute us
+    negprio: np.ndarray         # minus the static level (smaller starts first)
+    held: np.ndarray            # bytes held from its start until its last data consumer starts
+    need: np.ndarray            # bytes it needs free to start on a device its group is not on yet
+    consumers: np.ndarray       # its data consumers
+    indegree: np.ndarray        # its in-edges
+
+
+class Devices(NamedTuple):
+    """Per device, group or device pair: memory, where groups may go, links."""
+
+    capacity: np.ndarray        # int64 per device
+    allowed: np.ndarray         # bool (groups x devices)
+    group_resident: np.ndarray  # bytes per group, held on its device from its first start
+    latency: np.ndarray         # us (K x K)
+    inv_bandwidth: np.ndarray   # us per byte (K x K)
+
+
 def place(graph, cluster, timings=None) -> np.ndarray:
     """Device per node (int32); the graph and cluster go to the compiled loop as arrays."""
+    return _run(*arrays(graph, cluster)).astype(np.int32)
+
+
+def arrays(graph, cluster) -> tuple:
+    """(Graph, Nodes, Devices): what the loop reads, in the dtypes it is compiled for."""
     n, i64 = graph.num_nodes, np.int64
     data = graph.edge_slot >= 0
     consumers = np.bincount(graph.edge_src[data], minlength=n)
     held = np.where(consumers > 0, transient_bytes(graph), 0).astype(i64)
-    gpersist = np.bincount(graph.group, weights=resident_bytes(graph), minlength=graph.num_groups)
-    gpersist = gpersist.astype(float)
+    resident = np.bincount(graph.group, weights=resident_bytes(graph), minlength=graph.num_groups).astype(float)
     lat, inv_bw = (np.asarray(t, np.float64) for t in link_tables(cluster))
-    csr = tuple(np.asarray(a, i64) for a in (graph.pred_ptr, graph.pred_src, graph.pred_eid, graph.edge_bytes,
-                                             graph.succ_ptr, graph.edge_dst, graph.group, graph.group_ptr,
-                                             graph.group_nodes))
-    node = (np.asarray(graph.comp_us, float), -bottom_levels(graph, graph.comp_us).astype(float), held,
-            gpersist[graph.group] + held, consumers.astype(i64), np.diff(graph.pred_ptr).astype(i64))
-    memory = (gpersist, np.asarray(cluster.capacity, i64), allowed_devices(graph, cluster), data)
-    return _run(csr, node, memory, lat, inv_bw).astype(np.int32)
+    edges = Graph(*(np.asarray(a, i64) for a in (graph.pred_ptr, graph.pred_src, graph.pred_eid, graph.succ_ptr,
+                                                 graph.edge_dst, graph.edge_bytes)), data,
+                  *(np.asarray(a, i64) for a in (graph.group, graph.group_ptr, graph.group_nodes)))
+    nodes = Nodes(np.asarray(graph.comp_us, float), -bottom_levels(graph, graph.comp_us).astype(float), held,
+                  resident[graph.group] + held, consumers.astype(i64), np.diff(graph.pred_ptr).astype(i64))
+    devices = Devices(np.asarray(cluster.capacity, i64), allowed_devices(graph, cluster), resident, lat, inv_bw)
+    return edges, nodes, devices
 
 
 @njit(cache=True)
-def _run(csr, node, memory, lat, inv_bw):
-    """Schedules every node; returns its device (the arrays as `place` packs them)."""
-    pred_ptr, pred_src, pred_eid, edge_bytes, succ_ptr, edge_dst, group, group_ptr, group_nodes = csr
-    comp, negprio, held, need, pending, indegree = node
-    gpersist, cap, allowed, data_edge = memory
-    n, k = comp.shape[0], lat.shape[0]
-    pending, indegree = pending.copy(), indegree.copy()
+def _run(g, nodes, devices):
+    """Schedules every node; returns its device."""
+    n, k = nodes.comp.shape[0], devices.latency.shape[0]
+    pending, indegree = nodes.consumers.copy(), nodes.indegree.copy()
     device, finish, ready_at, is_ready = np.full(n, -1), np.zeros(n), np.zeros((n, k)), np.zeros(n, np.bool_)
-    free_at, used, fixed = np.zeros(k), np.zeros(k), np.full(gpersist.shape[0], -1)
+    free_at, used, fixed = np.zeros(k), np.zeros(k), np.full(devices.group_resident.shape[0], -1)
+    group, negprio, cap = g.group, nodes.negprio, devices.capacity
     waiting = [[(0.0, 0.0, 0)] for _ in range(k)]       # (arrival, -prio, node)
     arrived = [[(0.0, 0, 0.0)] for _ in range(k)]       # (-prio, node, arrival)
     blocked = [[(0.0, 0.0, 0, 0.0)] for _ in range(k)]  # (bytes needed, -prio, node, arrival)
@@ -79,14 +121,14 @@ def _run(csr, node, memory, lat, inv_bw):
     def release(v):
         """v's inputs are all scheduled: its arrival time on every device, then queue it."""
         ready = ready_at[v]
-        for p in range(pred_ptr[v], pred_ptr[v + 1]):
-            u = pred_src[p]
-            f, du, b = finish[u], device[u], edge_bytes[pred_eid[p]]
+        for p in range(g.pred_ptr[v], g.pred_ptr[v + 1]):
+            u = g.pred_src[p]
+            f, du, b = finish[u], device[u], g.edge_bytes[g.pred_eid[p]]
             for d in range(k):
-                ready[d] = max(ready[d], f + lat[du, d] + b * inv_bw[du, d])
+                ready[d] = max(ready[d], f + devices.latency[du, d] + b * devices.inv_bandwidth[du, d])
         is_ready[v] = True
         for d in range(k):
-            if fixed[group[v]] == d or (fixed[group[v]] < 0 and allowed[group[v], d]):
+            if fixed[group[v]] == d or (fixed[group[v]] < 0 and devices.allowed[group[v], d]):
                 if ready[d] <= free_at[d]:                  # arrived already: skip the waiting heap
                     heapq.heappush(arrived[d], (negprio[v], v, ready[d]))
                 else:
@@ -97,9 +139,9 @@ def _run(csr, node, memory, lat, inv_bw):
         f = fixed[group[v]]
         if device[v] >= 0 or (f >= 0 and f != d):
             return False
-        if f == d or used[d] + need[v] <= cap[d]:
+        if f == d or used[d] + nodes.need[v] <= cap[d]:
             return True
-        heapq.heappush(blocked[d], (need[v], negprio[v], v, ready_at[v, d]))
+        heapq.heappush(blocked[d], (nodes.need[v], negprio[v], v, ready_at[v, d]))
         return False
 
     def best(d):
@@ -148,30 +190,30 @@ def _run(csr, node, memory, lat, inv_bw):
         """The group's first member starts on d: hold its resident state there, and queue
         its ready members on d again (they may have been blocked there for memory)."""
         fixed[grp] = d
-        used[d] += gpersist[grp]
-        for i in range(group_ptr[grp], group_ptr[grp + 1]):
-            m = group_nodes[i]
+        used[d] += devices.group_resident[grp]
+        for i in range(g.group_ptr[grp], g.group_ptr[grp + 1]):
+            m = g.group_nodes[i]
             if is_ready[m]:
                 heapq.heappush(waiting[d], (ready_at[m, d], negprio[m], m))
 
     def start(v, d, t):
         """Start v on d at t: hold its output, free its inputs' outputs, release its successors."""
         device[v], is_ready[v] = d, False
-        finish[v] = free_at[d] = t + comp[v]
+        finish[v] = free_at[d] = t + nodes.comp[v]
         if fixed[group[v]] < 0:
             fix_group(group[v], d)
-        used[d] += held[v]
-        for p in range(pred_ptr[v], pred_ptr[v + 1]):
-            u = pred_src[p]
-            if data_edge[pred_eid[p]]:
+        used[d] += nodes.held[v]
+        for p in range(g.pred_ptr[v], g.pred_ptr[v + 1]):
+            u = g.pred_src[p]
+            if g.data_edge[g.pred_eid[p]]:
                 pending[u] -= 1
-                if pending[u] == 0 and held[u] != 0:
-                    used[device[u]] -= held[u]
+                if pending[u] == 0 and nodes.held[u] != 0:
+                    used[device[u]] -= nodes.held[u]
                     unblock(device[u])
-        for e in range(succ_ptr[v], succ_ptr[v + 1]):
-            indegree[edge_dst[e]] -= 1
-            if indegree[edge_dst[e]] == 0:
-                release(edge_dst[e])
+        for e in range(g.succ_ptr[v], g.succ_ptr[v + 1]):
+            indegree[g.edge_dst[e]] -= 1
+            if indegree[g.edge_dst[e]] == 0:
+                release(g.edge_dst[e])
 
     for v in range(n):
         if indegree[v] == 0:
