@@ -1,7 +1,9 @@
 """The stage candidate (pardnn.placers.pardnn.stages) and ParDNN's portfolio of candidates
-(pardnn.placers.pardnn.candidates), on hand-made training chains whose answer is known."""
+(pardnn.pipeline.portfolio), on hand-made training chains whose answer is known."""
 
+import itertools
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -12,8 +14,7 @@ from pardnn.emulator import evaluate
 from pardnn.errors import UserError
 from pardnn.graph import CostGraph
 from pardnn.hardware import parse_devices
-from pardnn.pipeline import place as placer
-from pardnn.pipeline import portfolio
+from pardnn.pipeline import place as placer, portfolio
 from pardnn.placers import registry
 from pardnn.placers.pardnn import stages
 from pardnn.placers.pardnn.stages import _cheapest_cuts, fold_positions
@@ -172,6 +173,23 @@ def test_a_spent_budget_skips_the_later_candidates():
     chosen = portfolio.choose(g, parse_devices("cpu:4"), "pardnn", budget_s=1e-9)
     assert chosen.winner == "step1"
     assert all("skipped" in chosen.candidates[n] for n in registry.candidates("pardnn")[1:] if n != "hier")
+
+
+def test_without_a_time_budget_no_clock_changes_the_answer(monkeypatch):
+    # a clock 1000 s further on at every reading: a machine far slower than any budget
+    g = synth_graph(1500, seed=4)
+    cluster = cluster_at(g, 4, 0.35)
+    steady = portfolio.choose(g, cluster, "pardnn")
+    clock = itertools.count(step=1000.0)
+    monkeypatch.setattr(time, "perf_counter", lambda: next(clock))
+    slow = portfolio.choose(g, cluster, "pardnn")
+    assert np.array_equal(slow.judged.device, steady.judged.device) and slow.winner == steady.winner
+    drop = {"seconds"}
+    assert [{k: v for k, v in c.items() if k not in drop} for c in slow.candidates.values()] == \
+        [{k: v for k, v in c.items() if k not in drop} for c in steady.candidates.values()]
+    assert not any("skipped" in c for c in slow.candidates.values())
+    capped = portfolio.choose(g, cluster, "pardnn", budget_s=300.0)    # a cap a user set does cut
+    assert all("skipped" in capped.candidates[n] for n in registry.candidates("pardnn")[1:] if n != "hier")
 
 
 @pytest.mark.parametrize("budget", ["0", "-5s", "soon"])

@@ -18,7 +18,7 @@ between two plans:
 2. Device level: the nodes given to a host form an induced subgraph (edges to other
    hosts dropped; their transfers were priced at the host level), placed on that
    host's devices and intra-host links.
-3. Keep the split only if the emulator finds it faster than the inner placer on the
+3. Keep the split only if the emulator finds it faster than Step 1 on the
    first host alone. When the links between hosts are slow next to the work a second
    host would take over, one host is the better plan (the thesis's argument for
    ParDNN inside a node), and the split, which always uses every host, cannot say so.
