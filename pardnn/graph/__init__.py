@@ -1,6 +1,7 @@
 """The graph model every placer works on: the CostGraph (costgraph.py), its levels
 (levels.py), the placement rules (constraints.py), what each node holds in memory
-(node_memory.py) and what an edge costs when cut (edge_costs.py)."""
+(node_memory.py), what an edge costs when cut (edge_costs.py) and which tensors data
+parallelism averages across replicas (averaging.py)."""
 
 from pardnn.graph.costgraph import NORMAL, REFERENCE, RESIDUAL, CostGraph
 
