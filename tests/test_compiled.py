@@ -11,8 +11,9 @@ import pytest
 from pardnn.compiled import INTERPRETED_BELOW, Kernel, kernel
 from pardnn.emulator.event_loop import event_loop
 from pardnn.emulator.scheduler import plan_transfers
-from pardnn.graph.levels import successor_arrays
+from pardnn.graph.levels import _bottom_levels, _top_levels, successor_arrays
 from pardnn.hardware import parse_devices
+from pardnn.placers.pardnn.switching import _first_gap
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from synth_graph import synth_graph  # noqa: E402
@@ -56,3 +57,26 @@ def test_small_graphs_run_interpreted_large_ones_compiled():
     assert double.for_size(INTERPRETED_BELOW - 1) is double.interpreted
     assert double.for_size(INTERPRETED_BELOW) is double.compiled
     assert double.compiled(21) == double.interpreted(21) == 42
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_level_sweeps(seed):
+    g, rng = random_graph(seed)
+    w = np.asarray(g.comp_us, np.float64).copy()
+    w[rng.random(g.num_nodes) < 0.1] = -np.inf                  # nodes removed by slicing
+    ec = rng.choice([0.0, 1.0, 2.5], g.num_edges)
+    for sweep in (_top_levels, _bottom_levels):
+        assert_same([sweep.compiled(*successor_arrays(g), w, ec)], [sweep.interpreted(*successor_arrays(g), w, ec)])
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_first_gap(seed):
+    rng = np.random.default_rng(seed)
+    start = np.sort(rng.choice(np.arange(0.0, 60.0, 0.5), int(rng.integers(0, 30)), replace=False))
+    finish = start + rng.choice([0.5, 1.0, 2.0], len(start)) * (np.diff(np.append(start, np.inf)) > 2.0)
+    finish = np.maximum(finish, start)                              # zero-length ops too
+    for _ in range(60):
+        t, length = float(rng.choice(np.arange(0.0, 70.0, 0.5))), float(rng.choice([0.0, 0.5, 1.0, 3.0]))
+        deadline = t + float(rng.choice([0.0, 2.0, 10.0, 80.0]))
+        assert _first_gap.compiled(start, finish, t, length, deadline) == \
+            _first_gap.interpreted(start, finish, t, length, deadline)
