@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 
-import pardnn.tf
+import pardnn.tf.quiet_import  # noqa: F401  (quiet TensorFlow import first)
 import keras
 import tensorflow as tf
 

@@ -4,7 +4,7 @@ where it was placed and trains with the losses of the unplaced run."""
 
 import pytest
 
-import pardnn.tf  # noqa: F401  (quiet TensorFlow import first)
+import pardnn.tf.quiet_import  # noqa: F401  (quiet TensorFlow import first)
 import tensorflow as tf
 
 from pardnn.cli import main

@@ -14,8 +14,9 @@ from pardnn.models import Model, load_module, resolve_knobs        # noqa: E402
 from pardnn.tf import estimate                                     # noqa: E402
 from pardnn.tf.profile_loader import load_profile                           # noqa: E402
 from pardnn.tf.graphdef import graph_table, profile_files, read_graph_def   # noqa: E402
+from pardnn.tf.op_defs import from_tensorflow                              # noqa: E402
 from pardnn.tf.grappler_ops import fallback_ns, is_modelled        # noqa: E402
-from pardnn.tf.profile import profile_model                        # noqa: E402
+from pardnn.tf.profiling import profile_model                        # noqa: E402
 from pardnn.tf.stepstats import read_step_stats                    # noqa: E402
 
 pytestmark = pytest.mark.tf
@@ -138,7 +139,8 @@ def test_estimated_mlp_profile_loads_with_costs_and_variable_bytes(tmp_path):
 
 def _timed_names(profile_dir):
     graph_pb, steps = profile_files(profile_dir)
-    table = graph_table(read_graph_def(graph_pb))
+    graph_def = read_graph_def(graph_pb)
+    table = graph_table(graph_def, from_tensorflow({n.op for n in graph_def.node}))
     timed = read_step_stats(steps, table).timed
     return {name for name, t in zip(table.names, timed) if t}
 

@@ -1,5 +1,5 @@
 """m-ETF's compiled loop against its readable twin: the same Python code run by the
-interpreter (`_run.py_func`), on random graphs with memory limits, ties and groups."""
+interpreter (`_run.interpreted`), on random graphs with memory limits, ties and groups."""
 
 import numpy as np
 import pytest
@@ -52,8 +52,8 @@ def test_compiled_m_etf_matches_the_interpreted_twin(seed):
     rng = np.random.default_rng(seed)
     g = random_graph(rng)
     c = cluster(rng, g, limited=seed % 4 != 0)
-    compiled = etf._run(*etf.arrays(g, c))
-    assert np.array_equal(compiled, etf._run.py_func(*etf.arrays(g, c)))
+    compiled = etf._run.compiled(*etf.arrays(g, c))
+    assert np.array_equal(compiled, etf._run.interpreted(*etf.arrays(g, c)))
     assert np.all(compiled >= 0)
 
 

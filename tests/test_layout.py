@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # never a sibling package of its own layer.
 LAYERS = [
     {"pardnn.errors"},
-    {"pardnn.units", "pardnn.jsonfile", "pardnn.progress"},
+    {"pardnn.units", "pardnn.jsonfile", "pardnn.progress", "pardnn.compiled"},
     {"pardnn.graph", "pardnn.hardware", "pardnn.io", "pardnn.models"},
     {"pardnn.emulator", "pardnn.repair", "pardnn.placers", "pardnn.tf", "pardnn_models"},
     {"pardnn.pipeline"},

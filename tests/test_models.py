@@ -6,7 +6,7 @@ import collections
 import numpy as np
 import pytest
 
-import pardnn.tf  # noqa: F401  (quiet TensorFlow import first)
+import pardnn.tf.quiet_import  # noqa: F401  (quiet TensorFlow import first)
 import tensorflow as tf
 
 from pardnn.cli import main

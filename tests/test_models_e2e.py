@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-import pardnn.tf  # noqa: F401  (quiet TensorFlow import first)
+import pardnn.tf.quiet_import  # noqa: F401  (quiet TensorFlow import first)
 import tensorflow as tf
 
 from pardnn.cli import main

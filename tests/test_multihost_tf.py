@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-import pardnn.tf  # noqa: F401  (quiet TensorFlow import first)
+import pardnn.tf.quiet_import  # noqa: F401  (quiet TensorFlow import first)
 import tensorflow as tf
 
 from pardnn.cli import main

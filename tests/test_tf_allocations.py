@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-import pardnn.tf  # noqa: F401  (quiet TensorFlow import first)
+import pardnn.tf.quiet_import  # noqa: F401  (quiet TensorFlow import first)
 import tensorflow as tf
 from tensorflow.core.framework import step_stats_pb2
 

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-import pardnn.tf  # noqa: F401  (quiet TensorFlow import first)
+import pardnn.tf.quiet_import  # noqa: F401  (quiet TensorFlow import first)
 from tensorflow.core.protobuf import config_pb2
 
 from pardnn.cli import main

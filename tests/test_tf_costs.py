@@ -3,14 +3,16 @@
 import numpy as np
 import pytest
 
-import pardnn.tf  # noqa: F401  (quiet TensorFlow import first)
+import pardnn.tf.quiet_import  # noqa: F401  (quiet TensorFlow import first)
 import tensorflow as tf
 
 from pardnn.graph import NORMAL, REFERENCE, RESIDUAL, CostGraph
 from pardnn.models import load_module
 from pardnn.tf import load_profile, profile, profile_model, session_config
-from pardnn.tf.profile_loader import _has_gpu_kernels, cpu_pins, node_kinds
+from pardnn.tf import op_defs
+from pardnn.tf.profile_loader import cpu_pins, node_kinds
 from pardnn.tf.graphdef import graph_table
+from pardnn.tf.op_defs import from_tensorflow
 
 pytestmark = pytest.mark.tf
 tf1 = tf.compat.v1
@@ -68,7 +70,8 @@ def test_reads_of_a_gathered_variable_copy_and_other_reads_alias():
         dense = tf1.get_variable("dense", [4, 4], use_resource=True)
         rows = tf.nn.embedding_lookup(table_var, [1, 2])        # ResourceGather: copy-on-read
         tf.matmul(rows + tf.reduce_sum(table_var.read_value()), dense.read_value(), name="out")
-    table = graph_table(g.as_graph_def())
+    graph_def = g.as_graph_def()
+    table = graph_table(graph_def, from_tensorflow({n.op for n in graph_def.node}))
     kind = dict(zip(table.names, node_kinds(table)[0].tolist()))
     reads = [op for op in g.get_operations() if op.type == "ReadVariableOp"]
     of = {var: {kind[op.name] for op in reads if op.inputs[0].op.name == var} for var in ("table", "dense")}
@@ -137,9 +140,13 @@ def test_profile_of_a_graph_with_nested_while_loops_is_a_dag_with_one_group_per_
 
 
 def test_ops_without_gpu_kernels_are_pinned_to_cpu():
-    if not _has_gpu_kernels("MatMul"):
+    ops = ["MatMul", "SaveV2", "NoOp", "NotARegisteredOp"]
+    assert cpu_pins(ops, None) == [""] * 4                  # a build without GPU kernels: unknown
+    _, cpu_only = op_defs.record(ops)
+    if cpu_only is None:
         pytest.skip("this TensorFlow build registers no GPU kernels: nothing can be pinned")
-    assert cpu_pins(["MatMul", "SaveV2", "NoOp", "NotARegisteredOp"]) == ["", "CPU", "", ""]
+    assert cpu_only == ["SaveV2"]
+    assert cpu_pins(ops, set(cpu_only)) == ["", "CPU", "", ""]
 
 
 def test_ref_variables_their_aliases_and_updaters(tmp_path):

@@ -3,12 +3,13 @@
 import numpy as np
 import pytest
 
-import pardnn.tf  # noqa: F401  (quiet TensorFlow import first)
+import pardnn.tf.quiet_import  # noqa: F401  (quiet TensorFlow import first)
 import tensorflow as tf
 
 from pardnn.tf.colocation import colocation_groups
 from pardnn.tf.fusion import fusion_ties, spread_fused_times
 from pardnn.tf.graphdef import graph_table
+from pardnn.tf.op_defs import from_tensorflow
 
 pytestmark = pytest.mark.tf
 tf1 = tf.compat.v1
@@ -20,7 +21,8 @@ def _groups(build):
     graph = tf.Graph()
     with graph.as_default():
         build()
-    table = graph_table(graph.as_graph_def(add_shapes=True))
+    graph_def = graph.as_graph_def(add_shapes=True)
+    table = graph_table(graph_def, from_tensorflow({n.op for n in graph_def.node}))
     fusions = fusion_ties(table)
     label = colocation_groups(table, fusions.ties).tolist()
     sets = {}

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-import pardnn.tf  # noqa: F401  (quiet TensorFlow import first)
+import pardnn.tf.quiet_import  # noqa: F401  (quiet TensorFlow import first)
 import tensorflow as tf
 
 from pardnn.placers.baselines.round_robin import place as round_robin
@@ -13,7 +13,8 @@ from pardnn.io.placement import Placement
 from pardnn.tf import (check_placement, import_placed_graph, load_profile, profile,
                        session_config, write_placed_graph)
 from pardnn.tf.graphdef import read_graph_def
-from pardnn.tf.rewrite import compare_partitions, placed_devices
+from pardnn.tf.placed_graph import placed_devices
+from pardnn.tf.rewrite import compare_partitions
 
 pytestmark = pytest.mark.tf
 tf1 = tf.compat.v1

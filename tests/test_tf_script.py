@@ -6,7 +6,7 @@ import textwrap
 import numpy as np
 import pytest
 
-import pardnn.tf  # noqa: F401  (quiet TensorFlow import first)
+import pardnn.tf.quiet_import  # noqa: F401  (quiet TensorFlow import first)
 from pardnn.cli import main
 from pardnn.models import load_module
 
@@ -66,7 +66,7 @@ def test_reprofiling_replaces_the_folder_and_a_foreign_folder_is_refused(tmp_pat
     assert main(["profile", "mlp", "--size", "tiny", "--steps", "3", "-o", str(out)]) == 0
     assert main(["profile", "mlp", "--size", "tiny", "--steps", "2", "-o", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == [
-        ".pardnn-output.json", "graph.pb", "profile.json", "run_metadata_0.pb", "run_metadata_1.pb"]
+        ".pardnn-output.json", "graph.pb", "op_defs.pb", "profile.json", "run_metadata_0.pb", "run_metadata_1.pb"]
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("mine")

@@ -19,7 +19,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-import pardnn.tf  # noqa: E402,F401  (quiet TensorFlow import)
+import pardnn.tf.quiet_import  # noqa: E402,F401  (quiet TensorFlow import first)
 from tensorflow.core.framework import graph_pb2, tensor_shape_pb2, types_pb2  # noqa: E402
 from tensorflow.core.protobuf import config_pb2  # noqa: E402
 

@@ -63,7 +63,7 @@ def measure_profile(algorithm: str, profile: str, devices: str, memory: str) -> 
     from pardnn.units import parse_size
     t0 = time.perf_counter()
     if os.path.isdir(profile):
-        import pardnn.tf.profile_loader  # noqa: F401  (TensorFlow's import, timed apart from the load)
+        import pardnn.tf.profile_loader  # noqa: F401  (the loader's imports, timed apart from the load)
     t1 = time.perf_counter()
     graph, _ = load_cost_graph(profile)
     load_s = time.perf_counter() - t1

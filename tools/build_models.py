@@ -20,7 +20,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-import pardnn.tf  # noqa: E402,F401  (quiet TensorFlow import)
+import pardnn.tf.quiet_import  # noqa: E402,F401  (quiet TensorFlow import first)
 
 from pardnn.models import FAMILIES, load_module, resolve_knobs  # noqa: E402
 from commit_line import print_commit  # noqa: E402

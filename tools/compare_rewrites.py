@@ -17,12 +17,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import numpy as np  # noqa: E402
 
-import pardnn.tf  # noqa: E402,F401  (quiet TensorFlow import)
+import pardnn.tf.quiet_import  # noqa: E402,F401  (quiet TensorFlow import first)
 from pardnn.hardware import parse_devices  # noqa: E402
 from pardnn.models import load_module, resolve_knobs  # noqa: E402
 from pardnn.pipeline.place import place  # noqa: E402
 from pardnn.tf import load_profile  # noqa: E402
-from pardnn.tf.profile import profile_model  # noqa: E402
+from pardnn.tf.profiling import profile_model  # noqa: E402
 from commit_line import print_commit  # noqa: E402
 
 FAMILIES = "mlp,word-rnn,char-crn,wrn,transformer,e3d"

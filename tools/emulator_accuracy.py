@@ -20,7 +20,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import pardnn.tf  # noqa: E402,F401  (quiet TensorFlow import first)
+import pardnn.tf.quiet_import  # noqa: E402,F401  (quiet TensorFlow import first)
 import tensorflow as tf  # noqa: E402
 
 from bench_repair import grappler_peaks  # noqa: E402

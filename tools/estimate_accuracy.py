@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pardnn.models import FAMILIES, load_module, resolve_knobs  # noqa: E402
 from pardnn.tf import estimate  # noqa: E402
 from pardnn.tf.profile_loader import load_profile  # noqa: E402
-from pardnn.tf.profile import profile_model  # noqa: E402
+from pardnn.tf.profiling import profile_model  # noqa: E402
 from commit_line import print_commit  # noqa: E402
 
 

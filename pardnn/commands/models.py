@@ -10,7 +10,7 @@ def add_parser(sub):
 
 
 def run(args):
-    import pardnn.tf  # noqa: F401  (imports TensorFlow quietly before the families do)
+    import pardnn.tf.quiet_import  # noqa: F401  (TensorFlow quietly, before the families import it)
 
     for family in FAMILIES:
         module = load_module(family)

@@ -76,7 +76,7 @@ def _write_outputs(args, graph, info, placement, cluster, report):
         placement.write_csv(graph, out.temp("placement.csv"))
         if info.get("profile_dir"):
             if args.replicas is None:
-                from pardnn.tf.rewrite import write_placed_graph
+                from pardnn.tf.placed_graph import write_placed_graph
                 write_placed_graph(info["profile_dir"], graph, placement, out.temp("placed_graph.pb"))
             else:
                 from pardnn.tf.replicate import write_replicated_graph

@@ -42,7 +42,7 @@ def add_parser(sub):
 
 
 def run(args):
-    from pardnn.tf.profile import profile_model
+    from pardnn.tf.profiling import profile_model
     from pardnn.tf.session import parse_profile_devices
 
     parse_profile_devices(args.devices)      # reject a bad flag before building anything

@@ -1,13 +1,13 @@
-"""The emulator's discrete-event loop (thesis §4.1.2, "Scheduler Emulator"), compiled.
+"""The emulator's discrete-event loop (thesis §4.1.2, "Scheduler Emulator"), a kernel.
 
 pardnn.emulator.scheduler states the model; this module runs it. Every candidate and
 every refinement trial is judged by one pass of this loop, so it is the hottest code in
-pardnn. It is compiled with numba (on first use, then cached on disk) and works on flat
-arrays: a binary heap of (time, key) events in two arrays, and each device's FIFO queue
-as a linked list through the nodes (a node is queued at most once). The arithmetic is
-the same IEEE double arithmetic in the same order as a plain Python loop would do, so
-schedules are bit-for-bit those of the interpreted loop it replaced (docs/emulator.md
-gives the speed).
+pardnn. It is a kernel (pardnn.compiled: compiled with numba on large graphs, run by
+CPython on small ones) and works on flat arrays: a binary heap of (time, key) events in
+two arrays, and each device's FIFO queue as a linked list through the nodes (a node is
+queued at most once). The arithmetic is the same IEEE double arithmetic in the same
+order as a plain Python loop would do, so schedules are bit-for-bit those of the
+interpreted loop it replaced (docs/emulator.md gives the speed).
 
 Heap keys: key = node for a finish event and n + node for a ready event. A node has at
 most one event in the heap, so keys are unique and (time, key) is a total order: at equal
@@ -17,53 +17,11 @@ times finishes come first and ties go by node id.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from pardnn.compiled import kernel
 
 
-@njit(cache=True)
-def _push(times, keys, size, t, key):
-    """Adds event (t, key) to the heap of `size` events; returns the new size."""
-    i = size
-    while i > 0:
-        parent = (i - 1) >> 1
-        if times[parent] < t or (times[parent] == t and keys[parent] < key):
-            break
-        times[i], keys[i] = times[parent], keys[parent]
-        i = parent
-    times[i], keys[i] = t, key
-    return size + 1
-
-
-@njit(cache=True)
-def _pop(times, keys, size):
-    """Removes the earliest event (read it at index 0 first); returns the new size."""
-    size -= 1
-    t, key = times[size], keys[size]
-    i = 0
-    while True:
-        c = 2 * i + 1
-        if c >= size:
-            break
-        if c + 1 < size and (times[c + 1] < times[c] or (times[c + 1] == times[c] and keys[c + 1] < keys[c])):
-            c += 1
-        if t < times[c] or (t == times[c] and key < keys[c]):
-            break
-        times[i], keys[i] = times[c], keys[c]
-        i = c
-    times[i], keys[i] = t, key
-    return size
-
-
-@njit(cache=True)
-def _send(t, x, link_free, link, occupancy, latency, send):
-    """Issues transfer x at time t on its serialised link; returns its arrival."""
-    s = max(link_free[link[x]], t)
-    send[x] = s
-    link_free[link[x]] = s + occupancy[x]
-    return s + occupancy[x] + latency[x]
-
-
-@njit(cache=True)
+@kernel
 def event_loop(k, comp, device, succ_ptr, edge_dst, edge_transfer, link, occupancy, latency, indegree):
     """Start and finish per node, send and arrival per transfer, of one emulated step.
 
@@ -78,20 +36,58 @@ def event_loop(k, comp, device, succ_ptr, edge_dst, edge_transfer, link, occupan
     queue_head, queue_tail = np.full(k, -1, np.int64), np.full(k, -1, np.int64)
     idle = np.ones(k, np.bool_)
     times, keys = np.empty(n + 1), np.empty(n + 1, np.int64)
+
+    def push(size, t, key):
+        """Adds event (t, key) to the heap of `size` events; returns the new size."""
+        i = size
+        while i > 0:
+            parent = (i - 1) >> 1
+            if times[parent] < t or (times[parent] == t and keys[parent] < key):
+                break
+            times[i], keys[i] = times[parent], keys[parent]
+            i = parent
+        times[i], keys[i] = t, key
+        return size + 1
+
+    def pop(size):
+        """Removes the earliest event (read it at index 0 first); returns the new size."""
+        size -= 1
+        t, key = times[size], keys[size]
+        i = 0
+        while True:
+            c = 2 * i + 1
+            if c >= size:
+                break
+            if c + 1 < size and (times[c + 1] < times[c] or (times[c + 1] == times[c] and keys[c + 1] < keys[c])):
+                c += 1
+            if t < times[c] or (t == times[c] and key < keys[c]):
+                break
+            times[i], keys[i] = times[c], keys[c]
+            i = c
+        times[i], keys[i] = t, key
+        return size
+
+    def send_at(t, x):
+        """Issues transfer x at time t on its serialised link; returns its arrival."""
+        s = max(link_free[link[x]], t)
+        send[x] = s
+        link_free[link[x]] = s + occupancy[x]
+        return s + occupancy[x] + latency[x]
+
     size = 0
     for v in range(n):
         if pending[v] == 0:
-            size = _push(times, keys, size, 0.0, n + v)
+            size = push(size, 0.0, n + v)
     while size > 0:
         t, key = times[0], keys[0]
-        size = _pop(times, keys, size)
+        size = pop(size)
         if key >= n:                                    # node key - n is ready
             v = key - n
             d = device[v]
             if idle[d]:
                 idle[d] = False
                 start[v], finish[v] = t, t + comp[v]
-                size = _push(times, keys, size, finish[v], v)
+                size = push(size, finish[v], v)
             else:                                       # queue it behind the tail
                 if queue_tail[d] < 0:
                     queue_head[d] = v
@@ -105,11 +101,11 @@ def event_loop(k, comp, device, succ_ptr, edge_dst, edge_transfer, link, occupan
             if x >= 0:
                 a = arrival[x]
                 if a < 0.0:                             # first consumer there: send it
-                    a = arrival[x] = _send(t, x, link_free, link, occupancy, latency, send)
+                    a = arrival[x] = send_at(t, x)
             ready[v] = max(ready[v], a)
             pending[v] -= 1
             if pending[v] == 0:
-                size = _push(times, keys, size, ready[v], n + v)
+                size = push(size, ready[v], n + v)
         d = device[key]
         v = queue_head[d]
         if v < 0:
@@ -119,5 +115,5 @@ def event_loop(k, comp, device, succ_ptr, edge_dst, edge_transfer, link, occupan
         if queue_head[d] < 0:
             queue_tail[d] = -1
         start[v], finish[v] = t, t + comp[v]
-        size = _push(times, keys, size, finish[v], v)
+        size = push(size, finish[v], v)
     return start, finish, send, arrival

@@ -89,7 +89,7 @@ def simulate(graph, cluster, device) -> Schedule:
     device = np.asarray(device, np.int64)
     edge_transfer, transfer_edge, link, occupancy, latency = plan_transfers(graph, cluster, device)
     f64, i64 = np.float64, np.int64                  # the compiled loop's dtypes
-    start, finish, send, arrival = event_loop(
+    start, finish, send, arrival = event_loop.for_size(graph.num_nodes)(
         cluster.num_devices, np.asarray(graph.comp_us, f64), device, *graph.successor_arrays,
         edge_transfer, np.asarray(link, i64), np.asarray(occupancy, f64), np.asarray(latency, f64),
         np.diff(graph.pred_ptr).astype(i64))

@@ -12,13 +12,15 @@ removes each critical path before recomputing levels): it lies on no path, its b
 and tl are -inf, and its neighbours see it as absent.
 
 ParDNN's slicing runs these sweeps K+1 times and refinement's bounds and move
-finders many more. Both are loops over the CSR arrays compiled with numba, not numpy
-calls per depth level: training graphs are deep and narrow, so per-level calls would
-cost more than the loop (measurements in docs/algorithm.md, "Costs").
+finders many more. Both are loops over the CSR arrays, kernels (pardnn.compiled:
+compiled with numba on large graphs), not numpy calls per depth level: training
+graphs are deep and narrow, so per-level calls would cost more than the loop
+(measurements in docs/algorithm.md, "Costs").
 """
 
 import numpy as np
-from numba import njit
+
+from pardnn.compiled import kernel
 
 NEG_INF = float("-inf")
 
@@ -26,17 +28,18 @@ NEG_INF = float("-inf")
 def top_levels(graph, node_cost, edge_cost=None) -> np.ndarray:
     """tl per node; edge_cost is indexed by edge id (None: zero communication)."""
     w = np.asarray(node_cost, float)
-    tl = _top_levels(*graph.successor_arrays, w, _edge_costs(graph, edge_cost))
+    tl = _top_levels.for_size(len(w))(*graph.successor_arrays, w, _edge_costs(graph, edge_cost))
     tl[w == NEG_INF] = NEG_INF
     return tl
 
 
 def top_levels_list(graph, w, ec) -> list:
     """tl as a list, from lists of node and edge costs."""
-    return _top_levels(*graph.successor_arrays, np.asarray(w, float), np.asarray(ec, float)).tolist()
+    return _top_levels.for_size(len(w))(*graph.successor_arrays, np.asarray(w, float),
+                                        np.asarray(ec, float)).tolist()
 
 
-@njit(cache=True)
+@kernel
 def _top_levels(succ_ptr, edge_dst, w, ec):
     """Push form: each node offers tl(u) + w(u) + comm(e) to its successors, reading
     the successor CSR whose positions are the edge ids."""
@@ -53,15 +56,16 @@ def _top_levels(succ_ptr, edge_dst, w, ec):
 def bottom_levels(graph, node_cost, edge_cost=None) -> np.ndarray:
     """bl per node; edge_cost is indexed by edge id (None: zero communication)."""
     w = np.asarray(node_cost, float)
-    return _bottom_levels(*graph.successor_arrays, w, _edge_costs(graph, edge_cost))
+    return _bottom_levels.for_size(len(w))(*graph.successor_arrays, w, _edge_costs(graph, edge_cost))
 
 
 def bottom_levels_list(graph, w, ec) -> list:
     """bl as a list, from lists of node and edge costs."""
-    return _bottom_levels(*graph.successor_arrays, np.asarray(w, float), np.asarray(ec, float)).tolist()
+    return _bottom_levels.for_size(len(w))(*graph.successor_arrays, np.asarray(w, float),
+                                           np.asarray(ec, float)).tolist()
 
 
-@njit(cache=True)
+@kernel
 def _bottom_levels(succ_ptr, edge_dst, w, ec):
     """Pull form, from the last node back: bl(u) = w(u) + the costliest comm + bl of
     a successor (0 for a sink); -inf for removed nodes."""

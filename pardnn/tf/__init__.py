@@ -13,39 +13,27 @@ and for a TF2 tf.function training step (docs/tf2.md):
     pardnn.tf.profile_function(step_fn, args, steps=5, out_dir=...)   profile dir
     pardnn.tf.placed(step_fn, "placed/placement.csv")                 placed tf.function
 
-Note: `pardnn.tf.profile` is the function; the module is pardnn.tf.profile's
-namesake, reachable as `from pardnn.tf.profile import profile_model`.
+TensorFlow is imported (quietly) on first use of this API, not by importing the
+package: `pardnn place`, `emulate` and `compare` read profiles through
+pardnn.tf.profile_loader, which needs only protobuf (pardnn.tf.protos), so they
+never pay TensorFlow's start-up.
 """
 
-import os
-import sys
+import importlib
+
+# Public name -> the module defining it.
+_API = {
+    "profile": "profiling", "profile_model": "profiling",
+    "load_profile": "profile_loader",
+    "import_placed_graph": "rewrite", "check_placement": "rewrite",
+    "write_placed_graph": "placed_graph",
+    "session_config": "session",
+    "profile_function": "function", "placed": "function", "check_function_placement": "function",
+}
+__all__ = sorted(_API)
 
 
-def _import_tensorflow_quietly():
-    """Import TensorFlow with file descriptor 2 sent to /dev/null: its C++ start-up
-    lines (oneDNN notice, CUDA probes, CPU features) are printed before its log level
-    applies and would bury pardnn's own one-line messages. Later C++ logs below
-    ERROR are hidden by TF_CPP_MIN_LOG_LEVEL=2 unless the user set it."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "wb") as null:
-            os.dup2(null.fileno(), 2)
-            import tensorflow  # noqa: F401
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-_import_tensorflow_quietly()
-
-from pardnn.tf.profile_loader import load_profile  # noqa: E402
-from pardnn.tf.profile import profile, profile_model  # noqa: E402
-from pardnn.tf.rewrite import check_placement, import_placed_graph, write_placed_graph  # noqa: E402
-from pardnn.tf.session import session_config  # noqa: E402
-from pardnn.tf.function import check_function_placement, placed, profile_function  # noqa: E402
-
-__all__ = ["profile", "profile_model", "load_profile", "import_placed_graph",
-           "check_placement", "write_placed_graph", "session_config",
-           "profile_function", "placed", "check_function_placement"]
+def __getattr__(name):
+    if name not in _API:
+        raise AttributeError(f"module 'pardnn.tf' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"pardnn.tf.{_API[name]}"), name)

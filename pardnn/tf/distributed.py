@@ -25,6 +25,8 @@ import socket
 from dataclasses import dataclass
 
 import grpc
+
+import pardnn.tf.quiet_import  # noqa: F401  (first: hides TensorFlow's start-up lines)
 import tensorflow as tf
 
 from pardnn.hardware.cluster_file import worker_task

@@ -38,6 +38,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+import pardnn.tf.quiet_import  # noqa: F401  (first: hides TensorFlow's start-up lines)
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2, device_properties_pb2, meta_graph_pb2
 from tensorflow.python.grappler import cluster as gcluster
@@ -46,7 +47,7 @@ from tensorflow.python.grappler import item as gitem
 from pardnn.hardware import gpu_specs
 from pardnn.hardware.cluster import LOCAL_PREFIX
 from pardnn.tf import grappler_ops
-from pardnn.tf.profile import write_profile_dir
+from pardnn.tf.profiling import write_profile_dir
 
 
 UNBOUNDED_MEMORY = 1 << 50     # bytes: the virtual device's memory when costing ops
@@ -119,7 +120,7 @@ def host_cpu_target(bandwidth_gbs: float, peak_gflops: float | None = None) -> T
 def estimate_model(model, target: Target, out_dir: str, meta=None) -> dict:
     """Write an estimated profile dir for `model` on `target`; returns profile.json.
 
-    profile.json carries the keys of a measured profile (pardnn.tf.profile) and
+    profile.json carries the keys of a measured profile (pardnn.tf.profiling) and
     `costs`: source "estimated", the target device and its figures, Grappler's step
     time and peak memory, the fallback counts and names, and the seconds taken."""
     run_metadata, info = estimate_step(model, target)

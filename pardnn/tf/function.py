@@ -26,11 +26,12 @@ import functools
 import inspect
 
 import numpy as np
+import pardnn.tf.quiet_import  # noqa: F401  (first: hides TensorFlow's start-up lines)
 import tensorflow as tf
 from tensorflow.python.eager import context
 
 from pardnn.errors import UserError
-from pardnn.tf.profile import traced_steps, write_profile_dir
+from pardnn.tf.profiling import traced_steps, write_profile_dir
 from pardnn.tf.rewrite import compare_partitions
 from pardnn.tf.session import parse_profile_devices, session_config
 

@@ -3,10 +3,11 @@ slots with their dtypes and static sizes, and the edge list.
 
 Output slots are numbered globally: node i owns slots `slot_ptr[i]:slot_ptr[i+1]`,
 so per-slot data (dtype, ref flag, bytes) lives in flat arrays, not per-node dicts.
-A slot's dtype comes from the op's registered OpDef expanded with the node's
-attributes (type_attr, type_list_attr, number_attr), exactly as TF derives it; an
-op with no registered OpDef (a custom op whose library is not loaded) gets as many
-slots as its consumers and `_output_shapes` reveal, with unknown dtype.
+A slot's dtype comes from the op's OpDef (as the profiling TensorFlow registered it,
+pardnn.tf.op_defs) expanded with the node's attributes (type_attr, type_list_attr,
+number_attr), exactly as TF derives it; an op with no OpDef (a custom op whose
+library was not loaded) gets as many slots as its consumers and `_output_shapes`
+reveal, with unknown dtype.
 
 Static sizes (the fallback for tensors the profile did not measure) come from the
 `_output_shapes` attribute that `graph.as_graph_def(add_shapes=True)` writes, or from
@@ -21,20 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 from google.protobuf.message import DecodeError
-from tensorflow.core.framework import graph_pb2, types_pb2
-from tensorflow.python.framework import dtypes, op_def_registry
 
 from pardnn.errors import UserError
-
-# Bytes per element by DataType enum; strings, resources and variants have no fixed
-# size (0 here), so only the profile can tell theirs.
-_DTYPE_SIZE = np.zeros(100, np.int64)
-for _t in range(1, 100):
-    try:
-        _DTYPE_SIZE[_t] = dtypes.as_dtype(_t).size
-    except TypeError:
-        pass
-DT_RESOURCE = types_pb2.DT_RESOURCE
+from pardnn.tf.protos import DT_RESOURCE, DTYPE_SIZE, GraphDef
 _BACK_EDGE_SRC = ("NextIteration", "RefNextIteration")
 
 
@@ -72,7 +62,7 @@ def read_graph_def(path):
             data = f.read()
     except OSError as exc:
         raise UserError(f"{path}: cannot read ({exc.strerror})") from None
-    graph_def = graph_pb2.GraphDef()
+    graph_def = GraphDef()
     try:
         graph_def.ParseFromString(data)
     except (DecodeError, RuntimeError, ValueError):
@@ -82,8 +72,9 @@ def read_graph_def(path):
     return graph_def
 
 
-def graph_table(graph_def, source="graph.pb") -> GraphTable:
-    """Arrays for a parsed GraphDef; UserError on duplicate names or dangling inputs."""
+def graph_table(graph_def, op_defs, source="graph.pb") -> GraphTable:
+    """Arrays for a parsed GraphDef; UserError on duplicate names or dangling inputs.
+    op_defs: the ops' OpDefs (pardnn.tf.op_defs)."""
     names = [n.name for n in graph_def.node]
     index = {name: i for i, name in enumerate(names)}
     if len(index) != len(names):
@@ -92,7 +83,7 @@ def graph_table(graph_def, source="graph.pb") -> GraphTable:
     src, dst, slot = _edges(graph_def, index, source)
     ops = [n.op for n in graph_def.node]
     src, dst, slot, back = _drop_back_edges(ops, src, dst, slot)
-    slot_ptr, dtype, ref, static = _slots(graph_def, src, slot)
+    slot_ptr, dtype, ref, static = _slots(graph_def, op_defs, src, slot)
     return GraphTable(graph_def, names, ops, index, slot_ptr, dtype, ref, static,
                       src, dst, slot, back)
 
@@ -127,7 +118,7 @@ def _drop_back_edges(ops, src, dst, slot):
     return src[keep], dst[keep], slot[keep], int(back.sum())
 
 
-def _slots(graph_def, edge_src, edge_slot):
+def _slots(graph_def, op_defs, edge_src, edge_slot):
     """Per-node output slot counts, dtypes, ref flags and static byte sizes."""
     n = len(graph_def.node)
     used = np.zeros(n, np.int64)
@@ -135,7 +126,7 @@ def _slots(graph_def, edge_src, edge_slot):
     np.maximum.at(used, edge_src[data], edge_slot[data] + 1)
     counts, dtypes, refs, sizes = [], [], [], []
     for i, node in enumerate(graph_def.node):
-        types = _output_types(node)
+        types = _output_types(node, op_defs.get(node.op))
         shapes = node.attr["_output_shapes"].list.shape if "_output_shapes" in node.attr else ()
         count = max(len(types), len(shapes), int(used[i]))
         types = types + [(0, False)] * (count - len(types))
@@ -150,9 +141,8 @@ def _slots(graph_def, edge_src, edge_slot):
             np.asarray(sizes, np.int64))
 
 
-def _output_types(node):
-    """[(base dtype, is_ref)] per output, from the registered OpDef and the node's attrs."""
-    op_def = op_def_registry.get(node.op)
+def _output_types(node, op_def):
+    """[(base dtype, is_ref)] per output, from the op's OpDef and the node's attrs."""
     if op_def is None:
         return []
     out = []
@@ -190,9 +180,9 @@ def _static_bytes(node, shape, dtype, slot):
 
 def shape_bytes(shape, dtype) -> int:
     """Bytes of a fully known TensorShapeProto of `dtype`; 0 when anything is unknown."""
-    if shape is None or shape.unknown_rank or not 0 < dtype < len(_DTYPE_SIZE):
+    if shape is None or shape.unknown_rank or not 0 < dtype < len(DTYPE_SIZE):
         return 0
-    total = int(_DTYPE_SIZE[dtype])
+    total = int(DTYPE_SIZE[dtype])
     for dim in shape.dim:
         if dim.size < 0:
             return 0

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+import pardnn.tf.quiet_import  # noqa: F401  (first: hides TensorFlow's start-up lines)
 import tensorflow as tf
 
 from pardnn.hardware.cluster import Device, Host, host_memory

@@ -26,7 +26,8 @@ alias a variable, not a new allocation); persist_bytes holds the variable itself
 Pinning: an op with no GPU kernel (none registered for "GPU" or "DEFAULT") is pinned
 to "CPU", where TF would run it. This needs a TF build that registers GPU kernels
 (the standard pip wheel does, even on machines without a GPU); with a CPU-only build
-nothing is pinned, since nothing can be known. Pins matter only when placing on GPUs;
+nothing is pinned, since nothing can be known. The profile records what the
+profiling build registered (pardnn.tf.op_defs), so loading needs no TensorFlow. Pins matter only when placing on GPUs;
 on a cpu:K cluster every device is a CPU.
 """
 
@@ -37,7 +38,6 @@ import os
 import time
 
 import numpy as np
-from tensorflow.python.framework import kernels
 
 from pardnn.errors import UserError
 from pardnn.graph import NORMAL, REFERENCE, RESIDUAL, CostGraph
@@ -48,6 +48,7 @@ from pardnn.tf.colocation import colocation_groups
 from pardnn.tf.fusion import fusion_ties, spread_fused_times
 from pardnn.tf.graphdef import (DT_RESOURCE, graph_table, profile_files, read_graph_def,
                                 shape_bytes)
+from pardnn.tf import op_defs as op_registry
 from pardnn.tf.stepstats import read_step_stats
 
 VARIABLE_OPS = ("VarHandleOp", "VariableV2", "Variable")
@@ -64,7 +65,10 @@ def load_profile(path):
     stay counted in untimed_nodes), stage_seconds and, when present, the profile.json written by `pardnn profile`."""
     clock = _Stages()
     graph_pb, steps = profile_files(path)
-    table = graph_table(read_graph_def(graph_pb), source=graph_pb)
+    graph_def = read_graph_def(graph_pb)
+    meta = _profile_json(path)
+    ops = op_registry.load(path, meta, {n.op for n in graph_def.node})
+    table = graph_table(graph_def, ops, source=graph_pb)
     clock.lap("graph")
     stats = read_step_stats(steps, table)
     clock.lap("step_stats")
@@ -76,7 +80,7 @@ def load_profile(path):
     out_bytes = _out_bytes(table, slot_bytes, kind)
     gslot = table.edge_global_slot()
     edge_bytes = np.where(gslot >= 0, slot_bytes[np.maximum(gslot, 0)], 0)
-    pinned = cpu_pins(table.ops)
+    pinned = cpu_pins(table.ops, ops.cpu_only)
     fusions = fusion_ties(table)
     group = colocation_groups(table, fusions.ties).tolist()
     comp_us, fused_timed = spread_fused_times(stats.comp_us, stats.timed, fusions.groups)
@@ -96,7 +100,6 @@ def load_profile(path):
             "fusions": fusions.counts,
             "fused_timed_nodes": fused_timed,
             "stage_seconds": clock.seconds}
-    meta = _profile_json(path)
     if meta is not None:
         info["profile"] = meta
     return graph, info
@@ -176,19 +179,12 @@ def _out_bytes(table, slot_bytes, kind):
     return out
 
 
-def cpu_pins(ops) -> list:
-    """"CPU" for nodes whose op has kernels but none for GPU; "" otherwise."""
-    if not _has_gpu_kernels("MatMul"):
+def cpu_pins(ops, cpu_only) -> list:
+    """"CPU" for nodes whose op is in `cpu_only` (has kernels, none for GPU); "" for
+    the rest, and for all when `cpu_only` is None (unknown)."""
+    if cpu_only is None:
         return [""] * len(ops)
-    verdict = {}
-    for op in set(ops):
-        devices = {k.device_type for k in kernels.get_registered_kernels_for_op(op).kernel}
-        verdict[op] = "CPU" if devices and not devices & {"GPU", "DEFAULT"} else ""
-    return [verdict[op] for op in ops]
-
-
-def _has_gpu_kernels(op):
-    return any(k.device_type == "GPU" for k in kernels.get_registered_kernels_for_op(op).kernel)
+    return ["CPU" if op in cpu_only else "" for op in ops]
 
 
 class _Stages:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import zlib
 
+import pardnn.tf.quiet_import  # noqa: F401  (first: hides TensorFlow's start-up lines)
 from tensorflow.core.framework import graph_pb2, node_def_pb2, types_pb2
 from tensorflow.python.framework import tensor_util
 
@@ -36,7 +37,9 @@ from pardnn.errors import UserError
 from pardnn.graph.averaging import averaged_tensors, mean_name
 from pardnn.hardware.hosts import replica_devices
 from pardnn.tf.graphdef import graph_table, read_graph_def
-from pardnn.tf.rewrite import placed_devices
+from pardnn.tf.op_defs import from_tensorflow
+from pardnn.tf.placed_graph import placed_devices
+from pardnn.tf.protos import to_tensorflow
 
 PREFIXED_ATTRS = ("shared_name", "frame_name", "tensor_array_name")
 FLOAT_TYPES = {types_pb2.DT_HALF, types_pb2.DT_BFLOAT16, types_pb2.DT_FLOAT, types_pb2.DT_DOUBLE,
@@ -61,7 +64,8 @@ def replicate(graph_def, graph, placement, cluster, replicas, names=None):
     devices = placed_devices(graph, placement)
     averaging = averaged_tensors(graph)
     means = _mean_inputs(graph, averaging)
-    table = graph_table(graph_def)
+    graph_def = to_tensorflow(graph_def, graph_pb2.GraphDef)
+    table = graph_table(graph_def, from_tensorflow({n.op for n in graph_def.node}))
 
     def dtype_of(name, slot):
         return int(table.slot_dtype[table.slot_ptr[table.index[name]] + slot])

@@ -1,12 +1,8 @@
-"""Placed GraphDefs: write one, import one, and check that TF honoured it.
+"""Placed GraphDefs in TensorFlow: import one, and check that TF honoured it.
 
-`write_placed_graph` copies graph.pb with the full device name of its placement on
-every node and nothing else changed. A node pinned to a device kind the cluster
-lacks (a CPU-only op when placing on GPUs) goes to the CPU of the host its group
-was placed on — with its whole colocation group, so TF never has to split a group.
-
-`check_placement` runs a step with RunOptions(output_partition_graphs=True) and
-compares where each node of the graph ran with where it was asked to run. Nodes TF
+(pardnn.tf.placed_graph writes them, without TensorFlow.) `check_placement` runs
+a step with RunOptions(output_partition_graphs=True) and compares where each node
+of the graph ran with where it was asked to run. Nodes TF
 adds (send/recv, replicated constants, _Arg/_Retval) are not counted; nodes the
 step does not need (initialisers) do not run and are not counted either.
 """
@@ -15,47 +11,17 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-import numpy as np
+import pardnn.tf.quiet_import  # noqa: F401  (first: hides TensorFlow's start-up lines)
 import tensorflow as tf
 
-from pardnn.errors import UserError
 from pardnn.tf.allocations import HOST, step_peaks
 from pardnn.tf.graphdef import read_graph_def
+from pardnn.tf.protos import to_tensorflow
 
 tf1 = tf.compat.v1
-
-
-def placed_devices(graph, placement) -> list:
-    """Full TF device name per node of `graph` (see the module docstring)."""
-    cluster = placement.cluster
-    kinds = {d.kind.upper() for d in cluster.devices}
-    to_host = np.zeros(graph.num_groups, bool)
-    for i, pin in enumerate(graph.pinned):
-        if pin and pin.upper() not in kinds:
-            to_host[graph.group[i]] = True
-    names = cluster.names
-    hosts = [re.sub(r"device:[^/]*$", "device:CPU:0", name) for name in names]
-    return [hosts[d] if to_host[g] else names[d]
-            for g, d in zip(graph.group.tolist(), placement.device.tolist())]
-
-
-def write_placed_graph(profile_dir, graph, placement, out_path) -> None:
-    """Write graph.pb of `profile_dir` with every node's device set to `out_path`."""
-    graph_def = read_graph_def(os.path.join(str(profile_dir), "graph.pb"))
-    devices = placed_devices(graph, placement)
-    index = graph.index()
-    for node in graph_def.node:
-        i = index.get(node.name)
-        if i is None:
-            raise UserError(f"{profile_dir}/graph.pb: node {node.name!r} is not in the cost graph "
-                            f"(graph.pb changed since it was loaded?)")
-        node.device = devices[i]
-    with open(out_path, "wb") as f:
-        f.write(graph_def.SerializeToString())
 
 
 def import_placed_graph(path_or_graph_def, name="", input_map=None, return_elements=None):
@@ -67,6 +33,8 @@ def import_placed_graph(path_or_graph_def, name="", input_map=None, return_eleme
     graph_def = path_or_graph_def
     if isinstance(path_or_graph_def, (str, os.PathLike)):
         graph_def = read_graph_def(path_or_graph_def)
+    if not isinstance(graph_def, tf1.GraphDef):
+        graph_def = to_tensorflow(graph_def, tf1.GraphDef)
     return tf1.import_graph_def(graph_def, input_map=input_map,
                                 return_elements=return_elements, name=name)
 

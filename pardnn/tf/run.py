@@ -16,6 +16,7 @@ import os
 import re
 from dataclasses import dataclass
 
+import pardnn.tf.quiet_import  # noqa: F401  (first: hides TensorFlow's start-up lines)
 import tensorflow as tf
 
 from pardnn.errors import UserError

@@ -22,6 +22,7 @@ failing the run; `pardnn.tf.rewrite.check_placement` reports every such move.
 
 import re
 
+import pardnn.tf.quiet_import  # noqa: F401  (first: hides TensorFlow's start-up lines)
 import tensorflow as tf
 
 from pardnn.errors import UserError

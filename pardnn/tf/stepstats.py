@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 from google.protobuf.message import DecodeError
-from tensorflow.core.protobuf import config_pb2
 
 from pardnn.errors import UserError
+from pardnn.tf.protos import RunMetadata
 
 _ARG = re.compile(r"_arg_(.+)_\d+_\d+")
 _INTERNAL = re.compile(r"_|.*/_\d+$")
@@ -115,7 +115,7 @@ def _resolve(name, index):
 
 
 def _parse(path):
-    meta = config_pb2.RunMetadata()
+    meta = RunMetadata()
     try:
         with open(path, "rb") as f:
             meta.ParseFromString(f.read())

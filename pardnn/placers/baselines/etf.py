@@ -23,12 +23,12 @@ Each device keeps its candidates in three heaps: nodes whose inputs arrive after
 device is free (`waiting`, keyed by arrival time), nodes ready to start the moment it
 is free (`arrived`, keyed by priority) and nodes waiting for memory there (`blocked`,
 keyed by the bytes they need), so a step costs O(K log V) and the whole run
-O(V K log V + E K). The loop is compiled with numba (docs/architecture.md), as one
-function whose steps are inner functions: numba inlines them and they share the
-arrays of the enclosing function, where passing those arrays as arguments cost a
-reference count per array per call. The arrays arrive by name, in three named tuples
-(Graph, Nodes, Devices), so none can be passed in the wrong place; run uncompiled
-(`_run.py_func`), the same code is the readable twin tests/test_etf_kernel.py checks
+O(V K log V + E K). The loop is a kernel (pardnn.compiled: compiled with numba on
+large graphs, docs/architecture.md), one function whose steps are inner functions:
+numba inlines them and they share the arrays of the enclosing function, where
+passing those arrays as arguments cost a reference count per array per call. The arrays arrive by name, in three named tuples
+(Graph, Nodes, Devices), so none can be passed in the wrong place; run interpreted
+(`_run.interpreted`), the same code is the readable twin tests/test_etf_kernel.py checks
 the compiled loop against.
 """
 
@@ -36,8 +36,8 @@ import heapq
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
+from pardnn.compiled import kernel
 from pardnn.graph.constraints import allowed_devices
 from pardnn.graph.levels import bottom_levels
 from pardnn.graph.node_memory import resident_bytes, transient_bytes
@@ -82,7 +82,7 @@ class Devices(NamedTuple):
 
 def place(graph, cluster, timings=None) -> np.ndarray:
     """Device per node (int32); the graph and cluster go to the compiled loop as arrays."""
-    return _run(*arrays(graph, cluster)).astype(np.int32)
+    return _run.for_size(graph.num_nodes)(*arrays(graph, cluster)).astype(np.int32)
 
 
 def arrays(graph, cluster) -> tuple:
@@ -102,7 +102,7 @@ def arrays(graph, cluster) -> tuple:
     return edges, nodes, devices
 
 
-@njit(cache=True)
+@kernel
 def _run(g, nodes, devices):
     """Schedules every node; returns its device."""
     n, k = nodes.comp.shape[0], devices.latency.shape[0]

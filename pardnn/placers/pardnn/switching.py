@@ -30,7 +30,8 @@ first; the caller emulates them.
 """
 
 import numpy as np
-from numba import njit
+
+from pardnn.compiled import kernel
 
 MAX_UNBLOCK = 256   # queue waits per round whose blocking op looks for a device
 
@@ -178,9 +179,10 @@ class _Timing:
 class _Busy:
     """One device's busy intervals (ops with positive compute time), by start."""
 
-    def __init__(self, nodes, start, finish):
+    def __init__(self, nodes, start, finish, gap_kernel):
         order = np.lexsort((nodes, start))
         self.nodes, self.start, self.finish = nodes[order], start[order], finish[order]
+        self._first_gap = gap_kernel
 
     def ending_at(self, t) -> int:
         i = int(np.searchsorted(self.start, t, side="left")) - 1
@@ -189,12 +191,12 @@ class _Busy:
     def first_gap(self, t, length, deadline) -> float:
         """Earliest time >= t at which the device is idle for `length` and done by
         `deadline`; inf if there is none."""
-        return _first_gap(self.start, self.finish, float(t), float(length), float(deadline))
+        return self._first_gap(self.start, self.finish, float(t), float(length), float(deadline))
 
 
-@njit(cache=True)
+@kernel
 def _first_gap(start, finish, t, length, deadline):
-    """Busy.first_gap on the sorted busy intervals, compiled: refinement asks it once per
+    """Busy.first_gap on the sorted busy intervals, a kernel: refinement asks it once per
     candidate move, tens of thousands of times per round on large graphs."""
     i = np.searchsorted(start, t, side="right") - 1
     if i >= 0 and finish[i] > t:
@@ -215,8 +217,9 @@ def _first_gap(start, finish, t, length, deadline):
 
 def _busy_intervals(graph, device, schedule, k) -> list:
     run = graph.comp_us > 0
+    gap_kernel = _first_gap.for_size(graph.num_nodes)
     out = []
     for d in range(k):
         nodes = np.flatnonzero(run & (device == d))
-        out.append(_Busy(nodes, schedule.start[nodes], schedule.finish[nodes]))
+        out.append(_Busy(nodes, schedule.start[nodes], schedule.finish[nodes], gap_kernel))
     return out

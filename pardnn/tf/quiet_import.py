@@ -1,0 +1,23 @@
+"""Importing this module imports TensorFlow with its start-up lines hidden.
+
+Every module of pardnn.tf that uses TensorFlow imports this one first. TensorFlow's
+C++ start-up lines (oneDNN notice, CUDA probes, CPU features) are printed before its
+log level applies and would bury pardnn's own one-line messages, so file descriptor
+2 goes to /dev/null while it loads. Later C++ logs below ERROR are hidden by
+TF_CPP_MIN_LOG_LEVEL=2 unless the user set it.
+"""
+
+import os
+import sys
+
+if "tensorflow" not in sys.modules:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.stderr.flush()
+    _saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as _null:
+            os.dup2(_null.fileno(), 2)
+            import tensorflow  # noqa: F401
+    finally:
+        os.dup2(_saved, 2)
+        os.close(_saved)

@@ -1,0 +1,82 @@
+"""Every kernel (pardnn.compiled) gives, compiled by numba, exactly what its interpreted
+twin gives, on random graphs with ties; and the size rule picks the twin on small
+graphs, the compiled kernel on large ones."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pardnn.compiled import INTERPRETED_BELOW, Kernel, kernel
+from pardnn.emulator.event_loop import event_loop
+from pardnn.emulator.scheduler import plan_transfers
+from pardnn.graph.levels import _bottom_levels, _top_levels
+from pardnn.hardware import parse_devices
+from pardnn.placers.pardnn.switching import _first_gap
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from synth_graph import synth_graph  # noqa: E402
+
+CASES = 50
+
+
+def random_graph(seed):
+    """A small training-like graph; in most, many ops cost 0 or the same, so events tie."""
+    rng = np.random.default_rng(seed)
+    g = synth_graph(int(rng.integers(40, 400)), seed=seed, shape="chain" if seed % 2 else "dag")
+    if seed % 3:
+        g.comp_us[rng.random(g.num_nodes) < 0.3] = 0.0
+        g.comp_us[rng.random(g.num_nodes) < 0.3] = 5.0
+    return g, rng
+
+
+def assert_same(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.dtype == y.dtype and np.array_equal(x, y)
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_event_loop(seed):
+    g, rng = random_graph(seed)
+    cluster = parse_devices(["cpu:3", "dgx1-v100:8", "2xdgx-h100:2", "cpu:2"][seed % 4])
+    device = rng.integers(0, cluster.num_devices, g.num_nodes).astype(np.int64)
+    edge_transfer, _, link, occupancy, latency = plan_transfers(g, cluster, device)
+    args = (cluster.num_devices, np.asarray(g.comp_us, np.float64), device, *g.successor_arrays,
+            edge_transfer, np.asarray(link, np.int64), np.asarray(occupancy, np.float64),
+            np.asarray(latency, np.float64), np.diff(g.pred_ptr).astype(np.int64))
+    assert_same(event_loop.compiled(*args), event_loop.interpreted(*args))
+
+
+def test_small_graphs_run_interpreted_large_ones_compiled():
+    @kernel
+    def double(x):
+        return 2 * x
+    assert isinstance(double, Kernel) and double.__name__ == "double"
+    assert double.for_size(INTERPRETED_BELOW - 1) is double.interpreted
+    assert double.for_size(INTERPRETED_BELOW) is double.compiled
+    assert double.compiled(21) == double.interpreted(21) == 42
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_level_sweeps(seed):
+    g, rng = random_graph(seed)
+    w = np.asarray(g.comp_us, np.float64).copy()
+    w[rng.random(g.num_nodes) < 0.1] = -np.inf                  # nodes removed by slicing
+    ec = rng.choice([0.0, 1.0, 2.5], g.num_edges)
+    for sweep in (_top_levels, _bottom_levels):
+        assert_same([sweep.compiled(*g.successor_arrays, w, ec)], [sweep.interpreted(*g.successor_arrays, w, ec)])
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_first_gap(seed):
+    rng = np.random.default_rng(seed)
+    start = np.sort(rng.choice(np.arange(0.0, 60.0, 0.5), int(rng.integers(0, 30)), replace=False))
+    finish = start + rng.choice([0.5, 1.0, 2.0], len(start)) * (np.diff(np.append(start, np.inf)) > 2.0)
+    finish = np.maximum(finish, start)                              # zero-length ops too
+    for _ in range(60):
+        t, length = float(rng.choice(np.arange(0.0, 70.0, 0.5))), float(rng.choice([0.0, 0.5, 1.0, 3.0]))
+        deadline = t + float(rng.choice([0.0, 2.0, 10.0, 80.0]))
+        assert _first_gap.compiled(start, finish, t, length, deadline) == \
+            _first_gap.interpreted(start, finish, t, length, deadline)
