@@ -11,6 +11,9 @@ Public API for a user's own TF1-style training script:
 and for a TF2 tf.function training step (docs/tf2.md):
 
     pardnn.tf.profile_function(step_fn, args, steps=5, out_dir=...)   profile dir
+    pardnn.tf.profile_function(step_fn, specs, estimate="dgx-h100")  planned, nothing run
+    with pardnn.tf.shape_only_variables(): build()                    model without memory
+    with pardnn.tf.variables_placed("placed/placement.csv"): build()  variables as planned
     pardnn.tf.placed(step_fn, "placed/placement.csv")                 placed tf.function
 
 Note: `pardnn.tf.profile` is the function; the module is pardnn.tf.profile's
@@ -45,7 +48,9 @@ from pardnn.tf.profile import profile, profile_model  # noqa: E402
 from pardnn.tf.rewrite import check_placement, import_placed_graph, write_placed_graph  # noqa: E402
 from pardnn.tf.session import session_config  # noqa: E402
 from pardnn.tf.function import check_function_placement, placed, profile_function  # noqa: E402
+from pardnn.tf.variables import shape_only_variables, variables_placed  # noqa: E402
 
 __all__ = ["profile", "profile_model", "load_profile", "import_placed_graph",
            "check_placement", "write_placed_graph", "session_config",
-           "profile_function", "placed", "check_function_placement"]
+           "profile_function", "placed", "check_function_placement",
+           "variables_placed", "shape_only_variables"]
