@@ -38,6 +38,7 @@ from pardnn.tf.estimate import costs_doc, estimate_graph, gpu_target
 from pardnn.tf.gathers import bypass_gathers, drop_nodes
 from pardnn.tf.plan_devices import local_device, read_devices
 from pardnn.tf.profile import traced_steps, write_profile_dir
+from pardnn.tf.variables import planned_variable_names
 from pardnn.tf.rewrite import compare_partitions
 from pardnn.tf.session import parse_profile_devices, session_config
 
@@ -184,6 +185,7 @@ def placed(step_fn, placement_csv):
     placement of another step and variables that are not where the plan says."""
     check_tf_function(step_fn)
     devices = read_devices(placement_csv)
+    names = planned_variable_names(placement_csv)
     requested = {}
 
     def device_of(op):
@@ -194,7 +196,7 @@ def placed(step_fn, placement_csv):
         for name in bypassed:
             requested.pop(name, None)
         _check_names(graph, devices, placement_csv, step_fn, set(bypassed))
-        _check_variables(graph, devices, placement_csv)
+        _check_variables(graph, devices, placement_csv, names)
 
     fn, _ = _retraced(step_fn, device_of, requested.clear, check)
     setattr(fn, _REQUESTED, requested)
@@ -256,17 +258,17 @@ def _check_names(graph, devices, path, step_fn, bypassed):
                         f"profile of this step (pardnn.tf.profile_function)")
 
 
-def _check_variables(graph, devices, path):
+def _check_variables(graph, devices, path, names):
     """UserError naming the first variable the step captures that is not on its
-    planned device (TF would run its reads and updates there, not where planned)."""
-    names = {id(v.handle): v.name for v in graph.variables}
+    planned device (TF would run its reads and updates there, not where planned);
+    `names`: variable node -> variable name."""
     for external, internal in graph.captures:
         want = devices.get(internal.op.name)
         if internal.dtype != tf.resource or not want:
             continue
         have = local_device(external.device)
         if have != want:
-            name = names.get(id(external), internal.op.name)
+            name = names.get(internal.op.name, internal.op.name)
             raise UserError(f"{path}: variable {name!r} is on {have}, the plan puts it on {want}; "
                             f"create the model's variables under pardnn.tf.variables_placed({path!r})")
 
@@ -275,6 +277,7 @@ def check_function_placement(fn, args, kwargs=None):
     """Call the placed function `fn` for the first time; (result, PlacementCheck)
     of where TF ran each op against what fn asked for."""
     ctx = context.context()
+    ctx.export_run_metadata()          # drops function graphs other functions left there
     ctx.enable_run_metadata()
     try:
         result = fn(*args, **(kwargs or {}))

@@ -109,6 +109,15 @@ class VariablePlan:
         return planned[count]
 
 
+def planned_variable_names(placement_csv) -> dict:
+    """Variable node -> variable name from the profile.json next to placement_csv;
+    {} if there is none (a placement of a TF1 graph, or copied alone)."""
+    try:
+        return _profile_variables(placement_csv)
+    except UserError:
+        return {}
+
+
 def _profile_variables(placement_csv) -> dict:
     """profile.json `variables` (node -> variable name) next to placement.csv."""
     path = os.path.join(os.path.dirname(os.path.abspath(placement_csv)), "profile.json")
