@@ -31,6 +31,7 @@ import inspect
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.autograph.impl import api as autograph_api
 from tensorflow.python.eager import context
 
 from pardnn.errors import UserError
@@ -231,10 +232,14 @@ def _retraced(step_fn, device_fn=None, before=None, after=None):
 
 def _autograph(python_fn):
     """python_fn converted by AutoGraph, as tf.function converts it (a bound method's
-    function is converted, then bound again)."""
-    if inspect.ismethod(python_fn):
-        return functools.partial(tf.autograph.to_graph(python_fn.__func__), python_fn.__self__)
-    return tf.autograph.to_graph(python_fn)
+    function is converted, then bound again); as is where AutoGraph cannot convert
+    it (no source code, as for `python -c`), as tf.function falls back."""
+    try:
+        if inspect.ismethod(python_fn):
+            return functools.partial(tf.autograph.to_graph(python_fn.__func__), python_fn.__self__)
+        return tf.autograph.to_graph(python_fn)
+    except autograph_api.ConversionError:
+        return python_fn
 
 
 def check_tf_function(step_fn):
