@@ -27,14 +27,16 @@ from pardnn.cli import main as pardnn_cli
 DEVICES, BATCH = 8, 16
 
 
-def build():
-    """The model, its Adam optimizer (slots created now) and the training step."""
+def mlp(layers=12):
+    """A seeded Keras MLP: 64 inputs, `layers` Dense layers of 128, 8 outputs."""
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.layers.Input((64,))]
-                             + [keras.layers.Dense(128, activation="relu") for _ in range(12)]
-                             + [keras.layers.Dense(8)])
-    opt = keras.optimizers.Adam(1e-3)
-    opt.build(model.trainable_variables)
+    return keras.Sequential([keras.layers.Input((64,))]
+                            + [keras.layers.Dense(128, activation="relu") for _ in range(layers)]
+                            + [keras.layers.Dense(8)])
+
+
+def training_step(model, opt):
+    """A tf.function training step of `model` with the optimizer `opt` (MSE loss)."""
     mse = keras.losses.MeanSquaredError()
 
     @tf.function
@@ -44,7 +46,15 @@ def build():
         grads = tape.gradient(loss, model.trainable_variables)
         opt.apply_gradients(zip(grads, model.trainable_variables))
         return loss
-    return model, opt, step
+    return step
+
+
+def build():
+    """The model, its Adam optimizer (slots created now) and the training step."""
+    model = mlp()
+    opt = keras.optimizers.Adam(1e-3)
+    opt.build(model.trainable_variables)
+    return model, opt, training_step(model, opt)
 
 
 def main(work):

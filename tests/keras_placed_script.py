@@ -22,39 +22,27 @@ from pardnn.cli import main
 from pardnn.errors import UserError
 from pardnn.graph.node_memory import resident_bytes
 
-K, LAYERS, WIDTH, BATCH, STEPS = 8, 12, 128, 16, 3
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+import keras_placed as example  # noqa: E402  (examples/keras_placed.py: its model and step)
 
-
-def mlp(layers=LAYERS):
-    keras.utils.set_random_seed(0)
-    return keras.Sequential([keras.layers.Input((64,))]
-                            + [keras.layers.Dense(WIDTH, activation="relu") for _ in range(layers)]
-                            + [keras.layers.Dense(8)])
+K, LAYERS, BATCH, STEPS = 8, 12, 16, 3
 
 
 def custom_loop(layers=LAYERS, model_scope=contextlib.nullcontext):
-    """A Keras MLP (built in model_scope()), its built Adam and a tf.function
-    training step."""
+    """The example's MLP (built in model_scope()), its built Adam and the example's
+    tf.function training step (step.optimizer: the optimizer)."""
     with model_scope():
-        model = mlp(layers)
+        model = example.mlp(layers)
     opt = keras.optimizers.Adam(1e-3)
     opt.build(model.trainable_variables)
-    mse = keras.losses.MeanSquaredError()
-
-    @tf.function
-    def step(x, y):
-        with tf.GradientTape() as tape:
-            loss = mse(y, model(x, training=True))
-        grads = tape.gradient(loss, model.trainable_variables)
-        opt.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
+    step = example.training_step(model, opt)
     step.optimizer = opt
     return step
 
 
 def fit_model():
     """The same MLP compiled for model.fit; its train_step as a tf.function."""
-    model = mlp()
+    model = example.mlp()
     model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse")
     model.optimizer.build(model.trainable_variables)
     return model, tf.function(model.train_step)

@@ -4,6 +4,7 @@ step, place it on cpu:4, build it again with its variables where the placement
 says, train it placed and unplaced; print one JSON line."""
 
 import json
+import os
 import sys
 
 import numpy as np
@@ -15,6 +16,9 @@ import tensorflow as tf
 from pardnn.cli import main
 from pardnn.errors import UserError
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+import keras_placed as example  # noqa: E402  (examples/keras_placed.py: its training step)
+
 STEPS = 3
 
 
@@ -25,16 +29,7 @@ def model_and_step(hidden):
                               keras.layers.Dense(4)])
     opt = keras.optimizers.Adam(1e-2)
     opt.build(model.trainable_variables)
-    mse = keras.losses.MeanSquaredError()
-
-    @tf.function
-    def step(x, y):
-        with tf.GradientTape() as tape:
-            loss = mse(y, model(x, training=True))
-        grads = tape.gradient(loss, model.trainable_variables)
-        opt.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-    return step
+    return example.training_step(model, opt)
 
 
 def main_script(root):

@@ -11,6 +11,7 @@ process). Prints both peak RSS values (ru_maxrss) and their difference.
 """
 
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import tempfile
 import time
 
 WIDTH, LAYERS, BATCH = 8192, 8, 32
+EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples")
 
 CHILD = r'''
 import json, resource, sys, time
@@ -33,15 +35,9 @@ if plan:
                                  + [keras.layers.Dense(WIDTH) for _ in range(LAYERS)])
         opt = keras.optimizers.Adam(1e-3)
         opt.build(model.trainable_variables)
-    mse = keras.losses.MeanSquaredError()
-
-    @tf.function
-    def step(x, y):
-        with tf.GradientTape() as tape:
-            loss = mse(y, model(x, training=True))
-        grads = tape.gradient(loss, model.trainable_variables)
-        opt.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
+    sys.path.insert(0, {examples!r})
+    from keras_placed import training_step          # examples/keras_placed.py
+    step = training_step(model, opt)
     specs = (tf.TensorSpec([BATCH, WIDTH]), tf.TensorSpec([BATCH, WIDTH]))
     doc = pardnn.tf.profile_function(step, specs, out_dir=out, estimate="dgx-h100")
     size = lambda vs: sum(v.shape.num_elements() * 4 for v in vs)
@@ -54,7 +50,7 @@ print(json.dumps(result))
 
 
 def child(plan: bool, out: str) -> dict:
-    code = CHILD.format(width=WIDTH, layers=LAYERS, batch=BATCH, plan=plan, out=out)
+    code = CHILD.format(width=WIDTH, layers=LAYERS, batch=BATCH, plan=plan, out=out, examples=EXAMPLES)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if proc.returncode:
         sys.exit(proc.stderr[-3000:])

@@ -45,7 +45,7 @@ from tensorflow.python.grappler import item as gitem
 
 from pardnn.hardware import gpu_specs
 from pardnn.hardware.cluster import LOCAL_PREFIX
-from pardnn.tf import grappler_ops
+import pardnn.tf.grappler_ops as grappler_ops
 from pardnn.tf.profile import write_profile_dir
 
 
