@@ -154,12 +154,9 @@ def fit_flow(root, data):
     specs = ((tf.TensorSpec([BATCH, 64]), tf.TensorSpec([BATCH, 8])),)
     facts = plan(root, fit_model, lambda built: built[1], specs)
     (model, step), facts["built"] = placed_build(root, fit_model)
-    _, check = pardnn.tf.check_function_placement(
-        pardnn.tf.placed(step, f"{root}/placed/placement.csv"), (data[0],))
-    keras.backend.clear_session()                 # the check trained a step: start again
-    (model, step), _ = placed_build(root, fit_model)
     model.train_step = pardnn.tf.placed(step, f"{root}/placed/placement.csv")
-    facts["placed"] = fit_losses(model, data)
+    facts["placed"], check = pardnn.tf.check_nested_placement(model.train_step,
+                                                              lambda: fit_losses(model, data))
     facts["moved"], facts["per_device"] = check.moved, check.nodes_per_device
     keras.backend.clear_session()
     facts["unplaced"] = fit_losses(fit_model()[0], data)

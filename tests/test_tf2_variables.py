@@ -42,6 +42,7 @@ def test_a_model_four_times_the_budget_trains_placed(flow, kind):
         assert built["bytes_per_device"][device] == pytest.approx(size, rel=0.01)
         assert size <= facts["budget"]
     assert facts["moved"] == []                                     # every op ran where placed
+    assert len(facts["per_device"]) == len(plan) and sum(facts["per_device"].values()) > 500
     assert facts["placed"] == pytest.approx(facts["unplaced"], rel=1e-5)
     assert facts["placed"][0] != facts["placed"][-1]                # it trained
 
@@ -91,3 +92,30 @@ def test_a_placement_without_variables_is_refused(tmp_path):
     with pytest.raises(UserError, match=r"profile.json: lists no variables"):
         with variables_placed(str(tmp_path / "placement.csv")):
             pass
+
+
+def plan_of(tmp_path, variables):
+    """A placement.csv on CPU:0 and its profile.json `variables` (node -> name)."""
+    rows = "".join(f"{node},/job:localhost/replica:0/task:0/device:CPU:0\n" for node in variables)
+    (tmp_path / "placement.csv").write_text("node,device\n" + rows)
+    (tmp_path / "profile.json").write_text(json.dumps({"variables": variables}))
+    return str(tmp_path / "placement.csv")
+
+
+def test_variables_are_matched_by_name_and_unknown_ones_refused(tmp_path):
+    path = plan_of(tmp_path, {"w_node": "layer/kernel:0", "s1": "seed:0", "s2": "seed:0"})
+    with variables_placed(path):
+        with tf.name_scope("layer"):
+            w = tf.Variable(tf.zeros([2]), name="kernel")
+        seeds = [tf.Variable(0, name="seed") for _ in range(2)]
+        assert w.device.endswith("device:CPU:0") and all(s.device.endswith("CPU:0") for s in seeds)
+        with pytest.raises(UserError, match=r"variable 'seed:0' created 3 times, the plan has 2"):
+            tf.Variable(0, name="seed")
+        with pytest.raises(UserError, match=r"variable 'layer/kernal:0' is not in the plan "
+                                            r"\(nearest: layer/kernel:0"):
+            with tf.name_scope("layer"):
+                tf.Variable(tf.zeros([2]), name="kernal")
+    with variables_placed(path, others="/device:CPU:0"):
+        assert tf.Variable(1.0, name="extra").device.endswith("device:CPU:0")
+    with pytest.raises(UserError, match=r"others: device '/device:CPU:5' is not one of this process's"):
+        variables_placed(path, others="/device:CPU:5").__enter__()

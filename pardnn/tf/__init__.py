@@ -47,10 +47,11 @@ from pardnn.tf.profile_loader import load_profile  # noqa: E402
 from pardnn.tf.profile import profile, profile_model  # noqa: E402
 from pardnn.tf.rewrite import check_placement, import_placed_graph, write_placed_graph  # noqa: E402
 from pardnn.tf.session import session_config  # noqa: E402
-from pardnn.tf.function import check_function_placement, placed, profile_function  # noqa: E402
+from pardnn.tf.function import (check_function_placement, check_nested_placement, placed,  # noqa: E402
+                                profile_function)
 from pardnn.tf.variables import shape_only_variables, variables_placed  # noqa: E402
 
 __all__ = ["profile", "profile_model", "load_profile", "import_placed_graph",
            "check_placement", "write_placed_graph", "session_config",
-           "profile_function", "placed", "check_function_placement",
+           "profile_function", "placed", "check_function_placement", "check_nested_placement",
            "variables_placed", "shape_only_variables"]

@@ -28,6 +28,7 @@ import contextlib
 import datetime
 import functools
 import inspect
+import re
 
 import numpy as np
 import tensorflow as tf
@@ -281,19 +282,53 @@ def _check_variables(graph, devices, path, names):
 def check_function_placement(fn, args, kwargs=None):
     """Call the placed function `fn` for the first time; (result, PlacementCheck)
     of where TF ran each op against what fn asked for."""
-    ctx = context.context()
-    ctx.export_run_metadata()          # drops function graphs other functions left there
-    ctx.enable_run_metadata()
-    try:
-        result = fn(*args, **(kwargs or {}))
-        run_metadata = ctx.export_run_metadata()
-    finally:
-        ctx.disable_run_metadata()
+    result, run_metadata = _with_run_metadata(lambda: fn(*args, **(kwargs or {})))
     partitions = [p for g in run_metadata.function_graphs for p in g.partition_graphs]
     if not partitions:
         raise UserError("check_function_placement: no partition graphs; call it on a placed "
                         "function that has not run yet (they are recorded when TF instantiates it)")
     return result, compare_partitions(requested_devices(fn), partitions)
+
+
+def check_nested_placement(fn, call):
+    """Run `call()`, which calls the placed function `fn` from its own tf.function
+    for the first time (`model.fit` with `model.train_step = fn`); (result,
+    PlacementCheck) of fn's ops, found in the caller's partition graphs under the
+    prefix TF gives an inlined call (StatefulPartitionedCall/.../op)."""
+    result, run_metadata = _with_run_metadata(call)
+    requested = requested_devices(fn)
+    partitions = [_inlined(p, requested) for g in run_metadata.function_graphs for p in g.partition_graphs]
+    if not any(p.node for p in partitions):
+        raise UserError("check_nested_placement: none of fn's ops ran inlined in a caller; call it "
+                        "on a placed function that has not run yet, with a call that runs it")
+    return result, compare_partitions(requested, partitions)
+
+
+_INLINED = re.compile(r"^((Stateful)?PartitionedCall(_\d+)?/)+")
+
+
+def _inlined(partition, requested):
+    """The nodes of a partition graph inlined from a call of a function whose ops
+    are `requested`, renamed to their names in that function."""
+    graph = tf1.GraphDef()
+    for node in partition.node:
+        prefix = _INLINED.match(node.name)
+        if prefix and node.name[prefix.end():] in requested:
+            graph.node.add().CopyFrom(node)
+            graph.node[-1].name = node.name[prefix.end():]
+    return graph
+
+
+def _with_run_metadata(call):
+    """(call(), the RunMetadata TF recorded while it ran)."""
+    ctx = context.context()
+    ctx.export_run_metadata()          # drops function graphs other functions left there
+    ctx.enable_run_metadata()
+    try:
+        result = call()
+        return result, ctx.export_run_metadata()
+    finally:
+        ctx.disable_run_metadata()
 
 
 def _name(fn):
