@@ -28,11 +28,13 @@ DEVICES, BATCH = 8, 16
 
 
 def mlp(layers=12):
-    """A seeded Keras MLP: 64 inputs, `layers` Dense layers of 128, 8 outputs."""
+    """A seeded Keras MLP: 64 inputs, `layers` Dense layers of 128 (dropout after
+    the first two), 8 outputs."""
     keras.utils.set_random_seed(0)
-    return keras.Sequential([keras.layers.Input((64,))]
-                            + [keras.layers.Dense(128, activation="relu") for _ in range(layers)]
-                            + [keras.layers.Dense(8)])
+    hidden = [keras.layers.Dense(128, activation="relu") for _ in range(layers)]
+    hidden[1:1] = [keras.layers.Dropout(0.1)]
+    hidden[3:3] = [keras.layers.Dropout(0.1)]
+    return keras.Sequential([keras.layers.Input((64,))] + hidden + [keras.layers.Dense(8)])
 
 
 def training_step(model, opt):

@@ -40,7 +40,7 @@ from pardnn.tf.estimate import costs_doc, estimate_graph, gpu_target
 from pardnn.tf.gathers import bypass_gathers, drop_nodes
 from pardnn.tf.plan_devices import local_device, read_devices
 from pardnn.tf.profile import traced_steps, write_profile_dir
-from pardnn.tf.variables import planned_variable_names
+from pardnn.tf.variables import creation_order, planned_variable_names
 from pardnn.tf.rewrite import compare_partitions
 from pardnn.tf.session import parse_profile_devices, session_config
 
@@ -86,7 +86,8 @@ def profile_function(step_fn, args, steps: int = 5, out_dir: str = "profile", kw
     doc = {"tf_version": tf.__version__, "api": "profile_function", "function": _name(step_fn),
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "fetches": fetches, "gathers_bypassed": trace["bypassed"],
-           "variables": {name: v.name for name, v in variables.items()}, **(meta or {})}
+           "variables": {name: v.name for name, v in creation_order(variables).items()},
+           **(meta or {})}
     if target is not None:
         run_metadata, info = estimate_graph(graph, [f.split(":")[0] for f in fetches], {}, target)
         metas = [run_metadata]

@@ -6,9 +6,8 @@ user creates (weights, optimizer slots, metric and seed-generator state):
 - `variables_placed(placement_csv)` creates each variable on the device the
   placement gives its variable node. Variables are matched to plan entries by
   name (the name `profile_function` records in profile.json `variables`, which
-  `pardnn place` copies next to placement.csv); variables sharing a name (Keras
-  names every Dropout's seed state `seed_generator/seed_generator_state`) are
-  matched in creation order. A variable the plan does not know is an error
+  `pardnn place` copies next to placement.csv); variables sharing a name (TF
+  allows it) are matched in creation order. A variable the plan does not know is an error
   naming it and the nearest known names, unless `others=DEVICE` says where such
   variables go.
 - `shape_only_variables()` creates uninitialised variables: a handle with the
