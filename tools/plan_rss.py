@@ -20,6 +20,8 @@ import time
 
 WIDTH, LAYERS, BATCH = 8192, 8, 32
 EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from commit_line import print_commit  # noqa: E402
 
 CHILD = r'''
 import json, resource, sys, time
@@ -58,16 +60,18 @@ def child(plan: bool, out: str) -> dict:
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="plan_rss_") + "/prof"
-    empty = child(False, out)
-    planned = child(True, out)
+    print_commit()
+    with tempfile.TemporaryDirectory(prefix="plan_rss_") as scratch:
+        out = sys.argv[1] if len(sys.argv) > 1 else f"{scratch}/prof"
+        empty = child(False, out)
+        planned = child(True, out)
     extra = (planned["max_rss_kib"] - empty["max_rss_kib"]) / 1024
     print(f"Keras model: {LAYERS} Dense {WIDTH}x{WIDTH}, {planned['weights_bytes'] / 1e9:.2f} GB of weights, "
           f"{planned['with_slots_bytes'] / 1e9:.2f} GB with Adam slots; {planned['variables']} variables")
     print(f"empty TF + Keras process: peak RSS {empty['max_rss_kib'] / 1024:.0f} MiB")
     print(f"planning (shape-only build + profile_function estimate=dgx-h100, {planned['seconds']:.1f} s): "
           f"peak RSS {planned['max_rss_kib'] / 1024:.0f} MiB, {extra:.0f} MiB above the empty process "
-          f"(target < 500 MB); wrote {out}")
+          f"(target < 500 MB)" + (f"; wrote {out}" if len(sys.argv) > 1 else ""))
     print(f"estimated step on one H100: {planned['estimated_step_ms']:.2f} ms")
 
 
