@@ -87,6 +87,7 @@ def profile_function(step_fn, args, steps: int = 5, out_dir: str = "profile", kw
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "fetches": fetches, "gathers_bypassed": trace["bypassed"],
            "variables": {name: v.name for name, v in creation_order(variables).items()},
+           "variable_shapes": {name: v.shape.as_list() for name, v in variables.items()},
            **(meta or {})}
     if target is not None:
         run_metadata, info = estimate_graph(graph, [f.split(":")[0] for f in fetches], {}, target)

@@ -74,11 +74,13 @@ class VariablePlan:
         self.path = str(placement_csv)
         devices = read_devices(placement_csv)
         self.by_name = {}
-        for node, name in _profile_variables(self.path).items():
+        profile = _profile(self.path)
+        shapes = profile.get("variable_shapes") or {}
+        for node, name in profile["variables"].items():
             if node not in devices:
                 raise UserError(f"{self.path}: has no device for the variable node {node!r} "
                                 f"({name}); placement.csv and profile.json are of different plans")
-            self.by_name.setdefault(name, []).append(devices[node])
+            self.by_name.setdefault(name, []).append((devices[node], shapes.get(node)))
         self.others = None if others is None else self._known(others)
         self.used = {}
 
@@ -89,12 +91,12 @@ class VariablePlan:
                             f"({', '.join(sorted(known_devices()))})")
         return local
 
-    def device(self, name: str) -> str:
-        """The planned device of the next variable called `name`."""
+    def device(self, name: str):
+        """(planned device, planned shape or None) of the next variable called `name`."""
         planned = self.by_name.get(name)
         if planned is None:
             if self.others is not None:
-                return self.others
+                return self.others, None
             near = difflib.get_close_matches(name, list(self.by_name), n=3, cutoff=0.4)
             raise UserError(f"{self.path}: variable {name!r} is not in the plan (nearest: "
                             f"{', '.join(near) or 'none'}); build the model as it was profiled, or "
@@ -108,21 +110,31 @@ class VariablePlan:
         return planned[count]
 
 
+    def check_shape(self, name: str, variable, shape) -> None:
+        """UserError if a variable's shape is not the planned one (a placement of
+        another model whose variables happen to have the same names)."""
+        if shape is not None and variable.shape.as_list() != shape:
+            raise UserError(f"{self.path}: variable {name!r} has shape {variable.shape.as_list()}, the "
+                            f"plan's has {shape}: a placement of another model; place a profile of "
+                            f"this one")
+
+
 def planned_variable_names(placement_csv) -> dict:
     """Variable node -> variable name from the profile.json next to placement_csv;
     {} if there is none (a placement of a TF1 graph, or copied alone)."""
     try:
-        return _profile_variables(placement_csv)
+        return _profile(placement_csv)["variables"]
     except UserError:
         return {}
 
 
-def _profile_variables(placement_csv) -> dict:
-    """profile.json `variables` (node -> variable name) next to placement.csv."""
+def _profile(placement_csv) -> dict:
+    """The profile.json next to placement_csv, with `variables` (node -> variable name)."""
     path = os.path.join(os.path.dirname(os.path.abspath(placement_csv)), "profile.json")
     try:
         with open(path) as f:
-            variables = json.load(f).get("variables")
+            doc = json.load(f)
+        variables = doc.get("variables") if isinstance(doc, dict) else None
     except OSError as exc:
         raise UserError(f"{path}: cannot read ({exc.strerror}); variables_placed reads the "
                         f"profile.json `pardnn place` writes next to placement.csv") from None
@@ -131,7 +143,7 @@ def _profile_variables(placement_csv) -> dict:
     if not isinstance(variables, dict):
         raise UserError(f"{path}: lists no variables; place a profile of a tf.function step "
                         f"(pardnn.tf.profile_function)")
-    return variables
+    return doc
 
 
 @contextlib.contextmanager
@@ -140,8 +152,12 @@ def variables_placed(placement_csv, others=None):
     plan = VariablePlan(placement_csv, others)
 
     def creator(next_creator, **kwargs):
-        with tf.device(plan.device(_full_name(kwargs.get("name")))):
-            return next_creator(**kwargs)
+        name = _full_name(kwargs.get("name"))
+        device, shape = plan.device(name)
+        with tf.device(device):
+            variable = next_creator(**kwargs)
+        plan.check_shape(name, variable, shape)
+        return variable
 
     with tf.variable_creator_scope(creator):
         yield plan
