@@ -1,8 +1,10 @@
 """Run by tests/test_tf2_function.py in a subprocess (4 logical CPU devices must be
 set before TensorFlow initialises): profile a Keras model's tf.function training
-step, place it on cpu:4, train it placed and unplaced; print one JSON line."""
+step, place it on cpu:4, build it again with its variables where the placement
+says, train it placed and unplaced; print one JSON line."""
 
 import json
+import os
 import sys
 
 import numpy as np
@@ -14,6 +16,9 @@ import tensorflow as tf
 from pardnn.cli import main
 from pardnn.errors import UserError
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+import keras_placed as example  # noqa: E402  (examples/keras_placed.py: its training step)
+
 STEPS = 3
 
 
@@ -24,16 +29,7 @@ def model_and_step(hidden):
                               keras.layers.Dense(4)])
     opt = keras.optimizers.Adam(1e-2)
     opt.build(model.trainable_variables)
-    mse = keras.losses.MeanSquaredError()
-
-    @tf.function
-    def step(x, y):
-        with tf.GradientTape() as tape:
-            loss = mse(y, model(x, training=True))
-        grads = tape.gradient(loss, model.trainable_variables)
-        opt.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-    return step
+    return example.training_step(model, opt)
 
 
 def main_script(root):
@@ -46,9 +42,13 @@ def main_script(root):
     pardnn.tf.profile_function(step, batches[0], steps=2, out_dir=f"{root}/prof")
     assert main(["place", f"{root}/prof", "--devices", "cpu:4", "--algorithm", "round-robin",
                  "-o", f"{root}/placed"]) == 0
+    keras.backend.clear_session()                       # the same names again
+    with pardnn.tf.variables_placed(f"{root}/placed/placement.csv"):
+        step = model_and_step(16)
     fn = pardnn.tf.placed(step, f"{root}/placed/placement.csv")
     first, check = pardnn.tf.check_function_placement(fn, batches[0])
     placed_losses = [float(first)] + [float(fn(*b)) for b in batches[1:]]
+    keras.backend.clear_session()
     reference = model_and_step(16)
     unplaced = [float(reference(*b)) for b in batches]
 

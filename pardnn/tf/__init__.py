@@ -11,6 +11,9 @@ Public API for a user's own TF1-style training script:
 and for a TF2 tf.function training step (docs/tf2.md):
 
     pardnn.tf.profile_function(step_fn, args, steps=5, out_dir=...)   profile dir
+    pardnn.tf.profile_function(step_fn, specs, estimate="dgx-h100")  planned, nothing run
+    with pardnn.tf.shape_only_variables(): build()                    model without memory
+    with pardnn.tf.variables_placed("placed/placement.csv"): build()  variables as planned
     pardnn.tf.placed(step_fn, "placed/placement.csv")                 placed tf.function
 
 TensorFlow is imported (quietly) on first use of this API, not by importing the
@@ -29,6 +32,8 @@ _API = {
     "write_placed_graph": "placed_graph",
     "session_config": "session",
     "profile_function": "function", "placed": "function", "check_function_placement": "function",
+    "check_nested_placement": "function",
+    "variables_placed": "variables", "shape_only_variables": "variables",
 }
 __all__ = sorted(_API)
 

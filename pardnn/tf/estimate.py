@@ -46,7 +46,7 @@ from tensorflow.python.grappler import item as gitem
 
 from pardnn.hardware import gpu_specs
 from pardnn.hardware.cluster import LOCAL_PREFIX
-from pardnn.tf import grappler_ops
+import pardnn.tf.grappler_ops as grappler_ops
 from pardnn.tf.profiling import write_profile_dir
 
 
@@ -134,13 +134,17 @@ def estimate_model(model, target: Target, out_dir: str, meta=None) -> dict:
         "train_op": model.train_op, "loss": model.loss, "init": model.init, "seed": model.seed,
         "trainable_parameters": _trainable_parameters(model.graph),
         **(meta or {}),
-        "costs": {"source": "estimated", "estimator": "grappler-virtual-cluster",
-                  "target": target.label, "device": target.description,
-                  "fallback_rule": "bytes touched / memory bandwidth (pardnn.tf.grappler_ops)",
-                  **info},
+        "costs": costs_doc(target, info),
     }
     write_profile_dir(out_dir, model.graph, [run_metadata], doc)
     return doc
+
+
+def costs_doc(target: Target, info: dict) -> dict:
+    """profile.json `costs` of an estimated profile: source, target and its figures, info."""
+    return {"source": "estimated", "estimator": "grappler-virtual-cluster",
+            "target": target.label, "device": target.description,
+            "fallback_rule": "bytes touched / memory bandwidth (pardnn.tf.grappler_ops)", **info}
 
 
 def _trainable_parameters(graph) -> int:
@@ -168,7 +172,17 @@ def fetch_names(model) -> list:
 
 
 def estimate_step(model, target: Target):
-    """(RunMetadata, info) for one training step of `model` costed on `target`.
+    """(RunMetadata, info) for one training step of `model` costed on `target`
+    (estimate_graph of its graph, fetches and feed shapes)."""
+    shapes = {}
+    if model.feed is not None:
+        shapes = {name.split(":")[0]: np.shape(value) for name, value in model.feed(0).items()}
+    return estimate_graph(model.graph, fetch_names(model), shapes, target)
+
+
+def estimate_graph(graph, fetches, shapes, target: Target):
+    """(RunMetadata, info) for one run of the nodes `fetches` of `graph` costed on
+    `target`; `shapes` gives placeholders (by node name) their fed shapes.
 
     info: grappler_seconds, fallback_seconds, run_time_us (Grappler's makespan,
     without tensor cores or overhead), peak_memory_bytes, scheduled, dropped,
@@ -176,26 +190,23 @@ def estimate_step(model, target: Target):
     fallback_nodes [names], precision, matmul_peak_gflops, tensor_core_ops (count),
     op_overhead_us, op_time_us (sum of the final op times)."""
     t0 = time.perf_counter()
-    meta = _metagraph(model, target.device)
+    meta = _metagraph(graph, fetches, shapes, target.device)
     step_stats, run_time_s, peak = _grappler_costs(meta, target)
     _fill_micros(step_stats)
     t1 = time.perf_counter()
-    info = _apply_fallbacks(model.graph, step_stats, _step_nodes(meta.graph_def, fetch_names(model)),
+    info = _apply_fallbacks(graph, step_stats, _step_nodes(meta.graph_def, fetches),
                             target.bandwidth_gbs, target.tensor_gflops)
-    info.update(_apply_tensor_cores(model.graph, step_stats, target, set(info["fallback_nodes"])))
+    info.update(_apply_tensor_cores(graph, step_stats, target, set(info["fallback_nodes"])))
     info.update(_apply_overhead(step_stats, target.op_overhead_us))
-    info.update(_apply_workspaces(model.graph, step_stats))
+    info.update(_apply_workspaces(graph, step_stats))
     info.update(grappler_seconds=t1 - t0, fallback_seconds=time.perf_counter() - t1,
                 run_time_us=run_time_s * 1e6, peak_memory_bytes=peak)
     return config_pb2.RunMetadata(step_stats=step_stats), info
 
 
-def _metagraph(model, device: str):
-    meta = meta_graph_pb2.MetaGraphDef(graph_def=model.graph.as_graph_def())
-    meta.collection_def["train_op"].node_list.value.extend(fetch_names(model))
-    shapes = {}
-    if model.feed is not None:
-        shapes = {name.split(":")[0]: np.shape(value) for name, value in model.feed(0).items()}
+def _metagraph(graph, fetches, shapes, device: str):
+    meta = meta_graph_pb2.MetaGraphDef(graph_def=graph.as_graph_def())
+    meta.collection_def["train_op"].node_list.value.extend(fetches)
     for node in meta.graph_def.node:
         node.device = device
         if node.op == "Placeholder" and node.name in shapes:

@@ -1,37 +1,47 @@
 """TF2 training steps: profile a `tf.function` and retrace it placed.
 
-`profile_function(step_fn, args, steps, out_dir)` traces the step into a concrete
-function and profiles a copy of its graph: TF 2.21 records no per-op step stats for
-eager function calls, so the function's GraphDef is imported into a TF1 session
-(pardnn's session config, rewrites off) where each captured variable becomes a
-VarHandleOp of the same name holding a copy of the variable's value, and the step
-runs traced (RunOptions FULL_TRACE) like any TF1 profile. The user's variables are
-not touched. graph.pb is that GraphDef, so the loader sees the variables as
-resident memory, and every other node keeps its name in the trace.
+`profile_function(step_fn, args, steps, out_dir)` traces the step's Python
+function afresh (the user's tf.function is not touched), with its gather nodes
+bypassed (pardnn.tf.gathers), and profiles a copy of its graph: TF 2.21 records
+no per-op step stats for eager function calls, so the function's GraphDef is
+imported into a TF1 session (pardnn's session config, rewrites off) where each
+captured variable becomes a VarHandleOp of the same name holding a copy of the
+variable's value, and the step runs traced (RunOptions FULL_TRACE) like any TF1
+profile. With `estimate=PRESET` nothing runs and no value is copied: Grappler
+costs the step for one GPU of the preset (pardnn.tf.estimate), from the
+variables' shapes and dtypes. graph.pb is that GraphDef, so the loader sees the
+variables as resident memory, and every other node keeps its name in the trace.
 
 `placed(step_fn, placement_csv)` returns a new tf.function that retraces the step's
-Python function under a device function giving every op its placed device (names
-are stable from one trace of a function to the next). Variables live where they
-were created, so an op that takes a variable's handle follows the variable, as TF
-would move it there anyway; `requested_devices(fn)` gives the devices asked for.
-`check_function_placement(fn, args)` calls a fresh placed function once and reads
-where TF ran each op from the function's partition graphs.
+Python function the same way under a device function giving every op its placed
+device (names are stable from one trace of a function to the next), variable
+reads and updates included; its trace refuses variables that are not on their
+planned devices (pardnn.tf.variables creates them there). `requested_devices(fn)`
+gives the devices asked for. `check_function_placement(fn, args)` calls a fresh
+placed function once and reads where TF ran each op from the function's
+partition graphs.
 """
 
 from __future__ import annotations
 
-import csv
+import contextlib
 import datetime
 import functools
 import inspect
+import re
 
 import numpy as np
 import pardnn.tf.quiet_import  # noqa: F401  (first: hides TensorFlow's start-up lines)
 import tensorflow as tf
+from tensorflow.python.autograph.impl import api as autograph_api
 from tensorflow.python.eager import context
 
 from pardnn.errors import UserError
+from pardnn.tf.estimate import costs_doc, estimate_graph, gpu_target
+from pardnn.tf.gathers import bypass_gathers, drop_nodes
+from pardnn.tf.plan_devices import local_device, read_devices
 from pardnn.tf.profiling import traced_steps, write_profile_dir
+from pardnn.tf.variables import creation_order, planned_variable_names
 from pardnn.tf.rewrite import compare_partitions
 from pardnn.tf.session import parse_profile_devices, session_config
 
@@ -52,32 +62,72 @@ def concrete_function(step_fn, args, kwargs=None):
 
 
 def profile_function(step_fn, args, steps: int = 5, out_dir: str = "profile", kwargs=None,
-                     devices: str = "cpu:1", meta=None) -> dict:
+                     devices: str = "cpu:1", meta=None, estimate=None, op_overhead_us=None,
+                     precision=None) -> dict:
     """Profile the tf.function `step_fn` called with `args` into a profile dir that
-    `pardnn place` reads; returns the profile.json contents."""
+    `pardnn place` reads; returns the profile.json contents.
+
+    With `estimate` (a GPU preset, as `pardnn profile --estimate`) nothing runs:
+    Grappler costs one step for that GPU from the variables' shapes and dtypes, so
+    args may be tf.TensorSpecs and the variables shape-only stand-ins."""
+    target = _estimate_target(estimate, op_overhead_us, precision)
     if steps < 1:
         raise UserError(f"steps: need at least 1 traced step, got {steps}")
     cpu_devices, gpus = parse_profile_devices(devices, "devices")
-    fn = concrete_function(step_fn, args, kwargs)
+    check_tf_function(step_fn)
+    retraced, trace = _retraced(step_fn)
+    fn = concrete_function(retraced, args, kwargs)
     graph_def, variables = _replica_graph_def(fn)
-    feed = _arg_feed(fn, args, kwargs)
-    values = {name: var.numpy() for name, var in variables.items()}
+    drop_nodes(graph_def, trace["bypassed"])
     graph = tf.Graph()
     with graph.as_default():
         tf1.import_graph_def(graph_def, name="")
         profile_def = graph.as_graph_def(add_shapes=True)
-        init, init_feed = _variable_init(graph, values)
     fetches = [t.name for t in fn.graph.outputs] + [op.name for op in fn.graph.control_outputs]
-    with tf1.Session(graph=graph, config=session_config(cpu_devices, gpus)) as session:
-        session.run(init, feed_dict=init_feed)
-        metas = traced_steps(session, fetches, lambda step: feed, steps)
-        doc = {"tf_version": tf.__version__, "devices": [d.name for d in session.list_devices()],
-               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-               "steps": steps, "api": "profile_function", "function": _name(step_fn),
-               "fetches": fetches, "feeds": sorted(feed), "profile_devices": devices,
-               "variables": {name: v.name for name, v in variables.items()}, **(meta or {})}
+    doc = {"tf_version": tf.__version__, "api": "profile_function", "function": _name(step_fn),
+           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "fetches": fetches, "gathers_bypassed": trace["bypassed"],
+           "variables": {name: v.name for name, v in creation_order(variables).items()},
+           "variable_shapes": {name: v.shape.as_list() for name, v in variables.items()},
+           **(meta or {})}
+    if target is not None:
+        run_metadata, info = estimate_graph(graph, [f.split(":")[0] for f in fetches], {}, target)
+        metas = [run_metadata]
+        doc.update(devices=[target.device], steps=1, warmup_steps=0, feeds=[],
+                   costs=costs_doc(target, info))
+    else:
+        feed = _arg_feed(fn, args, kwargs)
+        metas, names = _measure(graph, variables, feed, fetches, steps, session_config(cpu_devices, gpus))
+        doc.update(devices=names, steps=steps, feeds=sorted(feed), profile_devices=devices)
     write_profile_dir(out_dir, profile_def, metas, doc)
     return doc
+
+
+def _estimate_target(estimate, op_overhead_us, precision):
+    """The GPU Target of `estimate` (None: measure), op_overhead_us and precision checked."""
+    if estimate is None:
+        if op_overhead_us is not None or precision is not None:
+            raise UserError("op_overhead_us and precision apply to estimated costs: give estimate=PRESET")
+        return None
+    if op_overhead_us is not None and not 0 <= op_overhead_us <= 1e6:
+        raise UserError(f"op_overhead_us: cannot use {op_overhead_us!r} (give 0 to 1e6 microseconds)")
+    return gpu_target(estimate, "estimate", op_overhead_us, precision)
+
+
+def _measure(graph, variables, feed, fetches, steps, config):
+    """(RunMetadata of `steps` traced steps of graph in a TF1 session whose variables
+    hold copies of `variables`' values, the session's device names)."""
+    for v in variables.values():
+        if not v.is_initialized():
+            raise UserError(f"variables: {v.name} holds no value (a shape-only stand-in); "
+                            f"plan with estimate=PRESET, or build the model normally to measure it")
+    values = {name: var.numpy() for name, var in variables.items()}
+    with graph.as_default():
+        init, init_feed = _variable_init(graph, values)
+    with tf1.Session(graph=graph, config=config) as session:
+        session.run(init, feed_dict=init_feed)
+        metas = traced_steps(session, fetches, lambda step: feed, steps)
+        return metas, [d.name for d in session.list_devices()]
 
 
 def _replica_graph_def(fn):
@@ -136,35 +186,64 @@ def _variable_init(graph, values):
 
 def placed(step_fn, placement_csv):
     """A tf.function retracing step_fn's Python function with every op on the device
-    placement_csv (a `pardnn place` placement.csv) gives it."""
+    placement_csv (a `pardnn place` placement.csv) gives it. Its trace refuses a
+    placement of another step and variables that are not where the plan says."""
     check_tf_function(step_fn)
     devices = read_devices(placement_csv)
-    python_fn = step_fn.python_function
-    converted = _autograph(python_fn)
+    names = planned_variable_names(placement_csv)
     requested = {}
 
-    @functools.wraps(python_fn)
-    @tf.autograph.experimental.do_not_convert         # keeps our own errors as written
-    def traced(*args, **kwargs):
-        follow = _variable_devices(concrete_function(step_fn, args, kwargs))
-        graph = tf1.get_default_graph()
-        requested.clear()
-        with graph.device(functools.partial(_device_of, devices, follow, requested)):
-            result = converted(*args, **kwargs)
-        _check_names(graph, devices, placement_csv, step_fn)
-        return result
+    def device_of(op):
+        requested[op.name] = devices.get(op.name, "")
+        return requested[op.name]
 
-    fn = tf.function(traced, input_signature=step_fn.input_signature)
+    def check(graph, bypassed):
+        for name in bypassed:
+            requested.pop(name, None)
+        _check_names(graph, devices, placement_csv, step_fn, set(bypassed))
+        _check_variables(graph, devices, placement_csv, names)
+
+    fn, _ = _retraced(step_fn, device_of, requested.clear, check)
     setattr(fn, _REQUESTED, requested)
     return fn
 
 
+def _retraced(step_fn, device_fn=None, before=None, after=None):
+    """(a new tf.function tracing step_fn's Python function, its trace state).
+
+    Each trace runs the AutoGraph-converted function (as tf.function would) under
+    `device_fn`, then bypasses the graph's gathers (pardnn.tf.gathers); state
+    "bypassed" names them, and `after(graph, bypassed)` may check the trace."""
+    python_fn = step_fn.python_function
+    converted = _autograph(python_fn)
+    state = {"bypassed": []}
+
+    @functools.wraps(python_fn)
+    @tf.autograph.experimental.do_not_convert         # keeps our own errors as written
+    def traced(*args, **kwargs):
+        graph = tf1.get_default_graph()
+        if before is not None:
+            before()
+        with graph.device(device_fn) if device_fn else contextlib.nullcontext():
+            result = converted(*args, **kwargs)
+        state["bypassed"], result = bypass_gathers(graph, result)
+        if after is not None:
+            after(graph, state["bypassed"])
+        return result
+
+    return tf.function(traced, input_signature=step_fn.input_signature), state
+
+
 def _autograph(python_fn):
     """python_fn converted by AutoGraph, as tf.function converts it (a bound method's
-    function is converted, then bound again)."""
-    if inspect.ismethod(python_fn):
-        return functools.partial(tf.autograph.to_graph(python_fn.__func__), python_fn.__self__)
-    return tf.autograph.to_graph(python_fn)
+    function is converted, then bound again); as is where AutoGraph cannot convert
+    it (no source code, as for `python -c`), as tf.function falls back."""
+    try:
+        if inspect.ismethod(python_fn):
+            return functools.partial(tf.autograph.to_graph(python_fn.__func__), python_fn.__self__)
+        return tf.autograph.to_graph(python_fn)
+    except autograph_api.ConversionError:
+        return python_fn
 
 
 def check_tf_function(step_fn):
@@ -179,25 +258,8 @@ def requested_devices(fn) -> dict:
     return dict(getattr(fn, _REQUESTED))
 
 
-def _variable_devices(fn):
-    """Captured variable placeholder name -> the variable's device."""
-    return {internal.op.name: external.device for external, internal in fn.graph.captures
-            if internal.dtype == tf.resource}
-
-
-def _device_of(devices, follow, requested, op):
-    """An op's device: its variable's, if it takes a handle, else the placement's."""
-    device = follow.get(op.name)
-    for t in op.inputs:
-        if device is None and t.dtype == tf.resource:
-            device = follow.get(t.op.name) or t.op.device or None
-    device = device or devices.get(op.name, "")
-    requested[op.name] = device
-    return device
-
-
-def _check_names(graph, devices, path, step_fn):
-    names = [op.name for op in graph.get_operations()]
+def _check_names(graph, devices, path, step_fn, bypassed):
+    names = [op.name for op in graph.get_operations() if op.name not in bypassed]
     missing = [n for n in names if n not in devices]
     if missing:
         raise UserError(f"{path}: does not match the trace of {_name(step_fn)}: {len(missing)} of its "
@@ -205,51 +267,71 @@ def _check_names(graph, devices, path, step_fn):
                         f"profile of this step (pardnn.tf.profile_function)")
 
 
-def read_devices(path) -> dict:
-    """Node name -> device of a placement.csv, every device one this process has."""
-    known = {_local(d.name) for d in tf.config.list_logical_devices()}
-    try:
-        with open(path, newline="") as f:
-            rows = list(csv.reader(f))
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror})") from None
-    if not rows or [h.strip() for h in rows[0][:2]] != ["node", "device"]:
-        raise UserError(f"{path}:1: expected the header 'node,device'")
-    devices = {}
-    for lineno, row in enumerate(rows[1:], start=2):
-        if len(row) < 2:
-            raise UserError(f"{path}:{lineno}: expected 'node,device'")
-        device = _local(row[1].strip())
-        if device not in known:
-            raise UserError(f"{path}:{lineno}: device {row[1].strip()!r} is not one of this process's "
-                            f"devices ({', '.join(sorted(known))})")
-        devices[row[0]] = device
-    return devices
-
-
-def _local(name) -> str:
-    """A device name of this process without its job/replica/task: /device:CPU:1."""
-    spec = tf.DeviceSpec.from_string(name)
-    if spec.job not in (None, "localhost") or spec.task not in (None, 0):
-        return name
-    return tf.DeviceSpec(device_type=spec.device_type, device_index=spec.device_index).to_string()
+def _check_variables(graph, devices, path, names):
+    """UserError naming the first variable the step captures that is not on its
+    planned device (TF would run its reads and updates there, not where planned);
+    `names`: variable node -> variable name."""
+    for external, internal in graph.captures:
+        want = devices.get(internal.op.name)
+        if internal.dtype != tf.resource or not want:
+            continue
+        have = local_device(external.device)
+        if have != want:
+            name = names.get(internal.op.name, internal.op.name)
+            raise UserError(f"{path}: variable {name!r} is on {have}, the plan puts it on {want}; "
+                            f"create the model's variables under pardnn.tf.variables_placed({path!r})")
 
 
 def check_function_placement(fn, args, kwargs=None):
     """Call the placed function `fn` for the first time; (result, PlacementCheck)
     of where TF ran each op against what fn asked for."""
-    ctx = context.context()
-    ctx.enable_run_metadata()
-    try:
-        result = fn(*args, **(kwargs or {}))
-        run_metadata = ctx.export_run_metadata()
-    finally:
-        ctx.disable_run_metadata()
+    result, run_metadata = _with_run_metadata(lambda: fn(*args, **(kwargs or {})))
     partitions = [p for g in run_metadata.function_graphs for p in g.partition_graphs]
     if not partitions:
         raise UserError("check_function_placement: no partition graphs; call it on a placed "
                         "function that has not run yet (they are recorded when TF instantiates it)")
     return result, compare_partitions(requested_devices(fn), partitions)
+
+
+def check_nested_placement(fn, call):
+    """Run `call()`, which calls the placed function `fn` from its own tf.function
+    for the first time (`model.fit` with `model.train_step = fn`); (result,
+    PlacementCheck) of fn's ops, found in the caller's partition graphs under the
+    prefix TF gives an inlined call (StatefulPartitionedCall/.../op)."""
+    result, run_metadata = _with_run_metadata(call)
+    requested = requested_devices(fn)
+    partitions = [_inlined(p, requested) for g in run_metadata.function_graphs for p in g.partition_graphs]
+    if not any(p.node for p in partitions):
+        raise UserError("check_nested_placement: none of fn's ops ran inlined in a caller; call it "
+                        "on a placed function that has not run yet, with a call that runs it")
+    return result, compare_partitions(requested, partitions)
+
+
+_INLINED = re.compile(r"^((Stateful)?PartitionedCall(_\d+)?/)+")
+
+
+def _inlined(partition, requested):
+    """The nodes of a partition graph inlined from a call of a function whose ops
+    are `requested`, renamed to their names in that function."""
+    graph = tf1.GraphDef()
+    for node in partition.node:
+        prefix = _INLINED.match(node.name)
+        if prefix and node.name[prefix.end():] in requested:
+            graph.node.add().CopyFrom(node)
+            graph.node[-1].name = node.name[prefix.end():]
+    return graph
+
+
+def _with_run_metadata(call):
+    """(call(), the RunMetadata TF recorded while it ran)."""
+    ctx = context.context()
+    ctx.export_run_metadata()          # drops function graphs other functions left there
+    ctx.enable_run_metadata()
+    try:
+        result = call()
+        return result, ctx.export_run_metadata()
+    finally:
+        ctx.disable_run_metadata()
 
 
 def _name(fn):

@@ -1,0 +1,45 @@
+"""A placement.csv's devices, as devices of this process."""
+
+from __future__ import annotations
+
+import csv
+
+import pardnn.tf.quiet_import  # noqa: F401  (first: hides TensorFlow's start-up lines)
+import tensorflow as tf
+
+from pardnn.errors import UserError
+
+
+def read_devices(path) -> dict:
+    """Node name -> device of a placement.csv, every device one this process has."""
+    known = known_devices()
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror})") from None
+    if not rows or [h.strip() for h in rows[0][:2]] != ["node", "device"]:
+        raise UserError(f"{path}:1: expected the header 'node,device'")
+    devices = {}
+    for lineno, row in enumerate(rows[1:], start=2):
+        if len(row) < 2:
+            raise UserError(f"{path}:{lineno}: expected 'node,device'")
+        device = local_device(row[1].strip())
+        if device not in known:
+            raise UserError(f"{path}:{lineno}: device {row[1].strip()!r} is not one of this process's "
+                            f"devices ({', '.join(sorted(known))})")
+        devices[row[0]] = device
+    return devices
+
+
+def known_devices() -> set:
+    """This process's logical devices, as local_device names."""
+    return {local_device(d.name) for d in tf.config.list_logical_devices()}
+
+
+def local_device(name) -> str:
+    """A device name of this process without its job/replica/task: /device:CPU:1."""
+    spec = tf.DeviceSpec.from_string(name)
+    if spec.job not in (None, "localhost") or spec.task not in (None, 0):
+        return name
+    return tf.DeviceSpec(device_type=spec.device_type, device_index=spec.device_index).to_string()

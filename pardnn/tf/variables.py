@@ -1,0 +1,172 @@
+"""TF2 variables where the plan says, and shape-only variables for planning.
+
+Both are `tf.variable_creator_scope`s, so they see every variable Keras or the
+user creates (weights, optimizer slots, metric and seed-generator state):
+
+- `variables_placed(placement_csv)` creates each variable on the device the
+  placement gives its variable node. Variables are matched to plan entries by
+  name (the name `profile_function` records in profile.json `variables`, which
+  `pardnn place` copies next to placement.csv); variables sharing a name (TF
+  allows it) are matched in creation order. A variable the plan does not know is an error
+  naming it and the nearest known names, unless `others=DEVICE` says where such
+  variables go.
+- `shape_only_variables()` creates uninitialised variables: a handle with the
+  variable's shape and dtype and no buffer, enough to trace and plan a step
+  (`profile_function(..., estimate=PRESET)`) without allocating the model. An
+  initial value given as a function (Keras' initialisers) is traced in a
+  scratch graph for its shape, never run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import json
+import os
+
+import pardnn.tf.quiet_import  # noqa: F401  (first: hides TensorFlow's start-up lines)
+import tensorflow as tf
+from tensorflow.python.ops import resource_variable_ops
+
+from pardnn.errors import UserError
+from pardnn.tf.plan_devices import known_devices, local_device, read_devices
+
+
+@contextlib.contextmanager
+def shape_only_variables():
+    """Variables created inside hold no memory: shape and dtype only."""
+    with tf.variable_creator_scope(_shape_only):
+        yield
+
+
+def _shape_only(next_creator, **kwargs):
+    shape, dtype = _shape_and_dtype(kwargs)
+    return resource_variable_ops.UninitializedVariable(
+        shape=shape, dtype=dtype, name=kwargs.get("name"), trainable=kwargs.get("trainable"))
+
+
+def _shape_and_dtype(kwargs):
+    """A variable's shape and dtype from its creation arguments, without computing
+    its initial value (a callable is traced in a scratch graph)."""
+    value = kwargs.get("initial_value")
+    dtype = kwargs.get("dtype")
+    if callable(value):
+        with tf.Graph().as_default():
+            value = value()
+    if not isinstance(value, (tf.Tensor, tf.Variable)):
+        value = tf.convert_to_tensor(value, dtype=dtype)
+    shape = kwargs.get("shape") or value.shape
+    return tf.TensorShape(shape), tf.as_dtype(dtype or value.dtype)
+
+
+def creation_order(variables: dict) -> dict:
+    """{node: variable} ordered by when each variable was created (TF numbers every
+    eager variable's handle from one process-wide counter)."""
+    def uid(item):
+        tail = item[1]._unique_id.rsplit("_", 1)[-1]
+        return int(tail) if tail.isdigit() else -1
+    return dict(sorted(variables.items(), key=uid))
+
+
+class VariablePlan:
+    """Devices of a placement's variables: name -> devices in creation order."""
+
+    def __init__(self, placement_csv, others=None):
+        self.path = str(placement_csv)
+        devices = read_devices(placement_csv)
+        self.by_name = {}
+        profile = _profile(self.path)
+        shapes = profile.get("variable_shapes") or {}
+        for node, name in profile["variables"].items():
+            if node not in devices:
+                raise UserError(f"{self.path}: has no device for the variable node {node!r} "
+                                f"({name}); placement.csv and profile.json are of different plans")
+            self.by_name.setdefault(name, []).append((devices[node], shapes.get(node)))
+        self.others = None if others is None else self._known(others)
+        self.used = {}
+
+    def _known(self, device):
+        local = local_device(device)
+        if local not in known_devices():
+            raise UserError(f"others: device {device!r} is not one of this process's devices "
+                            f"({', '.join(sorted(known_devices()))})")
+        return local
+
+    def device(self, name: str):
+        """(planned device, planned shape or None) of the next variable called `name`."""
+        planned = self.by_name.get(name)
+        if planned is None:
+            if self.others is not None:
+                return self.others, None
+            near = difflib.get_close_matches(name, list(self.by_name), n=3, cutoff=0.4)
+            raise UserError(f"{self.path}: variable {name!r} is not in the plan (nearest: "
+                            f"{', '.join(near) or 'none'}); build the model as it was profiled, or "
+                            f"give others=DEVICE for variables the step does not use")
+        count = self.used.get(name, 0)
+        if count >= len(planned):
+            raise UserError(f"{self.path}: variable {name!r} created {count + 1} times, the plan "
+                            f"has {len(planned)}; build the model once inside variables_placed "
+                            f"(keras.backend.clear_session() resets Keras' layer names)")
+        self.used[name] = count + 1
+        return planned[count]
+
+
+    def check_shape(self, name: str, variable, shape) -> None:
+        """UserError if a variable's shape is not the planned one (a placement of
+        another model whose variables happen to have the same names)."""
+        if shape is not None and variable.shape.as_list() != shape:
+            raise UserError(f"{self.path}: variable {name!r} has shape {variable.shape.as_list()}, the "
+                            f"plan's has {shape}: a placement of another model; place a profile of "
+                            f"this one")
+
+
+def planned_variable_names(placement_csv) -> dict:
+    """Variable node -> variable name from the profile.json next to placement_csv;
+    {} if there is none (a placement of a TF1 graph, or copied alone)."""
+    try:
+        return _profile(placement_csv)["variables"]
+    except UserError:
+        return {}
+
+
+def _profile(placement_csv) -> dict:
+    """The profile.json next to placement_csv, with `variables` (node -> variable name)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(placement_csv)), "profile.json")
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+        variables = doc.get("variables") if isinstance(doc, dict) else None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror}); variables_placed reads the "
+                        f"profile.json `pardnn place` writes next to placement.csv") from None
+    except ValueError as exc:
+        raise UserError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(variables, dict):
+        raise UserError(f"{path}: lists no variables; place a profile of a tf.function step "
+                        f"(pardnn.tf.profile_function)")
+    return doc
+
+
+@contextlib.contextmanager
+def variables_placed(placement_csv, others=None):
+    """Variables created inside go to the devices placement_csv gives them."""
+    plan = VariablePlan(placement_csv, others)
+
+    def creator(next_creator, **kwargs):
+        name = _full_name(kwargs.get("name"))
+        device, shape = plan.device(name)
+        with tf.device(device):
+            variable = next_creator(**kwargs)
+        plan.check_shape(name, variable, shape)
+        return variable
+
+    with tf.variable_creator_scope(creator):
+        yield plan
+
+
+def _full_name(name) -> str:
+    """The name tf.Variable will give a variable created here: the current name
+    scope, the name (default "Variable"), ":0"."""
+    scope = tf.get_current_name_scope()
+    name = name or "Variable"
+    return f"{scope}/{name}:0" if scope else f"{name}:0"

@@ -1,0 +1,132 @@
+"""TF2: a Keras model planned without allocating it, its variables created where
+the plan says (pardnn.tf.variables_placed), trained placed; bad inputs refused."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import pardnn.tf  # noqa: F401  (quiet TensorFlow import first)
+import tensorflow as tf
+
+from pardnn.errors import UserError
+from pardnn.tf import profile_function, shape_only_variables, variables_placed
+
+pytestmark = pytest.mark.tf
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture(scope="module")
+def flow(tmp_path_factory):
+    root = tmp_path_factory.mktemp("keras_placed")
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "keras_placed_script.py"), str(root)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["loop", "fit"])
+def test_a_model_four_times_the_budget_trains_placed(flow, kind):
+    facts = flow[kind]
+    assert facts["variable_bytes"] >= 4 * facts["budget"]           # weights + Adam slots: 4x
+    assert facts["budget"] < facts["variable_bytes"] / 3            # below all gradients' size
+    assert facts["gathers"] == ["adam/IdentityN"]                   # Keras' gather, bypassed
+    assert facts["emulated_feasible"]
+    assert max(facts["emulated_peaks"]) <= facts["budget"]
+    built, plan = facts["built"], facts["plan_resident"]
+    assert built["variables"] > 0 and built["wrong_device"] == []   # every variable where planned
+    assert len(plan) > 1 and sorted(built["bytes_per_device"]) == sorted(plan)
+    for device, size in plan.items():
+        assert built["bytes_per_device"][device] == pytest.approx(size, rel=0.01)
+        assert size <= facts["budget"]
+    assert facts["moved"] == []                                     # every op ran where placed
+    assert len(facts["per_device"]) == len(plan) and sum(facts["per_device"].values()) > 500
+    assert facts["placed"] == pytest.approx(facts["unplaced"], rel=1e-5)
+    assert facts["placed"][0] != facts["placed"][-1]                # it trained
+
+
+@pytest.mark.slow
+def test_bad_inputs_are_one_line_errors_before_any_step(flow):
+    bad = flow["bad"]
+    for message in (bad["another_model"], bad["outside_plan"], bad["lacking_device"], bad["built_outside"]):
+        assert message is not None and "\n" not in message
+    assert "variable 'sequential/dense_12/kernel:0' has shape [128, 128], the plan's has [128, 8]: " \
+        "a placement of another model" in bad["another_model"]
+    assert "variable 'adam/" in bad["outside_plan"] and "is on /device:CPU:0, the plan puts it" \
+        in bad["outside_plan"]
+    assert "device '/job:localhost/replica:0/task:0/device:CPU:9' is not one of this process's" \
+        in bad["lacking_device"]
+    assert "variable 'sequential/dense/kernel:0' is on /device:CPU:0" in bad["built_outside"]
+    assert bad["outside_plan_steps"] == 0 and bad["built_outside_steps"] == 0
+
+
+def test_shape_only_variables_hold_no_value_and_cannot_be_measured(tmp_path):
+    with shape_only_variables():
+        v = tf.Variable(lambda: tf.random.normal([4096, 4096]), name="big")
+    assert v.shape == (4096, 4096) and v.dtype == tf.float32
+    assert not v.is_initialized()
+
+    @tf.function
+    def step(x):
+        return tf.reduce_sum(tf.matmul(x, v))
+    with pytest.raises(UserError, match="variables: big:0 holds no value"):
+        profile_function(step, (tf.ones([2, 4096]),), out_dir=str(tmp_path / "p"))
+    assert not (tmp_path / "p").exists()
+    doc = profile_function(step, (tf.TensorSpec([2, 4096]),), out_dir=str(tmp_path / "e"), estimate="dgx-h100")
+    assert doc["costs"]["source"] == "estimated" and list(doc["variables"].values()) == ["big:0"]
+
+
+def test_estimate_flags_without_estimate_are_refused(tmp_path):
+    @tf.function
+    def step(x):
+        return x * 2.0
+    with pytest.raises(UserError, match="op_overhead_us and precision apply to estimated costs"):
+        profile_function(step, (tf.ones([2]),), out_dir=str(tmp_path / "p"), precision="fp16")
+    with pytest.raises(UserError, match="estimate"):
+        profile_function(step, (tf.ones([2]),), out_dir=str(tmp_path / "p"), estimate="dgx-9000")
+
+
+def test_a_placement_without_variables_is_refused(tmp_path):
+    (tmp_path / "placement.csv").write_text("node,device\nx,/device:CPU:0\n")
+    (tmp_path / "profile.json").write_text('{"api": "profile"}')
+    with pytest.raises(UserError, match=r"profile.json: lists no variables"):
+        with variables_placed(str(tmp_path / "placement.csv")):
+            pass
+
+
+def plan_of(tmp_path, variables, shapes=None):
+    """A placement.csv on CPU:0 and its profile.json `variables` (node -> name)."""
+    rows = "".join(f"{node},/job:localhost/replica:0/task:0/device:CPU:0\n" for node in variables)
+    (tmp_path / "placement.csv").write_text("node,device\n" + rows)
+    (tmp_path / "profile.json").write_text(json.dumps({"variables": variables, "variable_shapes": shapes}))
+    return str(tmp_path / "placement.csv")
+
+
+def test_variables_are_matched_by_name_and_unknown_ones_refused(tmp_path):
+    path = plan_of(tmp_path, {"w_node": "layer/kernel:0", "s1": "seed:0", "s2": "seed:0"})
+    with variables_placed(path):
+        with tf.name_scope("layer"):
+            w = tf.Variable(tf.zeros([2]), name="kernel")
+        seeds = [tf.Variable(0, name="seed") for _ in range(2)]
+        assert w.device.endswith("device:CPU:0") and all(s.device.endswith("CPU:0") for s in seeds)
+        with pytest.raises(UserError, match=r"variable 'seed:0' created 3 times, the plan has 2"):
+            tf.Variable(0, name="seed")
+        with pytest.raises(UserError, match=r"variable 'layer/kernal:0' is not in the plan "
+                                            r"\(nearest: layer/kernel:0"):
+            with tf.name_scope("layer"):
+                tf.Variable(tf.zeros([2]), name="kernal")
+    with variables_placed(path, others="/device:CPU:0"):
+        assert tf.Variable(1.0, name="extra").device.endswith("device:CPU:0")
+    with pytest.raises(UserError, match=r"others: device '/device:CPU:5' is not one of this process's"):
+        variables_placed(path, others="/device:CPU:5").__enter__()
+
+
+def test_a_variable_of_another_shape_is_another_models(tmp_path):
+    path = plan_of(tmp_path, {"w_node": "kernel:0"}, {"w_node": [8, 16]})
+    with variables_placed(path):
+        with pytest.raises(UserError, match=r"variable 'kernel:0' has shape \[8, 12\], the plan's has "
+                                            r"\[8, 16\]: a placement of another model"):
+            tf.Variable(tf.zeros([8, 12]), name="kernel")

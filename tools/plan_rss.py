@@ -1,0 +1,79 @@
+"""Peak RSS of planning a Keras model too big to allocate: 2 GB of weights.
+
+Builds a stack of Dense layers (WIDTH x WIDTH float32 kernels, LAYERS of them:
+2.1 GB of weights, 6.4 GB with Adam's slots) under
+pardnn.tf.shape_only_variables(), builds its Adam optimizer, and profiles the
+training step with estimate="dgx-h100" (Grappler costs, nothing run), in a child
+process; a second child only imports TensorFlow and Keras (an empty TF
+process). Prints both peak RSS values (ru_maxrss) and their difference.
+
+    python tools/plan_rss.py [OUT_DIR]
+"""
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+WIDTH, LAYERS, BATCH = 8192, 8, 32
+EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from commit_line import print_commit  # noqa: E402
+
+CHILD = r'''
+import json, resource, sys, time
+import pardnn.tf
+import keras
+import tensorflow as tf
+WIDTH, LAYERS, BATCH, plan, out = {width}, {layers}, {batch}, {plan}, {out!r}
+result = {{}}
+if plan:
+    t0 = time.perf_counter()
+    with pardnn.tf.shape_only_variables():
+        model = keras.Sequential([keras.layers.Input((WIDTH,))]
+                                 + [keras.layers.Dense(WIDTH) for _ in range(LAYERS)])
+        opt = keras.optimizers.Adam(1e-3)
+        opt.build(model.trainable_variables)
+    sys.path.insert(0, {examples!r})
+    from keras_placed import training_step          # examples/keras_placed.py
+    step = training_step(model, opt)
+    specs = (tf.TensorSpec([BATCH, WIDTH]), tf.TensorSpec([BATCH, WIDTH]))
+    doc = pardnn.tf.profile_function(step, specs, out_dir=out, estimate="dgx-h100")
+    size = lambda vs: sum(v.shape.num_elements() * 4 for v in vs)
+    result = {{"weights_bytes": size(model.weights), "with_slots_bytes": size(model.weights + opt.variables),
+               "variables": len(doc["variables"]), "seconds": time.perf_counter() - t0,
+               "estimated_step_ms": doc["costs"]["op_time_us"] / 1e3}}
+result["max_rss_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps(result))
+'''
+
+
+def child(plan: bool, out: str) -> dict:
+    code = CHILD.format(width=WIDTH, layers=LAYERS, batch=BATCH, plan=plan, out=out, examples=EXAMPLES)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if proc.returncode:
+        sys.exit(proc.stderr[-3000:])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main():
+    print_commit()
+    with tempfile.TemporaryDirectory(prefix="plan_rss_") as scratch:
+        out = sys.argv[1] if len(sys.argv) > 1 else f"{scratch}/prof"
+        empty = child(False, out)
+        planned = child(True, out)
+    extra = (planned["max_rss_kib"] - empty["max_rss_kib"]) / 1024
+    print(f"Keras model: {LAYERS} Dense {WIDTH}x{WIDTH}, {planned['weights_bytes'] / 1e9:.2f} GB of weights, "
+          f"{planned['with_slots_bytes'] / 1e9:.2f} GB with Adam slots; {planned['variables']} variables")
+    print(f"empty TF + Keras process: peak RSS {empty['max_rss_kib'] / 1024:.0f} MiB")
+    print(f"planning (shape-only build + profile_function estimate=dgx-h100, {planned['seconds']:.1f} s): "
+          f"peak RSS {planned['max_rss_kib'] / 1024:.0f} MiB, {extra:.0f} MiB above the empty process "
+          f"(target < 500 MB)" + (f"; wrote {out}" if len(sys.argv) > 1 else ""))
+    print(f"estimated step on one H100: {planned['estimated_step_ms']:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
