@@ -1,5 +1,7 @@
 """Options shared by the commands that need a cluster or a profile."""
 
+import os
+
 from pardnn.errors import UserError
 from pardnn.hardware import parse_devices
 from pardnn.units import parse_rate, parse_size, parse_time
@@ -38,3 +40,10 @@ def cluster_from_args(args):
         reserve=args.reserve,
         bandwidth=None if args.bandwidth is None else parse_rate(args.bandwidth, "--bandwidth"),
         latency=None if args.latency is None else parse_time(args.latency, "--latency"))
+
+
+def check_output_file(flag, path) -> None:
+    """UserError unless the folder an output file `path` goes into exists (checked
+    before the real work, so a bad path fails fast)."""
+    if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise UserError(f"{flag}: directory of {path} does not exist")

@@ -51,7 +51,7 @@ def _memory_unit(largest):
 
 
 def _memory_panel(ax, profile, cluster, d, end, tscale, mscale, munit):
-    times, levels = _reduced(*profile.timeline(d), end)
+    times, levels = max_per_bin(*profile.timeline(d), end)
     x = np.append(times, end) / tscale
     y = np.append(levels, levels[-1]) / mscale
     ax.fill_between(x, y, step="post", color="tab:blue", alpha=0.35, linewidth=0)
@@ -72,13 +72,14 @@ def _memory_panel(ax, profile, cluster, d, end, tscale, mscale, munit):
     ax.tick_params(labelsize=7)
 
 
-def _reduced(times, levels, end):
-    """The step function (times, levels), reduced to its maximum per horizontal bin."""
-    if len(times) <= 2 * _BINS:
+def max_per_bin(times, levels, end, bins=_BINS):
+    """The step function (times, levels), reduced to its maximum in each of `bins`
+    equal bins of [0, end] when it has more than 2 x bins points."""
+    if len(times) <= 2 * bins:
         return times, levels
-    edges = np.linspace(0.0, end, _BINS + 1)
+    edges = np.linspace(0.0, end, bins + 1)
     at_edge = levels[np.maximum(np.searchsorted(times, edges[:-1], side="right") - 1, 0)]
-    inside = np.clip(np.searchsorted(edges, times, side="right") - 1, 0, _BINS - 1)
+    inside = np.clip(np.searchsorted(edges, times, side="right") - 1, 0, bins - 1)
     np.maximum.at(at_edge, inside, levels)
     return edges[:-1], at_edge
 

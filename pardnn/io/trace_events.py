@@ -1,0 +1,172 @@
+"""One training step as a Chrome Trace Event file (trace.json), the JSON that
+Perfetto (ui.perfetto.dev), chrome://tracing and TensorBoard's trace viewer open.
+
+The emulated step (`emulated_step`, from the emulator's Schedule) and the measured
+one (pardnn.tf.step_trace, from TF's step stats) share this layout, so the plan
+and the run open side by side with the same track names:
+- one process per device, named by its full TF device name (pid = device index),
+  whose thread "ops" holds each op as a complete event ("X": name = node name,
+  args.op = op type, ts = start, dur = duration, in microseconds from the step's
+  start), and whose counter "memory" ("C", args.bytes) is the memory in use there;
+- a process "links" with one thread per link ("CPU:0 -> CPU:1") holding the
+  transfers (name = tensor, args.bytes); a transfer's dur is the time it occupies
+  the link, args.arrival when it landed;
+- the critical path: its ops and transfers carry args.critical_path = true, and
+  flow arrows ("s"/"f", cat "critical_path") lead from each of its ops to the next.
+
+Times are written to the nanosecond; an event's end is rounded like its start, so
+events of one thread never overlap after rounding. A memory timeline longer than
+2 x MEMORY_POINTS points is reduced to its maximum per bin (peaks stay), so a
+200k-node step gives a trace of its ops and transfers plus a bounded counter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from pardnn.emulator.critical_path import critical_path
+from pardnn.emulator.timeline_plot import max_per_bin
+
+OPS_THREAD = "ops"
+LINKS_PROCESS = "links"
+MEMORY_COUNTER = "memory"
+MEMORY_POINTS = 5000
+
+
+def short_names(names) -> list:
+    """Device names without the prefix they all share ("/job:localhost/.../device:")."""
+    cut = [n.rsplit("device:", 1)[-1] for n in names]
+    return cut if len(set(cut)) == len(cut) else list(names)
+
+
+def tracks(devices, links=()) -> list:
+    """Metadata events naming the device processes (pid = index) and their "ops"
+    thread, and the "links" process (pid = len(devices)) with one thread per link
+    name in `links` (tid = position + 1)."""
+    events = []
+    for pid, name in enumerate(devices):
+        events += [_meta("process_name", pid, 0, name), _meta("process_sort_index", pid, 0, pid),
+                   _meta("thread_name", pid, 0, OPS_THREAD)]
+    if len(links):
+        pid = len(devices)
+        events += [_meta("process_name", pid, 0, LINKS_PROCESS), _meta("process_sort_index", pid, 0, pid)]
+        events += [_meta("thread_name", pid, tid, name) for tid, name in enumerate(links, 1)]
+    return events
+
+
+def op_events(pid, names, ops, start, finish, critical=None, tid=0) -> list:
+    """Complete events of ops (arrays or lists, one entry per op; pid per op)."""
+    ts, dur = _rounded(start, finish)
+    marks = _marks(critical, len(ts))
+    return [f'{{"ph":"X","pid":{p},"tid":{tid},"ts":{t:.3f},"dur":{d:.3f},"name":{_str(n)},'
+            f'"cat":"op","args":{{"op":{_str(o)}{m}}}}}'
+            for p, n, o, t, d, m in zip(np.asarray(pid).tolist(), names, ops, ts, dur, marks)]
+
+
+def transfer_events(pid, tid, names, start, finish, nbytes, arrival, critical=None) -> list:
+    """Complete events of transfers on link threads (tid per transfer)."""
+    ts, dur = _rounded(start, finish)
+    marks = _marks(critical, len(ts))
+    return [f'{{"ph":"X","pid":{pid},"tid":{t_id},"ts":{t:.3f},"dur":{d:.3f},"name":{_str(n)},'
+            f'"cat":"transfer","args":{{"bytes":{b},"arrival":{a:.3f}{m}}}}}'
+            for t_id, n, t, d, b, a, m in zip(np.asarray(tid).tolist(), names, ts, dur,
+                                               np.asarray(nbytes).tolist(), np.asarray(arrival).tolist(),
+                                               marks)]
+
+
+def memory_events(pid, times, levels, end) -> list:
+    """Counter events of the bytes in use on device `pid` from times[i] on."""
+    times, levels = max_per_bin(np.asarray(times, float), np.asarray(levels, np.int64), end, MEMORY_POINTS)
+    return [f'{{"ph":"C","pid":{pid},"tid":0,"ts":{t:.3f},"name":"{MEMORY_COUNTER}","args":{{"bytes":{b}}}}}'
+            for t, b in zip(np.round(times, 3).tolist(), np.asarray(levels).tolist())]
+
+
+def flow_events(pid, start) -> list:
+    """Flow arrows from each op of a chain (pid and start per op, in order) to the next."""
+    pid, ts = np.asarray(pid).tolist(), np.round(np.asarray(start, float), 3).tolist()
+    events = []
+    for i in range(len(ts) - 1):
+        events += [f'{{"ph":"s","id":{i},"pid":{pid[i]},"tid":0,"ts":{ts[i]:.3f},'
+                   f'"name":"critical path","cat":"critical_path"}}',
+                   f'{{"ph":"f","bp":"e","id":{i},"pid":{pid[i + 1]},"tid":0,"ts":{ts[i + 1]:.3f},'
+                   f'"name":"critical path","cat":"critical_path"}}']
+    return events
+
+
+def emulated_step(graph, cluster, device, schedule, profile) -> list:
+    """Trace events of an emulated step (`schedule`, memory `profile`) of placement
+    `device` on `cluster`, with its critical path marked."""
+    k = cluster.num_devices
+    device = np.asarray(device, np.int64)
+    path, path_transfers = critical_path(graph, device, schedule)
+    on_path = np.zeros(graph.num_nodes, bool)
+    on_path[path] = True
+    events = op_events(device, graph.names, graph.ops, schedule.start, schedule.finish, on_path)
+    links, transfers = _transfers(graph, cluster, device, schedule, path_transfers)
+    for d in range(k):
+        events += memory_events(d, *profile.timeline(d), schedule.makespan)
+    events += flow_events(device[path], schedule.start[path])
+    return tracks(cluster.names, links) + events + transfers
+
+
+def write_trace(path, events, about=None) -> None:
+    """Write `events` (JSON strings) as a trace file, through a temporary file and a
+    rename; `about` goes into otherData (shown by the viewers as metadata)."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            f.write('{"displayTimeUnit":"ns","otherData":')
+            json.dump(about or {}, f)
+            f.write(',"traceEvents":[\n')
+            f.write(",\n".join(events))
+            f.write("\n]}\n")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _transfers(graph, cluster, device, schedule, path_transfers):
+    """(link thread names, transfer events) of an emulated schedule."""
+    if len(schedule.transfer_edge) == 0:
+        return [], []
+    k = cluster.num_devices
+    edge = schedule.transfer_edge
+    src = graph.edge_src[edge]
+    link = device[src] * k + schedule.transfer_dst
+    used, tid = np.unique(link, return_inverse=True)
+    short = short_names(cluster.names)
+    names = [f"{short[a // k]} -> {short[a % k]}" for a in used.tolist()]
+    occupancy = schedule.transfer_bytes / cluster.bandwidth[device[src], schedule.transfer_dst]
+    critical = np.zeros(len(edge), bool)
+    critical[path_transfers] = True
+    tensor = [f"{graph.names[s]}:{max(slot, 0)}" if slot >= 0 else f"^{graph.names[s]}"
+              for s, slot in zip(src.tolist(), graph.edge_slot[edge].tolist())]
+    return names, transfer_events(k, tid + 1, tensor, schedule.transfer_send,
+                                  schedule.transfer_send + occupancy, schedule.transfer_bytes,
+                                  schedule.transfer_arrival, critical)
+
+
+def _rounded(start, finish):
+    """(ts, dur) in microseconds with start and end rounded to the nanosecond."""
+    start = np.round(np.asarray(start, float), 3)
+    end = np.maximum(np.round(np.asarray(finish, float), 3), start)
+    return start.tolist(), (end - start).tolist()
+
+
+def _marks(critical, n):
+    if critical is None:
+        return [""] * n
+    return [',"critical_path":true' if c else "" for c in np.asarray(critical).tolist()]
+
+
+def _meta(kind, pid, tid, value):
+    key = "sort_index" if kind.endswith("sort_index") else "name"
+    return json.dumps({"ph": "M", "pid": pid, "tid": tid, "name": kind, "args": {key: value}})
+
+
+def _str(text) -> str:
+    return json.dumps(str(text))
