@@ -14,6 +14,7 @@ from pardnn.emulator.critical_path import critical_path
 from pardnn.emulator.scheduler import simulate
 from pardnn.graph import NORMAL, CostGraph
 from pardnn.hardware import parse_devices
+from pardnn.io.tensorboard_graph import tf_record
 from trace_viewer import busy_us, names, read_trace, served_devices, tensorboard
 
 
@@ -43,6 +44,16 @@ def test_the_critical_path_follows_the_device_when_the_inputs_waited():
     # a and b are independent on one device: b waits for the device, not for an input
     g = graph({"a": 5, "b": 3, "c": 1}, [("b", "c")])
     assert path_of(g, [0, 0, 0]) == (["a", "b", "c"], [])
+
+
+@pytest.mark.parametrize("size", [0, 1, 1000, 100_000])
+def test_event_records_are_framed_as_the_tensorboard_package_frames_them(size):
+    import io
+    from tensorboard.summary.writer.record_writer import RecordWriter
+    data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes()
+    buffer = io.BytesIO()
+    RecordWriter(buffer).write(data)
+    assert tf_record(data) == buffer.getvalue()
 
 
 @pytest.fixture(scope="module")

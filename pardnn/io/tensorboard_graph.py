@@ -8,17 +8,20 @@ serialized placed GraphDef. A profile directory's placed_graph.pb is that GraphD
 already; a cost-graph JSON input, which has no GraphDef, gets one made of its nodes
 (name, op type, placed device) and edges (data inputs "src:slot", control inputs
 "^src"), enough for the picture. The file name and its wall times are fixed, so the
-same placement writes the same bytes. Written with the tensorboard package's protos
-and record writer, so TensorFlow is not imported.
+same placement writes the same bytes. Written with the tensorboard package's protos,
+so TensorFlow is not imported; the records are framed here with google-crc32c's
+checksum (compiled), as the tensorboard package's own record writer computes it in
+pure Python: 9 s for the 27 MB GraphDef of a 200k-node graph.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 
+import google_crc32c
 import numpy as np
 from tensorboard.compat.proto import event_pb2, graph_pb2
-from tensorboard.summary.writer.record_writer import RecordWriter
 
 EVENT_FILE = "events.out.tfevents.0.pardnn"
 
@@ -44,8 +47,18 @@ def write_graph_logdir(logdir, graph_def: bytes) -> None:
     """Make `logdir` (absent or empty) and write one event file holding `graph_def`."""
     os.makedirs(logdir, exist_ok=True)
     with open(os.path.join(logdir, EVENT_FILE), "wb") as f:
-        writer = RecordWriter(f)
-        writer.write(event_pb2.Event(wall_time=0.0, file_version="brain.Event:2").SerializeToString())
-        writer.write(event_pb2.Event(wall_time=0.0, step=0, graph_def=graph_def).SerializeToString())
-        writer.flush()
+        f.write(tf_record(event_pb2.Event(wall_time=0.0, file_version="brain.Event:2").SerializeToString()))
+        f.write(tf_record(event_pb2.Event(wall_time=0.0, step=0, graph_def=graph_def).SerializeToString()))
+
+
+def tf_record(data: bytes) -> bytes:
+    """`data` framed as one TFRecord: its length (uint64, little-endian), the masked
+    CRC-32C of the length, the data, the masked CRC-32C of the data."""
+    length = struct.pack("<Q", len(data))
+    return length + _masked_crc(length) + data + _masked_crc(data)
+
+
+def _masked_crc(data: bytes) -> bytes:
+    crc = google_crc32c.value(data)
+    return struct.pack("<I", (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+from json.encoder import encode_basestring_ascii as _str
 
 import numpy as np
 
@@ -61,8 +62,9 @@ def op_events(pid, names, ops, start, finish, critical=None, tid=0) -> list:
     """Complete events of ops (arrays or lists, one entry per op; pid per op)."""
     ts, dur = _rounded(start, finish)
     marks = _marks(critical, len(ts))
+    types = {o: _str(o) for o in set(ops)}
     return [f'{{"ph":"X","pid":{p},"tid":{tid},"ts":{t:.3f},"dur":{d:.3f},"name":{_str(n)},'
-            f'"cat":"op","args":{{"op":{_str(o)}{m}}}}}'
+            f'"cat":"op","args":{{"op":{types[o]}{m}}}}}'
             for p, n, o, t, d, m in zip(np.asarray(pid).tolist(), names, ops, ts, dur, marks)]
 
 
@@ -167,6 +169,3 @@ def _meta(kind, pid, tid, value):
     key = "sort_index" if kind.endswith("sort_index") else "name"
     return json.dumps({"ph": "M", "pid": pid, "tid": tid, "name": kind, "args": {key: value}})
 
-
-def _str(text) -> str:
-    return json.dumps(str(text))
