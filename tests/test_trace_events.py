@@ -128,13 +128,19 @@ def test_tensorboard_serves_the_placed_graph_of_a_cost_graph_json(placed, tmp_pa
     assert served == placement and len(set(served.values())) >= 2
 
 
-def test_a_trace_into_a_missing_folder_exits_2_before_writing(placed, tmp_path, capsys):
+@pytest.mark.parametrize("command, target, needle", [
+    ("emulate", "nope/t.json", "directory of"),
+    ("emulate", "", "is a directory"),
+    ("emulate", "g.json", "would overwrite or go into the input"),
+    ("run", "nope/t.json", "directory of"),
+    ("run", "placed/run.json", "would overwrite or go into the input"),
+])
+def test_a_bad_trace_path_exits_2_before_any_work(placed, capsys, command, target, needle):
+    before = {p: p.read_bytes() for p in placed.rglob("*") if p.is_file()}
+    argv = (["emulate", str(placed / "g.json"), "--placement", str(placed / "placed" / "placement.csv"),
+             "--devices", "cpu:3"] if command == "emulate" else ["run", str(placed / "placed")])
     capsys.readouterr()
-    assert main(["emulate", str(placed / "g.json"), "--placement", str(placed / "placed" / "placement.csv"),
-                 "--devices", "cpu:3", "--report", str(tmp_path / "r.json"),
-                 "--trace", str(tmp_path / "nope" / "t.json")]) == 2
+    assert main(argv + ["--trace", str(placed / target)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--trace" in err and "nope" in err
-    assert list(tmp_path.iterdir()) == []
-    assert main(["run", str(placed / "placed"), "--trace", str(tmp_path / "nope" / "t.json")]) == 2
-    assert capsys.readouterr().err.count("--trace") == 1
+    assert err.count("\n") == 1 and "--trace: " in err and str(placed / target) in err and needle in err, err
+    assert {p: p.read_bytes() for p in placed.rglob("*") if p.is_file()} == before

@@ -42,8 +42,17 @@ def cluster_from_args(args):
         latency=None if args.latency is None else parse_time(args.latency, "--latency"))
 
 
-def check_output_file(flag, path) -> None:
-    """UserError unless the folder an output file `path` goes into exists (checked
-    before the real work, so a bad path fails fast)."""
-    if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+def check_output_file(flag, path, inputs=()) -> None:
+    """UserError unless an output file can go to `path`: its folder exists, it is not
+    a folder, and it is none of the `inputs` (files or folders) nor inside one of
+    them. Checked before the real work, so a bad path fails fast."""
+    if not path:
+        return
+    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
         raise UserError(f"{flag}: directory of {path} does not exist")
+    if os.path.isdir(path):
+        raise UserError(f"{flag}: {path} is a directory; name a file")
+    full = os.path.realpath(path)
+    for item in inputs:
+        if os.path.commonpath([full, os.path.realpath(str(item))]) == os.path.realpath(str(item)):
+            raise UserError(f"{flag}: {path} would overwrite or go into the input {item}; name another file")

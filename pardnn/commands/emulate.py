@@ -43,7 +43,7 @@ def add_parser(sub):
 def run(args):
     cluster = cluster_from_args(args)
     for flag, path in (("--report", args.report), ("--plot", args.plot), ("--trace", args.trace)):
-        check_output_file(flag, path)
+        check_output_file(flag, path, inputs=[args.profile, args.placement])
     graph, _ = load_cost_graph(args.profile)
     device = read_csv(args.placement, graph, cluster)
     problems = violations(graph, cluster, device)

@@ -29,7 +29,7 @@ def add_parser(sub):
 
 
 def run(args):
-    check_output_file("--trace", args.trace)
+    check_output_file("--trace", args.trace, inputs=[args.placed])
     from pardnn.tf.allocations import HOST
     from pardnn.tf.run import run_placed
     from pardnn.units import format_size
