@@ -15,6 +15,7 @@ from trace_viewer import busy_us, names, read_trace
 
 pytestmark = pytest.mark.tf
 DEV = "/job:localhost/replica:0/task:0/device:"
+EPOCH_US = 1_795_617_409_485_829          # a real step's clock: microseconds since 1970
 
 
 def metadata(devices):
@@ -24,11 +25,11 @@ def metadata(devices):
         dev = meta.step_stats.dev_stats.add(device=device)
         for name, op, start, duration, allocations in records:
             ns = dev.node_stats.add(node_name=name, timeline_label=f"{name} = {op}(x)",
-                                    all_start_nanos=int(start * 1000) + 10**15,
+                                    all_start_nanos=round(start * 1000) + EPOCH_US * 1000,
                                     all_end_rel_nanos=int(duration * 1000))
             memory = ns.memory.add(allocator_name="cpu")
             for micros, nbytes in allocations:
-                memory.allocation_records.add(alloc_micros=micros + 10**12, alloc_bytes=nbytes)
+                memory.allocation_records.add(alloc_micros=micros + EPOCH_US, alloc_bytes=nbytes)
     return meta
 
 
@@ -36,7 +37,7 @@ def test_tracks_lanes_streams_and_memory(tmp_path):
     meta = metadata({
         DEV + "CPU:10": [("late", "Add", 7, 1, [])],
         DEV + "CPU:2": [("a", "MatMul", 0, 4, [(0, 64), (4, -64)]), ("b", "Relu", 1, 2, [(1, 32)]),
-                        ("c", "Add", 3.5, 1, []), ("d", "Add", 5, 1, [])],
+                        ("c", "Add", 3.3, 1, []), ("d", "Add", 5, 1, [])],
         DEV + "GPU:0/stream:all": [("k", "Conv2D", 2, 3, [])],
     })
     path = tmp_path / "run.json"
@@ -48,7 +49,7 @@ def test_tracks_lanes_streams_and_memory(tmp_path):
     ops = {e["name"]: (threads[e["pid"], e["tid"]], e["ts"], e["dur"], e["args"]["op"])
            for e in doc["traceEvents"] if e["ph"] == "X"}
     # b starts while a runs: second lane; c starts after b ended, before a did: second lane again
-    assert ops == {"a": ("ops", 0, 4, "MatMul"), "b": ("ops 2", 1, 2, "Relu"), "c": ("ops 2", 3.5, 1, "Add"),
+    assert ops == {"a": ("ops", 0, 4, "MatMul"), "b": ("ops 2", 1, 2, "Relu"), "c": ("ops 2", 3.3, 1, "Add"),
                    "d": ("ops", 5, 1, "Add"), "late": ("ops", 7, 1, "Add"), "k": ("stream:all", 2, 3, "Conv2D")}
     assert busy_us(doc) == {DEV + "CPU:2": 8, DEV + "CPU:10": 1}
     memory = [(e["ts"], e["args"]["bytes"]) for e in doc["traceEvents"] if e["ph"] == "C"]

@@ -1,5 +1,5 @@
 """One training step as a Chrome Trace Event file (trace.json), the JSON that
-Perfetto (ui.perfetto.dev), chrome://tracing and TensorBoard's trace viewer open.
+Perfetto (ui.perfetto.dev) and chrome://tracing open (docs/views.md).
 
 The emulated step (`emulated_step`, from the emulator's Schedule) and the measured
 one (pardnn.tf.step_trace, from TF's step stats) share this layout, so the plan
@@ -50,12 +50,17 @@ def tracks(devices, links=()) -> list:
     events = []
     for pid, name in enumerate(devices):
         events += [_meta("process_name", pid, 0, name), _meta("process_sort_index", pid, 0, pid),
-                   _meta("thread_name", pid, 0, OPS_THREAD)]
+                   thread_name(pid, 0, OPS_THREAD)]
     if len(links):
         pid = len(devices)
         events += [_meta("process_name", pid, 0, LINKS_PROCESS), _meta("process_sort_index", pid, 0, pid)]
-        events += [_meta("thread_name", pid, tid, name) for tid, name in enumerate(links, 1)]
+        events += [thread_name(pid, tid, name) for tid, name in enumerate(links, 1)]
     return events
+
+
+def thread_name(pid, tid, name) -> str:
+    """The metadata event naming thread `tid` of process `pid`."""
+    return _meta("thread_name", pid, tid, name)
 
 
 def op_events(pid, names, ops, start, finish, critical=None, tid=0) -> list:

@@ -8,10 +8,11 @@ earliest record of the step); records of a device's streams (on a GPU,
 ".../stream:all" with the kernels, ".../memcpy" with the copies) go on a thread of
 that device named after the stream. TF runs independent ops of one device at once
 (its inter-op thread pool), and a viewer draws only nested events on one thread, so
-an op that starts before the one before it ends goes on the next free thread "ops 2",
-"ops 3", ...: the device's busy time is the sum over its "ops" threads. The memory counter is the running total of the
-device's allocation records (pardnn.tf.allocations), so it counts what the step
-allocated, not the variables held before it. TF records no transfers between CPU
+an op that starts before the one before it ends goes on another thread "ops 2",
+"ops 3", ...: the device's busy time is the sum over its "ops" threads. The memory
+counter is the running total of the device's allocation records
+(pardnn.tf.allocations), so it counts what the step allocated, not the variables
+held before it. TF records no transfers between CPU
 devices of one process (their Send/Recv pass tensors by reference), so a CPU run
 has no "links" process.
 """
@@ -23,7 +24,7 @@ import re
 
 import numpy as np
 
-from pardnn.io.trace_events import OPS_THREAD, memory_events, op_events, tracks
+from pardnn.io.trace_events import OPS_THREAD, memory_events, op_events, thread_name, tracks
 from pardnn.tf.allocations import allocation_records, in_use
 
 _STREAM = re.compile(r"^(.*?/device:[^/]+)(?:/(.+))?$")
@@ -38,21 +39,20 @@ def measured_step(run_metadata) -> list:
     pid = {d: i for i, d in enumerate(devices)}
     zero = min(start for *_, start, _ in rows)
     groups = _by_thread(rows)
-    threads = sorted((key for key in groups if key[1:] != ("ops", 0)), key=str)
+    threads = sorted((key for key in groups if key[1:] != (OPS_THREAD, 0)), key=str)
     tid = {key: i for i, key in enumerate(threads, 1)}
     events = tracks(devices)
-    events += [f'{{"ph":"M","pid":{pid[d]},"tid":{tid[d, s, lane]},"name":"thread_name",'
-               f'"args":{{"name":"{s}{f" {lane + 1}" if lane else ""}"}}}}' for d, s, lane in threads]
+    events += [thread_name(pid[d], tid[d, s, lane], f"{s} {lane + 1}" if lane else s) for d, s, lane in threads]
     for (device, stream, lane), group in groups.items():
         names, ops, start, end = zip(*[(n, o, b, e) for _, _, n, o, b, e in group])
-        start, end = (np.asarray(x, float) / 1e3 - zero / 1e3 for x in (start, end))
+        start, end = ((np.asarray(x, np.int64) - zero) / 1e3 for x in (start, end))   # ns -> us
         events += op_events(np.full(len(names), pid[device]), names, ops, start, end,
                             tid=tid.get((device, stream, lane), 0))
-    end = max(e for *_, e in rows) / 1e3 - zero / 1e3
+    end = (max(e for *_, e in rows) - zero) / 1e3
     for device, records in sorted(allocation_records(run_metadata.step_stats).items()):
         if device in pid and records:
-            times, levels = in_use(records)
-            events += memory_events(pid[device], np.maximum(times - zero / 1e3, 0.0), levels, end)
+            times, levels = in_use([(t * 1000 - zero, b) for t, b in records])
+            events += memory_events(pid[device], np.maximum(times / 1e3, 0.0), levels, end)
     return events
 
 
