@@ -75,12 +75,13 @@ def _get(url, timeout=10):
 
 @contextmanager
 def tensorboard(logdir, log_path, wait_s=120):
-    """A TensorBoard server on `logdir` at 127.0.0.1 (a free port), yielding its base
-    URL once it answers; stopped on exit whatever happened."""
+    """A TensorBoard server on `logdir` at 127.0.0.1 (a free port), started as a user
+    starts it (default loading), yielding its base URL once it answers; stopped on
+    exit whatever happened."""
     port = _free_port()
     with open(log_path, "w") as log:
         server = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir),
-                                   "--host", "127.0.0.1", "--port", str(port), "--load_fast=false"],
+                                   "--host", "127.0.0.1", "--port", str(port)],
                                   stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:

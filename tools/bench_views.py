@@ -13,10 +13,10 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from bench_emulator import best_of  # noqa: E402
 from synth_graph import synth_graph  # noqa: E402
 
 from pardnn.emulator.critical_path import critical_path  # noqa: E402
@@ -27,15 +27,6 @@ from pardnn.io.tensorboard_graph import EVENT_FILE, graph_def_bytes, write_graph
 from pardnn.io.trace_events import emulated_step, write_trace  # noqa: E402
 from pardnn.placers import registry as algorithms  # noqa: E402
 from commit_line import print_commit  # noqa: E402
-
-
-def best_of(repeat, func):
-    times, result = [], None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        result = func()
-        times.append(time.perf_counter() - t0)
-    return min(times), result
 
 
 def main(argv=None):
