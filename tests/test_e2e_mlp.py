@@ -89,6 +89,9 @@ def test_run_trace_opens_beside_the_emulated_one(placed, tmp_path, capsys):
     assert len({e["pid"] for e in ops}) >= 2 and len(ops) > report["num_nodes"] // 3
     assert all(devices[e["pid"]] == placement[e["name"]] for e in ops)    # each op on its placed device
     assert any(e["ph"] == "C" and e["name"] == "memory" for e in measured["traceEvents"])
+    first = tmp_path / "first.json"               # one step: the traced first step is the one written
+    assert main(["run", str(placed), "--steps", "1", "--trace", str(first)]) == 0
+    assert set(names(read_trace(first), "process_name").values()) == set(devices.values())
 
 
 def test_tensorboard_serves_the_placed_graph_with_its_devices(placed, tmp_path):

@@ -70,12 +70,17 @@ def run_placed(placed_dir, steps: int, config: str = "pardnn", trace: bool = Fal
                                         steps - 1 - traced, start=1)
         metadata = check.run_metadata
         if traced:
-            metadata = tf1.RunMetadata()
-            _, last = session.run([model.train_op, model.loss], run_metadata=metadata,
-                                  feed_dict=model.feed(steps - 1) if model.feed else None,
-                                  options=tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE))
-            losses.append(float(last))
+            last, metadata = _traced_step(session, model, steps - 1)
+            losses.append(last)
     return RunResult(losses, check, measured_step(metadata) if trace else None)
+
+
+def _traced_step(session, model, step):
+    """(loss, RunMetadata) of training step `step`, run with a full trace."""
+    metadata = tf1.RunMetadata()
+    _, loss = session.run([model.train_op, model.loss], feed_dict=model.feed(step) if model.feed else None,
+                          options=tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE), run_metadata=metadata)
+    return float(loss), metadata
 
 
 def device_counts(graph_def):
