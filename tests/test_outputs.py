@@ -31,7 +31,7 @@ def test_reused_folder_keeps_no_file_of_an_earlier_run(chain_json, tmp_path):
     (out / "placed_graph.pb").write_bytes(b"old graph")
     (out / "profile.json").write_text("{}")
     assert place(chain_json, out) == 0
-    assert listing(out) == [MANIFEST, "placement.csv", "report.json"]
+    assert listing(out) == [MANIFEST, "placement.csv", "report.json", "tensorboard", "trace.json"]
 
 
 def test_a_folder_pardnn_did_not_write_is_refused_and_untouched(chain_json, tmp_path, capsys):
@@ -49,7 +49,7 @@ def test_an_empty_folder_is_used(chain_json, tmp_path):
     out = tmp_path / "empty"
     out.mkdir()
     assert place(chain_json, out) == 0
-    assert listing(out) == [MANIFEST, "placement.csv", "report.json"]
+    assert listing(out) == [MANIFEST, "placement.csv", "report.json", "tensorboard", "trace.json"]
 
 
 @pytest.mark.parametrize("name, message", [

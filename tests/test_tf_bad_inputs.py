@@ -137,11 +137,11 @@ def test_run_needs_at_least_one_step(good_profile, tmp_path, capsys, steps):
     placed = tmp_path / "placed"
     assert main(["place", str(good_profile), "--devices", "cpu:2", "--algorithm", "round-robin",
                  "-o", str(placed)]) == 0
-    before = {p.name: p.read_bytes() for p in placed.iterdir()}
+    before = {p: p.read_bytes() for p in placed.rglob("*") if p.is_file()}
     capsys.readouterr()
     assert main(["run", str(placed), "--steps", steps]) == 2
     assert capsys.readouterr().err == f"pardnn run: error: --steps: need at least 1 step, got {steps}\n"
-    assert {p.name: p.read_bytes() for p in placed.iterdir()} == before
+    assert {p: p.read_bytes() for p in placed.rglob("*") if p.is_file()} == before
 
 
 def test_profile_refuses_an_output_folder_before_profiling(tmp_path, capsys):

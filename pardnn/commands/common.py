@@ -1,5 +1,7 @@
 """Options shared by the commands that need a cluster or a profile."""
 
+import os
+
 from pardnn.errors import UserError
 from pardnn.hardware import parse_devices
 from pardnn.units import parse_rate, parse_size, parse_time
@@ -41,3 +43,19 @@ def cluster_from_args(args):
         reserve=args.reserve,
         bandwidth=None if args.bandwidth is None else parse_rate(args.bandwidth, "--bandwidth"),
         latency=None if args.latency is None else parse_time(args.latency, "--latency"))
+
+
+def check_output_file(flag, path, inputs=()) -> None:
+    """UserError unless an output file can go to `path`: its folder exists, it is not
+    a folder, and it is none of the `inputs` (files or folders) nor inside one of
+    them. Checked before the real work, so a bad path fails fast."""
+    if not path:
+        return
+    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise UserError(f"{flag}: directory of {path} does not exist")
+    if os.path.isdir(path):
+        raise UserError(f"{flag}: {path} is a directory; name a file")
+    full = os.path.realpath(path)
+    for item in inputs:
+        if os.path.commonpath([full, os.path.realpath(str(item))]) == os.path.realpath(str(item)):
+            raise UserError(f"{flag}: {path} would overwrite or go into the input {item}; name another file")

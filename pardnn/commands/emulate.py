@@ -4,14 +4,15 @@ Emulates one training step of a placed graph (pardnn.emulator) and prints, per d
 the busy time, the utilisation (busy / step time) and the peak memory against the
 capacity. `--report` writes the same report.json fields `pardnn place` writes (the
 emulation fields agree exactly for the same placement); `--plot` draws the memory and
-busy/idle timeline of every device (pardnn.emulator.timeline_plot). Output files are
-written all or nothing.
+busy/idle timeline of every device (pardnn.emulator.timeline_plot); `--trace` writes
+the step as a Chrome Trace Event file for Perfetto or TensorBoard's trace viewer
+(pardnn.io.trace_events). Output files are written all or nothing.
 """
 
 import os
 import time
 
-from pardnn.commands.common import add_cluster_args, cluster_from_args
+from pardnn.commands.common import add_cluster_args, check_output_file, cluster_from_args
 from pardnn.graph.constraints import violations
 from pardnn.emulator import report_fields
 from pardnn.emulator.memory import track_memory
@@ -20,6 +21,8 @@ from pardnn.errors import UserError
 from pardnn.pipeline.load import load_cost_graph
 from pardnn.io.placement import Placement, read_csv
 from pardnn.pipeline.report import base_report
+from pardnn.emulator.trace import emulated_step
+from pardnn.io.trace_events import write_trace
 from pardnn.jsonfile import write_json
 from pardnn.units import format_size, format_time
 
@@ -33,14 +36,15 @@ def add_parser(sub):
     add_cluster_args(p)
     p.add_argument("--report", metavar="FILE", help="write report.json here")
     p.add_argument("--plot", metavar="PNG", help="write the memory/busy timeline here")
+    p.add_argument("--trace", metavar="JSON", help="write the step as a trace (Perfetto, chrome://tracing, "
+                                                   "TensorBoard's trace viewer) here")
     p.set_defaults(run=run)
 
 
 def run(args):
     cluster = cluster_from_args(args)
-    for flag, path in (("--report", args.report), ("--plot", args.plot)):
-        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            raise UserError(f"{flag}: directory of {path} does not exist")
+    for flag, path in (("--report", args.report), ("--plot", args.plot), ("--trace", args.trace)):
+        check_output_file(flag, path, inputs=[args.profile, args.placement])
     graph, _ = load_cost_graph(args.profile)
     device = read_csv(args.placement, graph, cluster)
     problems = violations(graph, cluster, device)
@@ -53,7 +57,9 @@ def run(args):
     report["placement"] = os.path.abspath(args.placement)
     report.update(report_fields(graph, cluster, device, schedule, profile))
     report["stage_seconds"] = {"evaluate": time.perf_counter() - t0}
-    _write(args, report, lambda path: _plot(schedule, profile, cluster, device, args, path))
+    about = {"pardnn": "emulated step", "placement": report["placement"], "devices": args.devices}
+    _write(args, report, lambda path: _plot(schedule, profile, cluster, device, args, path),
+           lambda path: write_trace(path, emulated_step(graph, cluster, device, schedule, profile), about))
     print_table(report, cluster)
     return 0
 
@@ -64,13 +70,17 @@ def _plot(schedule, profile, cluster, device, args, path):
                   title=f"{os.path.basename(args.placement)} on {args.devices}")
 
 
-def _write(args, report, plot):
-    """Write --plot and --report through temporary files; rename both only if both worked."""
+def _write(args, report, plot, trace):
+    """Write --plot, --trace and --report through temporary files; rename them only
+    if all worked."""
     pending = []
     try:
         if args.plot:
             pending.append((f"{args.plot}.tmp{os.getpid()}", args.plot))
             plot(pending[-1][0])
+        if args.trace:
+            pending.append((f"{args.trace}.tmp{os.getpid()}", args.trace))
+            trace(pending[-1][0])
         if args.report:
             pending.append((f"{args.report}.tmp{os.getpid()}", args.report))
             write_json(report, pending[-1][0])

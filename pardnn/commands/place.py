@@ -1,7 +1,9 @@
 """`pardnn place PROFILE --devices SPEC -o OUT_DIR`: place a profiled graph.
 
-Writes OUT_DIR/placement.csv, OUT_DIR/report.json and, when PROFILE is a profile
-directory, OUT_DIR/placed_graph.pb, all or nothing.
+Writes OUT_DIR/placement.csv, OUT_DIR/report.json, OUT_DIR/trace.json (the emulated
+step, pardnn.io.trace_events), OUT_DIR/tensorboard/ (the placed graph,
+pardnn.io.tensorboard_graph) and, when PROFILE is a profile directory,
+OUT_DIR/placed_graph.pb, all or nothing.
 """
 
 import time
@@ -16,6 +18,11 @@ from pardnn.io.outputs import OutputDir, check_output_dir
 from pardnn.progress import stage
 from pardnn.jsonfile import write_json
 from pardnn.io.summary import print_summary
+from pardnn.io.tensorboard_graph import graph_def_bytes, write_graph_logdir
+from pardnn.emulator.trace import emulated_step
+from pardnn.io.trace_events import write_trace
+from pardnn.emulator.memory import track_memory
+from pardnn.emulator.scheduler import simulate
 
 # Loader statistics copied into report.json under "loader".
 LOADER_FIELDS = ("steps", "untimed_nodes", "outside_step_nodes",
@@ -70,19 +77,40 @@ def run(args):
 
 
 def _write_outputs(args, graph, info, placement, cluster, report):
-    """placement.csv, placed_graph.pb (profile dirs only), profile.json and report.json."""
+    """placement.csv, placed_graph.pb (profile dirs only), profile.json, trace.json,
+    tensorboard/ and report.json."""
     with OutputDir(args.out) as out:
         t1 = time.perf_counter()
         placement.write_csv(graph, out.temp("placement.csv"))
+        placed_pb = None
         if info.get("profile_dir"):
+            placed_pb = out.temp("placed_graph.pb")
             if args.replicas is None:
                 from pardnn.tf.placed_graph import write_placed_graph
-                write_placed_graph(info["profile_dir"], graph, placement, out.temp("placed_graph.pb"))
+                write_placed_graph(info["profile_dir"], graph, placement, placed_pb)
             else:
                 from pardnn.tf.replicate import write_replicated_graph
                 write_replicated_graph(info["profile_dir"], graph, placement, cluster, args.replicas,
-                                       info.get("profile", {}), out.temp("placed_graph.pb"))
+                                       info.get("profile", {}), placed_pb)
             if "profile" in info:       # lets `pardnn run OUT_DIR` rebuild the model's feeds
                 write_json(info["profile"], out.temp("profile.json"))
+        _write_views(args, graph, placement, placed_pb, out)
         report["stage_seconds"]["write"] = time.perf_counter() - t1
         write_json(report, out.temp("report.json"))
+
+
+def _write_views(args, graph, placement, placed_graph, out):
+    """trace.json, the emulated step (emulated again: the emulator is deterministic, so
+    it is the step the report judged), and tensorboard/ with `placed_graph` (a
+    placed_graph.pb) or, without one, a GraphDef made from the cost graph."""
+    cluster, device = placement.cluster, placement.device
+    schedule = simulate(graph, cluster, device)
+    trace = emulated_step(graph, cluster, device, schedule, track_memory(graph, cluster, device, schedule))
+    write_trace(out.temp("trace.json"), trace, {"pardnn": "emulated step", "algorithm": args.algorithm,
+                                               "devices": args.devices})
+    if placed_graph is None:
+        graph_def = graph_def_bytes(graph, cluster.names, device)
+    else:
+        with open(placed_graph, "rb") as f:
+            graph_def = f.read()
+    write_graph_logdir(out.temp("tensorboard"), graph_def)

@@ -5,8 +5,14 @@ partition graphs of the first step), the memory each device allocated during tha
 step (its allocation records) and how many nodes TF ran somewhere other than
 requested. Exit code 0 even when TF moved nodes: the count says so. `--config
 default` runs with TF's default session config (Grappler on), as a user's own
-training script would; `--config pardnn` (the default) with pardnn's.
+training script would; `--config pardnn` (the default) with pardnn's. `--trace FILE`
+writes the last step as TF ran it, a trace with the track names of the emulated
+step's trace.json (pardnn.tf.step_trace), to open beside it.
 """
+
+import os
+
+from pardnn.commands.common import check_output_file
 
 
 def add_parser(sub):
@@ -17,15 +23,19 @@ def add_parser(sub):
     p.add_argument("--config", choices=("pardnn", "default"), default="pardnn",
                    help="session config: pardnn's (graph rewriting off, soft placement on; default) "
                         "or TF's default (Grappler on), as in your own training script")
+    p.add_argument("--trace", metavar="JSON", help="write the last step as TF ran it as a trace "
+                                                   "(beside PLACED_DIR/trace.json, the emulated one)")
     p.set_defaults(run=run)
 
 
 def run(args):
+    check_output_file("--trace", args.trace, inputs=[args.placed])
     from pardnn.tf.allocations import HOST
     from pardnn.tf.run import run_placed
     from pardnn.units import format_size
+    from pardnn.io.trace_events import write_trace
 
-    result = run_placed(args.placed, args.steps, args.config)
+    result = run_placed(args.placed, args.steps, args.config, trace=bool(args.trace))
     print(f"session config: {args.config}")
     for step, loss in enumerate(result.losses):
         print(f"step {step}: loss {loss:.6f}")
@@ -45,4 +55,8 @@ def run(args):
     print(f"nodes TensorFlow moved from their requested device: {len(check.moved)}")
     for node, want, actual in check.moved[:10]:
         print(f"  {node}: asked {want}, ran on {actual}")
+    if args.trace:
+        write_trace(args.trace, result.trace, {"pardnn": "measured step", "placed": os.path.abspath(args.placed),
+                                               "step": args.steps - 1, "config": args.config})
+        print(f"wrote {args.trace}: step {args.steps - 1} as TensorFlow ran it")
     return 0

@@ -10,6 +10,7 @@ as grey rather than vanishing.
 
 import numpy as np
 
+from pardnn.io.trace_events import max_per_bin
 from pardnn.units import format_size
 
 _BINS = 2000          # horizontal resolution of the reduced memory curves
@@ -51,7 +52,7 @@ def _memory_unit(largest):
 
 
 def _memory_panel(ax, profile, cluster, d, end, tscale, mscale, munit):
-    times, levels = _reduced(*profile.timeline(d), end)
+    times, levels = max_per_bin(*profile.timeline(d), end, _BINS)
     x = np.append(times, end) / tscale
     y = np.append(levels, levels[-1]) / mscale
     ax.fill_between(x, y, step="post", color="tab:blue", alpha=0.35, linewidth=0)
@@ -70,17 +71,6 @@ def _memory_panel(ax, profile, cluster, d, end, tscale, mscale, munit):
             transform=ax.transAxes, ha="right", va="top", fontsize=7,
             color="tab:red" if peak > cap else "black")
     ax.tick_params(labelsize=7)
-
-
-def _reduced(times, levels, end):
-    """The step function (times, levels), reduced to its maximum per horizontal bin."""
-    if len(times) <= 2 * _BINS:
-        return times, levels
-    edges = np.linspace(0.0, end, _BINS + 1)
-    at_edge = levels[np.maximum(np.searchsorted(times, edges[:-1], side="right") - 1, 0)]
-    inside = np.clip(np.searchsorted(edges, times, side="right") - 1, 0, _BINS - 1)
-    np.maximum.at(at_edge, inside, levels)
-    return edges[:-1], at_edge
 
 
 def _busy_strip(ax, schedule, nodes, end, tscale):

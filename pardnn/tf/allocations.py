@@ -27,6 +27,18 @@ def step_peaks(step_stats) -> dict:
     allocated during the step}, plus HOST: the peak of the one allocator all CPU
     devices share, which is what the process really held (the CPU devices' own peaks
     come at different times and do not add up to it)."""
+    events = allocation_records(step_stats)
+    peaks = {device: _peak(records) for device, records in sorted(events.items())}
+    cpus = [r for device, records in events.items() if re.search(r"/device:CPU:\d+$", device)
+            for r in records]
+    if cpus:
+        peaks[HOST] = _peak(cpus)
+    return peaks
+
+
+def allocation_records(step_stats) -> dict:
+    """{device name less any stream suffix: [(micros, bytes)] of its ops' allocation
+    records (bytes < 0 for a free)}, as `step_peaks` counts them."""
     events = defaultdict(list)
     for dev in step_stats.dev_stats:
         device = re.sub(r"/stream:.*$|/memcpy$", "", dev.device)
@@ -36,15 +48,17 @@ def step_peaks(step_stats) -> dict:
                 if gpu and not memory.allocator_name.startswith(f"GPU_{gpu.group(1)}_"):
                     continue
                 events[device] += [(r.alloc_micros, r.alloc_bytes) for r in memory.allocation_records]
-    peaks = {device: _peak(list(records)) for device, records in sorted(events.items())}
-    cpus = [r for device, records in events.items() if re.search(r"/device:CPU:\d+$", device)
-            for r in records]
-    if cpus:
-        peaks[HOST] = _peak(cpus)
-    return peaks
+    return dict(events)
+
+
+def in_use(records):
+    """(times, bytes in use from each time on) of (time, bytes) records, one point
+    per record in time order; at one instant frees go first."""
+    records = sorted(records)
+    return (np.asarray([t for t, _ in records], float),
+            np.cumsum(np.asarray([b for _, b in records], np.int64)))
 
 
 def _peak(records) -> int:
-    """Highest running total of (time, bytes) records; at one instant frees go first."""
-    records.sort()
-    return int(max(np.cumsum([b for _, b in records]).max(initial=0), 0))
+    """Highest running total of (time, bytes) records."""
+    return int(max(in_use(records)[1].max(initial=0), 0))

@@ -22,7 +22,7 @@ from collections import deque
 
 import numpy as np
 
-from pardnn.tf.graphdef import DT_RESOURCE
+from pardnn.tf.protos import DT_RESOURCE
 
 _ENTER = ("Enter", "RefEnter")
 _EXIT = ("Exit", "RefExit")

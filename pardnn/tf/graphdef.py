@@ -24,7 +24,7 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from pardnn.errors import UserError
-from pardnn.tf.protos import DT_RESOURCE, DTYPE_SIZE, GraphDef
+from pardnn.tf.protos import DTYPE_SIZE, GraphDef
 _BACK_EDGE_SRC = ("NextIteration", "RefNextIteration")
 
 

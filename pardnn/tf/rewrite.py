@@ -46,6 +46,7 @@ class PlacementCheck:
     nodes_per_device: dict = field(default_factory=dict)
     moved: list = field(default_factory=list)     # (node, requested, actual)
     step_peak_bytes: dict = field(default_factory=dict)   # device: peak allocated in the step
+    run_metadata: object = None                           # the traced step's RunMetadata
 
     @property
     def num_run(self) -> int:
@@ -65,6 +66,7 @@ def check_placement(session, fetches, feed_dict=None, graph_def=None):
     check = compare_partitions(requested, run_metadata.partition_graphs)
     check.step_peak_bytes = {d if d == HOST else _canonical(d): peak
                              for d, peak in step_peaks(run_metadata.step_stats).items()}
+    check.run_metadata = run_metadata
     return results, check
 
 

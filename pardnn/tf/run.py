@@ -24,6 +24,7 @@ from pardnn.models import load_module
 from pardnn.tf.graphdef import read_graph_def
 from pardnn.tf.rewrite import PlacementCheck, check_placement, import_placed_graph
 from pardnn.tf.session import SESSION_CONFIGS
+from pardnn.tf.step_trace import measured_step
 
 tf1 = tf.compat.v1
 
@@ -32,6 +33,7 @@ tf1 = tf.compat.v1
 class RunResult:
     losses: list
     check: PlacementCheck
+    trace: list = None          # trace events of the last step (pardnn.tf.step_trace), if asked
 
 
 def train(session, train_op, loss, feed, steps: int, start: int = 0) -> list:
@@ -43,11 +45,12 @@ def train(session, train_op, loss, feed, steps: int, start: int = 0) -> list:
     return losses
 
 
-def run_placed(placed_dir, steps: int, config: str = "pardnn") -> RunResult:
+def run_placed(placed_dir, steps: int, config: str = "pardnn", trace: bool = False) -> RunResult:
     """Import placed_dir/placed_graph.pb into a fresh graph and train `steps` steps
     in a session with `config` ("pardnn": rewrites off, soft placement on;
     "default": TF's default ConfigProto, Grappler on); the first step also checks
-    where TF ran each node."""
+    where TF ran each node. With `trace`, the last step is traced too and the
+    result holds it as trace events."""
     if steps < 1:
         raise UserError(f"--steps: need at least 1 step, got {steps}")
     if config not in SESSION_CONFIGS:
@@ -63,8 +66,22 @@ def run_placed(placed_dir, steps: int, config: str = "pardnn") -> RunResult:
         session.run(model.init)
         feed0 = model.feed(0) if model.feed else None
         (_, first), check = check_placement(session, [model.train_op, model.loss], feed0, graph_def)
-        losses = [float(first)] + train(session, model.train_op, model.loss, model.feed, steps - 1, start=1)
-    return RunResult(losses, check)
+        traced = trace and steps > 1
+        losses = [float(first)] + train(session, model.train_op, model.loss, model.feed,
+                                        steps - 1 - traced, start=1)
+        metadata = check.run_metadata
+        if traced:
+            last, metadata = _traced_step(session, model, steps - 1)
+            losses.append(last)
+    return RunResult(losses, check, measured_step(metadata) if trace else None)
+
+
+def _traced_step(session, model, step):
+    """(loss, RunMetadata) of training step `step`, run with a full trace."""
+    metadata = tf1.RunMetadata()
+    _, loss = session.run([model.train_op, model.loss], feed_dict=model.feed(step) if model.feed else None,
+                          options=tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE), run_metadata=metadata)
+    return float(loss), metadata
 
 
 def device_counts(graph_def):
