@@ -145,7 +145,9 @@ def test_an_impossible_limit_names_device_time_overflow_and_least_memory():
 
 def test_when_nothing_can_move_the_last_overflow_is_reported():
     g = branch_graph()           # fits 150 B by its working sets, but one device has no way out
-    with pytest.raises(UserError, match=r"CPU:0 overflows by 10 bytes .* at t=52.0 us .* at least 101 B"):
+    with pytest.raises(UserError, match=r"no placement fits: the complete search ruled out every placement .* "
+                                        r"at least 10 bytes \(none fits below 160 B per device\); .*CPU:0 "
+                                        r"overflows by 10 bytes .* at t=52.0 us"):
         repair(g, cluster(1, 150), np.zeros(g.num_nodes, int))
 
 
@@ -158,16 +160,18 @@ def test_a_group_that_alone_overflows_every_device_is_named():
               [("v", "r1", 50), ("v", "r2", 50), ("r1", "a1"), ("r2", "a2"), ("y1", "a1"), ("y1", "y2"),
                ("y2", "a2")])
     assert max(least_memory(g, 2).values()) == 91
-    with pytest.raises(UserError, match=r"overflows by 21 bytes .* at t=101.0 us .* the colocation group "
-                                        r"of 'v' \(5 nodes\) holds 131 B there alone, more than any device's "
-                                        r"capacity; this graph needs at least 91 B"):
+    with pytest.raises(UserError, match=r"no placement fits: .* at least 21 bytes \(none fits below 131 B per "
+                                        r"device\); .* overflows by 21 bytes .* at t=101.0 us .* the colocation "
+                                        r"group of 'v' \(5 nodes\) holds 131 B there alone, more than any device's "
+                                        r"capacity"):
         repair(g, cluster(2, 110), np.zeros(g.num_nodes, int))
 
 
 def test_resident_state_beyond_all_devices_fails_before_moving_anything(monkeypatch):
     g = variable_graph()
     monkeypatch.setattr(repair_module, "RepairRound", None)          # must not be reached
-    with pytest.raises(UserError, match=r"overflows by 121 bytes .*\(largest colocation group 100 B"):
+    with pytest.raises(UserError, match=r"no placement fits: this graph needs at least 160 B per device "
+                                        r"\(largest colocation group 100 B.* overflows by 121 bytes"):
         repair(g, cluster(2, 99), np.zeros(g.num_nodes, int))
 
 
@@ -283,11 +287,9 @@ def test_repair_succeeds_where_a_placement_is_known_to_fit(case):
         assert r.moved.any() and len(set(r.device.tolist())) >= 2
 
 
-@pytest.mark.xfail(strict=True, reason="known gap (issue 18): the repair gives up on this feasible case; "
-                                        "remove this mark when the repair solves it")
 def test_repair_solves_a_case_where_a_known_placement_fits_exactly():
     """Found by the construction above with capacity = the known placement's peak
-    (17 of 400 random cases fail that way at 753729e)."""
+    (17 of 400 random cases failed that way at 753729e, before the complete search)."""
     g = CostGraph.build(names=[f"n{i}" for i in range(6)], comp_us=[4, 3, 3, 2, 5, 3],
                         out_bytes=[42, 24, 7, 20, 41, 21], persist_bytes=[79, 66, 0, 31, 32, 3],
                         group=[0, 1, 0, 0, 2, 2], edge_src=["n0", "n1", "n2", "n2", "n3"],

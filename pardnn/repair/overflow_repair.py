@@ -10,9 +10,13 @@ absorb it; then it emulates again, once per round rather than once per move.
 
 Termination: a group that has moved is frozen, so each node moves at most once and
 the rounds end. When a round can move nothing while a device still overflows, the
-placement cannot be repaired: UserError with the device, the time, the overflow and
-the least per-device memory the graph could need (`least_memory`). The same error
-comes at once, before any move, when that least memory already rules the cluster out.
+complete search (pardnn.repair.exhaustive) takes over: on small graphs it tries every
+placement within a work limit. Only when it finds none is there a UserError with the
+device, the time, the overflow and the least per-device memory the graph could need
+(`least_memory`); it says "no placement fits" only when it has a proof (the search
+was complete, or that least memory already rules the cluster out, which is checked
+before any move), and otherwise that pardnn found none and the bound below which
+none exists.
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ import numpy as np
 
 from pardnn.graph.node_memory import resident_bytes
 from pardnn.graph.constraints import allowed_devices
-from pardnn.repair.footprint import GroupLinks, distinct
+from pardnn.repair import exhaustive
+from pardnn.repair.footprint import GroupLinks
+from pardnn.repair.least_memory import group_resident, least_memory
 from pardnn.emulator.memory import track_memory
 from pardnn.repair.repair_round import RepairRound
 from pardnn.emulator.scheduler import simulate
 from pardnn.errors import UserError
-from pardnn.graph import NORMAL
 from pardnn.units import format_size, format_time
 
 
@@ -56,6 +61,7 @@ def repair(graph, cluster, device, schedule=None) -> Repair:
     """Move colocation groups until every device fits its capacity (see the module
     docstring). `schedule`, when given, is the emulation of `device` already at hand."""
     device = np.array(device, np.int32)
+    given = _group_device(graph, device)
     schedule, profile = _emulate(graph, cluster, device, schedule)
     before = profile.peak_bytes.copy()
     moved = np.zeros(graph.num_groups, bool)
@@ -66,56 +72,36 @@ def repair(graph, cluster, device, schedule=None) -> Repair:
         links, allowed = GroupLinks(graph, cluster), allowed_devices(graph, cluster)
     while np.any(profile.peak_bytes > cap):
         step = RepairRound(graph, cluster, links, allowed, device, schedule, profile, moved).run()
-        if not step.moves:
-            raise UserError(_message(graph, cluster, *step.stuck[0]))
-        groups, targets = np.array(step.moves, np.int64).T
-        group_dev = device[graph.group_nodes[graph.group_ptr[:-1]]]
-        group_dev[groups] = targets
+        if step.moves:
+            groups, targets = np.array(step.moves, np.int64).T
+            group_dev = _group_device(graph, device)
+            group_dev[groups] = targets
+            moved[groups] = True
+        else:
+            group_dev = _searched(graph, cluster, allowed, device, step.stuck[0])
+            moved |= group_dev != given
         device = group_dev[graph.group].astype(np.int32)
-        moved[groups] = True
         schedule, profile = _emulate(graph, cluster, device)
         rounds += 1
     return Repair(device, moved[graph.group], before, schedule, profile, rounds)
 
 
+def _group_device(graph, device):
+    return np.asarray(device, np.int64)[graph.group_nodes[graph.group_ptr[:-1]]]
+
+
+def _searched(graph, cluster, allowed, device, stuck):
+    """The greedy rounds are stuck: a placement from the complete search
+    (pardnn.repair.exhaustive), or UserError saying whether none exists or none was found."""
+    found = exhaustive.search(graph, cluster, _group_device(graph, device), allowed)
+    if found.group_device is None:
+        raise UserError(_message(graph, cluster, *stuck, search=found))
+    return found.group_device
+
+
 def _emulate(graph, cluster, device, schedule=None):
     schedule = simulate(graph, cluster, device) if schedule is None else schedule
     return schedule, track_memory(graph, cluster, device, schedule)
-
-
-def least_memory(graph, k: int) -> dict:
-    """Lower bounds (bytes) on the memory some device needs under the emulator's model,
-    whatever the placement: the largest colocation group's resident state; the total
-    resident state shared over k devices; the largest working set of one op, held at
-    the instant it starts: its group's resident state, its own output and scratch, and each input
-    from a NORMAL producer (the smaller of the producer's output and the bytes sent,
-    as the input is either that output or a received copy). Ops that take no time are
-    left out (their buffers may live for zero time), as are inputs from variables and
-    references (they alias resident state another group may already count)."""
-    group_res = _group_resident(graph)
-    return {"largest colocation group": int(group_res.max(initial=0)),
-            "total resident / K": int(-(-int(group_res.sum()) // k)),
-            "largest op working set": int(_working_sets(graph, group_res).max(initial=0))}
-
-
-def _working_sets(graph, group_res):
-    src, dst = graph.edge_src, graph.edge_dst
-    data = np.flatnonzero((graph.edge_slot >= 0) & (graph.kind[src] == NORMAL))
-    pair = src[data].astype(np.int64) * graph.num_nodes + dst[data]
-    order = np.argsort(pair, kind="stable")
-    data, pair = data[order], pair[order]
-    starts = np.flatnonzero(distinct(pair))
-    inputs = np.zeros(graph.num_nodes, np.int64)
-    if len(starts):
-        sent = np.add.reduceat(graph.edge_bytes[data], starts)
-        first = data[starts]
-        np.add.at(inputs, dst[first], np.minimum(sent, graph.out_bytes[src[first]]))
-    own = np.where(graph.kind == NORMAL, graph.out_bytes, 0) + graph.temp_bytes
-    return np.where(graph.comp_us > 0, group_res[graph.group] + inputs + own, 0)
-
-
-def _group_resident(graph):
-    return np.bincount(graph.group, resident_bytes(graph), minlength=graph.num_groups).astype(np.int64)
 
 
 def _fail_if_hopeless(graph, cluster, profile):
@@ -124,10 +110,10 @@ def _fail_if_hopeless(graph, cluster, profile):
     need = least_memory(graph, cluster.num_devices)
     cap = cluster.capacity
     if max(need["largest colocation group"], need["largest op working set"]) > cap.max() \
-            or int(_group_resident(graph).sum()) > cap.sum():
+            or int(group_resident(graph).sum()) > cap.sum():
         d = int(np.argmax(profile.peak_bytes - cap))
         raise UserError(_message(graph, cluster, d, float(profile.peak_time_us[d]),
-                                 int(profile.peak_bytes[d] - cap[d])))
+                                 int(profile.peak_bytes[d] - cap[d]), proved=True))
 
 
 def _holder_clause(graph, cluster, group, held) -> str:
@@ -143,13 +129,28 @@ def _holder_clause(graph, cluster, group, held) -> str:
             f"{format_size(held)} there{alone}")
 
 
-def _message(graph, cluster, d, time_us, overflow, group=-1, held=0) -> str:
+def _message(graph, cluster, d, time_us, overflow, group=-1, held=0, search=None, proved=False) -> str:
+    """The one-line reason: "no placement fits" only with a proof (the bound
+    `least_memory` exceeds the capacity, or the complete search tried everything),
+    otherwise that pardnn found none and the bound below which none exists."""
     need = least_memory(graph, cluster.num_devices)
     cap = int(cluster.capacity[d])
+    bound = max(need.values())
     parts = ", ".join(f"{k} {format_size(v)}" for k, v in need.items())
-    return (f"memory: {cluster.names[d]} overflows by {overflow} bytes ({format_size(overflow)}) "
-            f"at t={format_time(time_us)} (capacity {format_size(cap)} = memory minus "
-            f"{cluster.reserve:.0%} reserve) and moving nodes cannot fix it"
-            f"{_holder_clause(graph, cluster, group, held)}; this graph "
-            f"needs at least {format_size(max(need.values()))} per device ({parts}): "
-            f"raise --memory, lower --reserve or add devices")
+    where = (f"{cluster.names[d]} overflows by {overflow} bytes ({format_size(overflow)}) "
+             f"at t={format_time(time_us)} (capacity {format_size(cap)} = memory minus "
+             f"{cluster.reserve:.0%} reserve){_holder_clause(graph, cluster, group, held)}")
+    advice = "raise --memory, lower --reserve or add devices"
+    if proved:
+        return (f"memory: no placement fits: this graph needs at least {format_size(bound)} per device "
+                f"({parts}); {where}: {advice}")
+    if search is not None and search.complete:
+        uniform = len(set(cluster.capacity.tolist())) == 1
+        least = (f" (none fits below {format_size(cap + search.least_overflow)} per device)"
+                 if uniform else "")
+        return (f"memory: no placement fits: the complete search ruled out every placement of the "
+                f"{graph.num_groups} colocation groups ({search.emulated} emulated, the rest by their "
+                f"working sets); each overflows a device by at least {search.least_overflow} bytes{least}; "
+                f"{where}: {advice}")
+    return (f"memory: pardnn found no placement within {format_size(cap)} per device; the bound below "
+            f"which none exists is {format_size(bound)} ({parts}); {where}: {advice}")

@@ -1,0 +1,128 @@
+"""A complete search for the memory repair on small graphs: when the greedy rounds
+(pardnn.repair.repair_round) get stuck, try the placements of the colocation groups one
+by one, judged by the emulator, until one fits, every one has been tried, or the work
+limit is spent.
+
+Depth-first over the groups, largest memory need first; each group tries the device it
+is on first, then the others by index, so placements near the stuck one come first.
+Two rules cut the tree without losing a fitting placement:
+- a bound that holds whatever the schedule: a device holds the resident state of every
+  group on it all step, and when one of its ops starts, that op's working set besides
+  (pardnn.repair.least_memory.working_sets); a partial placement whose bound already
+  exceeds a device's capacity is dropped with everything below it;
+- when the devices are interchangeable (same capacity, kind and links, no pins), the
+  emulator's answer does not depend on their names, so of the devices no group uses yet
+  only the first is tried.
+The limit counts work (nodes and edges emulated, partial placements checked), not
+time, so the answer is the same on every machine. Within it the search is complete:
+when it ends without a fit, no placement fits, and the least overflow it met is a
+bound it can show.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pardnn.emulator.memory import track_memory
+from pardnn.emulator.scheduler import simulate
+from pardnn.repair.least_memory import group_resident, working_sets
+
+WORK_LIMIT = 1_000_000      # nodes + edges emulated, plus one per partial placement checked
+
+
+@dataclass(frozen=True, eq=False)
+class Search:
+    """The outcome: a fitting group placement, or the proof (or not) that none exists."""
+
+    group_device: object        # int per group, or None when none was found
+    complete: bool              # every placement was emulated or ruled out by the bound
+    emulated: int               # placements emulated
+    least_overflow: int         # none found, complete: every placement overflows a device by >= this
+
+
+def search(graph, cluster, group_device, allowed, limit: int = WORK_LIMIT) -> Search:
+    """Look for a placement of the groups that fits every device's capacity, starting
+    near `group_device` (int per group); `allowed` is groups x devices (pins)."""
+    return _Search(graph, cluster, np.asarray(group_device, np.int64), allowed, limit).run()
+
+
+class _Search:
+    def __init__(self, graph, cluster, start, allowed, limit):
+        self.graph, self.cluster, self.cap = graph, cluster, cluster.capacity.astype(np.int64)
+        k = cluster.num_devices
+        res = group_resident(graph)
+        extra = np.zeros(graph.num_groups, np.int64)       # an op's working set beyond its group's state
+        np.maximum.at(extra, graph.group, np.maximum(working_sets(graph, res) - res[graph.group], 0))
+        self.res, self.extra = res.tolist(), extra.tolist()
+        self.order = sorted(range(graph.num_groups), key=lambda g: (-(res[g] + extra[g]), g))
+        self.choices = [[int(start[g])] + [d for d in range(k) if d != start[g]] for g in range(graph.num_groups)]
+        self.choices = [[d for d in ch if allowed[g, d]] for g, ch in enumerate(self.choices)]
+        self.symmetric = _interchangeable(cluster, allowed)
+        self.emulation_cost = graph.num_nodes + graph.num_edges + 1
+        self.work, self.limit, self.emulated = 0, limit, 0
+        self.least = None
+        self.dev = np.zeros(graph.num_groups, np.int64)
+        self.held, self.peak_extra = [0] * k, [0] * k
+
+    def run(self) -> Search:
+        found = self._descend(0, 0)
+        complete = found or self.work <= self.limit
+        return Search(self.dev.copy() if found else None, bool(complete), self.emulated,
+                      int(self.least) if self.least is not None and not found else 0)
+
+    def _descend(self, depth, used) -> bool:
+        """Place the groups from self.order[depth] on; `used`: bit mask of devices holding a group."""
+        if depth == len(self.order):
+            return self._fits()
+        g = self.order[depth]
+        fresh_tried = False
+        for d in self.choices[g]:
+            fresh = not used >> d & 1
+            if self.symmetric and fresh and fresh_tried:
+                continue
+            fresh_tried |= fresh
+            self.work += 1
+            if self.work > self.limit:
+                return False
+            over = self.held[d] + self.res[g] + max(self.peak_extra[d], self.extra[g]) - int(self.cap[d])
+            if over > 0:
+                self._note(over)
+                continue
+            saved = self.peak_extra[d]
+            self.held[d] += self.res[g]
+            self.peak_extra[d] = max(saved, self.extra[g])
+            self.dev[g] = d
+            found = self._descend(depth + 1, used | 1 << d)
+            self.held[d] -= self.res[g]
+            self.peak_extra[d] = saved
+            if found or self.work > self.limit:
+                return found
+        return False
+
+    def _fits(self) -> bool:
+        self.work += self.emulation_cost
+        if self.work > self.limit:
+            return False
+        self.emulated += 1
+        device = self.dev[self.graph.group]
+        schedule = simulate(self.graph, self.cluster, device)
+        peak = track_memory(self.graph, self.cluster, device, schedule).peak_bytes
+        over = int((peak - self.cap).max(initial=0))
+        if over <= 0:
+            return True
+        self._note(over)
+        return False
+
+    def _note(self, over):
+        self.least = over if self.least is None else min(self.least, over)
+
+
+def _interchangeable(cluster, allowed) -> bool:
+    """Renaming devices changes nothing: one capacity, one kind, one link, no pins."""
+    k = cluster.num_devices
+    off = ~np.eye(k, dtype=bool)
+    return (bool(allowed.all()) and len(set(cluster.capacity.tolist())) == 1
+            and len({d.kind for d in cluster.devices}) == 1
+            and len(set(cluster.latency_us[off].tolist())) <= 1 and len(set(cluster.bandwidth[off].tolist())) <= 1)
