@@ -14,6 +14,7 @@ from pardnn.cli import main
 from pardnn.hardware import Cluster, Device, parse_devices
 from pardnn.graph.constraints import violations
 from pardnn.emulator import evaluate
+from pardnn.repair import exhaustive
 from pardnn.repair import repair_round as repair_module
 from pardnn.repair.overflow_repair import least_memory, repair
 from pardnn.errors import UserError
@@ -298,16 +299,33 @@ def test_repair_succeeds_where_a_placement_is_known_to_fit(reached):
 
 
 def test_repair_solves_a_case_where_a_known_placement_fits_exactly():
-    """Found by the construction above with capacity = the known placement's peak
-    (17 of 400 random cases failed that way at 753729e, before the complete search)."""
+    g, c = exact_fit_case()
+    assert max(evaluate(g, c, np.array([0, 1, 0, 0, 1, 1]))["peak_memory_bytes"]) <= 191
+    r = repair(g, c, np.zeros(6, np.int32))
+    assert np.all(r.profile.peak_bytes <= 191)
+
+
+def exact_fit_case():
+    """6 nodes, 2 devices at 191 B, where a known placement fits (peaks 183 and 191)
+    but the greedy rounds get stuck (17 of 400 random cases did so at 753729e)."""
     g = CostGraph.build(names=[f"n{i}" for i in range(6)], comp_us=[4, 3, 3, 2, 5, 3],
                         out_bytes=[42, 24, 7, 20, 41, 21], persist_bytes=[79, 66, 0, 31, 32, 3],
                         group=[0, 1, 0, 0, 2, 2], edge_src=["n0", "n1", "n2", "n2", "n3"],
                         edge_dst=["n5", "n2", "n3", "n5", "n5"], edge_bytes=[42, 24, 7, 7, 20])
-    c = cluster(2, 191)
-    assert max(evaluate(g, c, np.array([0, 1, 0, 0, 1, 1]))["peak_memory_bytes"]) <= 191
-    r = repair(g, c, np.zeros(6, np.int32))
-    assert np.all(r.profile.peak_bytes <= 191)
+    return g, cluster(2, 191)
+
+
+def test_without_the_complete_search_the_error_says_found_none_and_gives_the_bound(monkeypatch):
+    g, c = exact_fit_case()
+    monkeypatch.setattr(exhaustive, "MAX_GROUPS", 0)             # as for a large graph
+    with pytest.raises(UserError, match=r"memory: pardnn found no placement within 191 B per device; the "
+                                        r"bound below which none exists is 152 B \(largest colocation group "
+                                        r"110 B.*overflows by"):
+        repair(g, c, np.zeros(6, np.int32))
+    monkeypatch.setattr(exhaustive, "MAX_GROUPS", 24)
+    monkeypatch.setattr(exhaustive, "WORK_LIMIT", 5)              # the search stopped by its limit
+    with pytest.raises(UserError, match=r"pardnn found no placement within 191 B"):
+        repair(g, c, np.zeros(6, np.int32))
 
 
 def test_placer_runs_repair_after_every_algorithm():

@@ -16,7 +16,9 @@ Two rules cut the tree without losing a fitting placement:
 The limit counts work (nodes and edges emulated, partial placements checked), not
 time, so the answer is the same on every machine. Within it the search is complete:
 when it ends without a fit, no placement fits, and the least overflow it met is a
-bound it can show.
+bound it can show. Graphs of more than MAX_GROUPS colocation groups are not searched
+(the limit would end it among the placements next to the stuck one), so the repair of
+large graphs costs what it did before.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pardnn.emulator.scheduler import simulate
 from pardnn.repair.least_memory import group_resident, working_sets
 
 WORK_LIMIT = 1_000_000      # nodes + edges emulated, plus one per partial placement checked
+MAX_GROUPS = 24             # larger graphs are not searched: the limit would stop it near the start
 
 
 @dataclass(frozen=True, eq=False)
@@ -42,10 +45,14 @@ class Search:
     least_overflow: int         # none found, complete: every placement overflows a device by >= this
 
 
-def search(graph, cluster, group_device, allowed, limit: int = WORK_LIMIT) -> Search:
+def search(graph, cluster, group_device, allowed, limit=None) -> Search:
     """Look for a placement of the groups that fits every device's capacity, starting
-    near `group_device` (int per group); `allowed` is groups x devices (pins)."""
-    return _Search(graph, cluster, np.asarray(group_device, np.int64), allowed, limit).run()
+    near `group_device` (int per group); `allowed` is groups x devices (pins); `limit`
+    is the work allowed (None: WORK_LIMIT)."""
+    if graph.num_groups > MAX_GROUPS:
+        return Search(None, False, 0, 0)
+    return _Search(graph, cluster, np.asarray(group_device, np.int64), allowed,
+                   WORK_LIMIT if limit is None else limit).run()
 
 
 class _Search:
