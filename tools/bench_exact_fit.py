@@ -36,7 +36,7 @@ from pardnn.graph import CostGraph  # noqa: E402
 from pardnn.hardware import parse_devices  # noqa: E402
 from pardnn.pipeline import place as placer  # noqa: E402
 from pardnn.placers import registry  # noqa: E402
-from commit_line import commit_line, print_commit  # noqa: E402
+from commit_line import csv_comment, print_commit  # noqa: E402
 
 
 def cluster(k, capacity):
@@ -106,7 +106,7 @@ def main(argv=None):
         print(f"{a:<14}{counts[a, 'exact']:>8}{counts[a, 'tightest']:>10}")
     if args.csv:
         with open(args.csv, "w", newline="") as f:
-            f.write(f"# {commit_line()}; tools/bench_exact_fit.py --cases {args.cases} --seed {args.seed}\n")
+            f.write(csv_comment())
             writer = csv.writer(f)
             writer.writerow(["algorithm", "cases", "fitted_exact", "fitted_tightest"])
             writer.writerows([a, args.cases, counts[a, "exact"], counts[a, "tightest"]] for a in algorithms)

@@ -2,7 +2,9 @@
 work tree had uncommitted changes, so each table in docs/ can be traced to its code."""
 
 import os
+import shlex
 import subprocess
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -22,3 +24,10 @@ def commit_line() -> str:
 
 def print_commit() -> None:
     print(commit_line(), flush=True)
+
+
+def csv_comment() -> str:
+    """The first line of a benchmark's CSV: `# commit abc1234: python tools/x.py ARGS`,
+    the commit and the command that made it."""
+    argv = [os.path.relpath(os.path.abspath(sys.argv[0]), ROOT), *sys.argv[1:]]
+    return f"# {commit_line()}: python {' '.join(shlex.quote(a) for a in argv)}\n"
