@@ -1,6 +1,7 @@
 """The first line every benchmark prints: the git commit it ran on, and whether the
 work tree had uncommitted changes, so each table in docs/ can be traced to its code."""
 
+import functools
 import os
 import shlex
 import subprocess
@@ -9,8 +10,11 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@functools.lru_cache(maxsize=None)
 def commit_line() -> str:
-    """`commit abc1234`, `commit abc1234 with uncommitted changes`, or `commit unknown`."""
+    """`commit abc1234`, `commit abc1234 with uncommitted changes`, or `commit unknown`:
+    read once, so that a CSV written at the end of a long run names the commit it
+    started on."""
     def git(*args):
         return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True,
                               check=True).stdout.strip()
