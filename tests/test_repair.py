@@ -6,7 +6,6 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pardnn.pipeline import place as placer
