@@ -151,14 +151,18 @@ def test_when_nothing_can_move_the_last_overflow_is_reported():
         repair(g, cluster(1, 150), np.zeros(g.num_nodes, int))
 
 
-def test_a_group_that_alone_overflows_every_device_is_named():
+def lone_group_graph():
     # variable v (50 B) with reads r1, r2 (40 B each) held until its updates a1, a2,
     # which wait for the slow chain y1 -> y2: every op fits 110 B (least 91 B), but the
     # group holds 131 B while a1 runs, wherever it goes
-    g = build({"v": (0, 0, 50, RESIDUAL, "w"), "r1": (1, 40, 0, NORMAL, "w"), "r2": (1, 40, 0, NORMAL, "w"),
+    return build({"v": (0, 0, 50, RESIDUAL, "w"), "r1": (1, 40, 0, NORMAL, "w"), "r2": (1, 40, 0, NORMAL, "w"),
                "y1": (100, 1), "y2": (100, 1), "a1": (1, 0, 0, NORMAL, "w"), "a2": (1, 0, 0, NORMAL, "w")},
               [("v", "r1", 50), ("v", "r2", 50), ("r1", "a1"), ("r2", "a2"), ("y1", "a1"), ("y1", "y2"),
                ("y2", "a2")])
+
+
+def test_a_group_that_alone_overflows_every_device_is_named():
+    g = lone_group_graph()
     assert max(least_memory(g, 2).values()) == 91
     with pytest.raises(UserError, match=r"no placement fits: .* at least 21 bytes \(none fits below 131 B per "
                                         r"device\); .* overflows by 21 bytes .* at t=101.0 us .* the colocation "
@@ -316,15 +320,24 @@ def exact_fit_case():
 
 def test_without_the_complete_search_the_error_says_found_none_and_gives_the_bound(monkeypatch):
     g, c = exact_fit_case()
-    monkeypatch.setattr(exhaustive, "MAX_GROUPS", 0)             # as for a large graph
+    monkeypatch.setattr(exhaustive, "MAX_PLACEMENTS", 0)         # as for a large graph
     with pytest.raises(UserError, match=r"memory: pardnn found no placement within 191 B per device; the "
                                         r"bound below which none exists is 152 B \(largest colocation group "
                                         r"110 B.*overflows by"):
         repair(g, c, np.zeros(6, np.int32))
-    monkeypatch.setattr(exhaustive, "MAX_GROUPS", 24)
+    monkeypatch.setattr(exhaustive, "MAX_PLACEMENTS", 10**6)
     monkeypatch.setattr(exhaustive, "WORK_LIMIT", 5)              # the search stopped by its limit
     with pytest.raises(UserError, match=r"pardnn found no placement within 191 B"):
         repair(g, c, np.zeros(6, np.int32))
+
+
+def test_a_proof_that_none_fits_is_not_searched_again(monkeypatch):
+    g, c = lone_group_graph(), cluster(2, 110)
+    allowed = np.ones((g.num_groups, 2), bool)
+    first = exhaustive.search(g, c, np.zeros(g.num_groups, int), allowed)
+    assert first.group_device is None and first.complete and first.least_overflow == 21
+    monkeypatch.setattr(exhaustive, "_Search", None)                 # must not be reached
+    assert exhaustive.search(g, c, np.ones(g.num_groups, int), allowed) is first
 
 
 def test_placer_runs_repair_after_every_algorithm():

@@ -16,13 +16,17 @@ Two rules cut the tree without losing a fitting placement:
 The limit counts work (nodes and edges emulated, partial placements checked), not
 time, so the answer is the same on every machine. Within it the search is complete:
 when it ends without a fit, no placement fits, and the least overflow it met is a
-bound it can show. Graphs of more than MAX_GROUPS colocation groups are not searched
-(the limit would end it among the placements next to the stuck one), so the repair of
-large graphs costs what it did before.
+bound it can show, kept per graph and cluster so that another start (the next
+candidate of `--algorithm pardnn`) does not search again. Graphs with more than
+MAX_PLACEMENTS placements (after the symmetry above) are not searched: the limit would
+end it among the placements next to the stuck one, so the repair of large graphs
+costs what it did before.
 """
 
 from __future__ import annotations
 
+import math
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +36,8 @@ from pardnn.emulator.scheduler import simulate
 from pardnn.repair.least_memory import group_resident, working_sets
 
 WORK_LIMIT = 1_000_000      # nodes + edges emulated, plus one per partial placement checked
-MAX_GROUPS = 24             # larger graphs are not searched: the limit would stop it near the start
+MAX_PLACEMENTS = 1_000_000  # larger spaces are not searched: the limit would stop it near the start
+_PROOFS = weakref.WeakKeyDictionary()   # graph -> {cluster key: a complete Search that found nothing}
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,10 +54,30 @@ def search(graph, cluster, group_device, allowed, limit=None) -> Search:
     """Look for a placement of the groups that fits every device's capacity, starting
     near `group_device` (int per group); `allowed` is groups x devices (pins); `limit`
     is the work allowed (None: WORK_LIMIT)."""
-    if graph.num_groups > MAX_GROUPS:
+    if _too_many(cluster, allowed):
         return Search(None, False, 0, 0)
-    return _Search(graph, cluster, np.asarray(group_device, np.int64), allowed,
-                   WORK_LIMIT if limit is None else limit).run()
+    key = (cluster.capacity.tobytes(), cluster.latency_us.tobytes(), cluster.bandwidth.tobytes(),
+           np.packbits(allowed).tobytes())
+    proofs = _PROOFS.setdefault(graph, {})
+    if key in proofs:                   # none fits, whatever the start: proved once already
+        return proofs[key]
+    found = _Search(graph, cluster, np.asarray(group_device, np.int64), allowed,
+                    WORK_LIMIT if limit is None else limit).run()
+    if found.complete and found.group_device is None:
+        proofs[key] = found
+    return found
+
+
+def _too_many(cluster, allowed) -> bool:
+    """More than MAX_PLACEMENTS placements of the groups to tell apart: the product of each
+    group's allowed devices, over K! when the devices are interchangeable."""
+    most = MAX_PLACEMENTS * (math.factorial(cluster.num_devices) if _interchangeable(cluster, allowed) else 1)
+    count = 1
+    for n in allowed.sum(axis=1).tolist():
+        count *= n
+        if count > most:
+            return True
+    return False
 
 
 class _Search:
