@@ -74,3 +74,37 @@ def test_same_input_same_placement_across_hash_seeds(case):
     for name in registry.names():
         assert runs[0][name] == runs[1][name], name
         assert runs[0][name] == place(g, cluster, name)[0].device.tolist(), name
+
+
+CLI_SCRIPT = """
+import contextlib, io, sys
+from pardnn.cli import main
+from pardnn.placers import registry
+for name in registry.names():
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = main(["place", sys.argv[1], "--devices", "cpu:8", "--algorithm", name, "-o", sys.argv[2] + "/" + name])
+    assert code == 0, name
+"""
+
+
+def test_placement_csv_is_the_same_on_one_cpu_and_on_all(tmp_path):
+    """Every placer through `pardnn place`, once with one thread, one CPU of affinity
+    and OpenBLAS's oldest kernel (as on another CPU model), once with everything this
+    machine has: placement.csv byte for byte. The graph (cpu:8) has cost ties whose
+    winner, before Step 1 stopped using BLAS, hung on the last bit BLAS rounded."""
+    g = synth_graph(600, seed=1)
+    path = tmp_path / "g.json"
+    g.to_json(str(path))
+    assert len(np.unique(g.comp_us)) < g.num_nodes                  # ties exist
+    one_cpu = {"OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+               "MKL_NUM_THREADS": "1", "OPENBLAS_CORETYPE": "Prescott"}
+    base = {k: v for k, v in os.environ.items() if k not in one_cpu}
+    cpus = sorted(os.sched_getaffinity(0))
+    runs = {"one": (one_cpu, cpus[:1]), "all": ({}, cpus)}
+    for label, (extra, affinity) in runs.items():
+        subprocess.run([sys.executable, "-c", CLI_SCRIPT, str(path), str(tmp_path / label)],
+                       env={**base, **extra}, preexec_fn=lambda a=affinity: os.sched_setaffinity(0, a),
+                       check=True, capture_output=True)
+    for name in registry.names():
+        one = (tmp_path / "one" / name / "placement.csv").read_bytes()
+        assert one == (tmp_path / "all" / name / "placement.csv").read_bytes(), name

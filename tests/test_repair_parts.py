@@ -2,14 +2,13 @@
 range-max timeline, and the per-group footprints read from an emulation."""
 
 import numpy as np
-from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pardnn.hardware import parse_devices
 from pardnn.repair.footprint import Footprints, GroupLinks
 from pardnn.repair.knapsack import TwoHeaps
 from pardnn.emulator.memory import track_memory
-from pardnn.repair.rangemax import RangeMax
+from pardnn.repair.rangemax import BLOCK, RangeMax
 from pardnn.emulator.scheduler import simulate
 from pardnn.graph import NORMAL, REFERENCE, RESIDUAL, CostGraph
 
@@ -59,29 +58,45 @@ def reference_pops(cost, pot, overflow):
     return out
 
 
-@settings(max_examples=80, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 9), st.integers(1, 60)), min_size=1, max_size=40),
-       st.integers(1, 800))
-def test_two_heaps_match_a_rescan_per_pop(pairs, overflow):
-    cost, pot = [c for c, _ in pairs], [p for _, p in pairs]
-    assert pops(TwoHeaps(cost, pot), overflow, pot) == reference_pops(cost, pot, overflow)
+def test_two_heaps_match_a_rescan_per_pop(reached):
+    """Reached when the knapsack pops at least two candidates (a choice after a choice)."""
+    def check(case):
+        pairs, overflow = case
+        cost, pot = [c for c, _ in pairs], [p for _, p in pairs]
+        got = pops(TwoHeaps(cost, pot), overflow, pot)
+        assert got == reference_pops(cost, pot, overflow)
+        return len(got) >= 2
+
+    reached(st.tuples(st.lists(st.tuples(st.integers(0, 9), st.integers(1, 60)), min_size=1, max_size=40),
+                      st.integers(1, 800)), check, 80)
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.integers(-50, 50), min_size=1, max_size=700),
-       st.lists(st.tuples(st.integers(0, 700), st.integers(0, 700), st.integers(-20, 20)), max_size=30))
-def test_rangemax_matches_a_plain_array(levels, ops):
-    tl, ref = RangeMax(levels), np.array(levels, np.int64)
-    n = len(ref)
-    for a, b, x in ops:
-        lo, hi = min(a, b) % (n + 1), max(a, b) % (n + 1)
-        tl.add(lo, hi, x)
-        ref[lo:hi] += x
-        assert tl.levels().tolist() == ref.tolist()
-        if hi > lo:
-            assert tl.max(lo, hi) == ref[lo:hi].max()
-        i, top = tl.argmax()
-        assert top == ref.max() and i == int(np.argmax(ref))
+def test_rangemax_matches_a_plain_array(reached):
+    """Reached when a range add spans more than one block of the decomposition."""
+    def check(case):
+        n, seed, ops = case
+        levels = np.random.default_rng(seed).integers(-50, 51, n).tolist()
+        tl, ref = RangeMax(levels), np.array(levels, np.int64)
+        n, wide = len(ref), False
+        for a, width, x in ops:
+            lo = a % (n + 1)
+            hi = min(n, lo + width)
+            tl.add(lo, hi, x)
+            ref[lo:hi] += x
+            wide |= hi - lo > BLOCK
+            assert tl.levels().tolist() == ref.tolist()
+            if hi > lo:
+                assert tl.max(lo, hi) == ref[lo:hi].max()
+            i, top = tl.argmax()
+            assert top == ref.max() and i == int(np.argmax(ref))
+        return wide
+
+    top = 3 * BLOCK                           # small draws (hypothesis' favourites) give wide ranges
+    wide_end = st.integers(0, top).map(lambda y: top - y)
+    reached(st.tuples(wide_end.map(lambda n: max(n, 1)), st.integers(0, 2**32),
+                      st.lists(st.tuples(st.integers(0, top), wide_end, st.integers(-20, 20)), min_size=1,
+                               max_size=30)),
+            check, 60)
 
 
 def fig43_two_devices():

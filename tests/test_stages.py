@@ -147,14 +147,15 @@ def test_a_runner_up_that_refines_faster_than_the_winner_wins():
 
 
 def test_etf_row_is_matched_where_step1_and_the_repair_lost_to_it():
-    # 0.3x memory on this graph: Step 1, repaired, loses to m-ETF (in the environment
-    # this test was written in, its repair failed outright); pardnn still matches m-ETF
-    g = synth_graph(5000, seed=4)
+    # 0.3x memory on this graph: Step 1 cannot even be repaired, m-ETF can; pardnn
+    # still matches m-ETF. (The graph was synth_graph(5000, seed=4) until Step 1 stopped
+    # using BLAS products, whose rounding differed between machines: there Step 1's
+    # repair failed on one VM and fitted on another.)
+    g = synth_graph(2000, seed=3)
     cluster = cluster_at(g, 4, 0.3)
     _, etf = placer.place(g, cluster, "etf")
     _, pardnn = placer.place(g, cluster, "pardnn")
-    step1 = pardnn["candidates"]["step1"]
-    assert not step1["feasible"] or step1["makespan_us"] > etf["makespan_us"]
+    assert pardnn["candidates"]["step1"]["feasible"] is False
     assert pardnn["makespan_us"] <= etf["makespan_us"]
 
 

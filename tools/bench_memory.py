@@ -4,6 +4,7 @@
                                          [--ks 2,4,8,16] [--fractions 0.6,0.3,tight] [--csv F]
     python tools/bench_memory.py speed [--nodes 200000] [--k 16] [--fraction 0.3]
     python tools/bench_memory.py step1-memory [--profiles DIR] [--families e3d:8,wrn:4]
+    python tools/bench_memory.py table docs/benchmarks_memory.csv
 
 quality: for each graph (built-in families profiled once into --profiles with default
 knobs, as tools/bench_repair.py does; synthetic graphs `SHAPE:NODES:SEED` from
@@ -14,7 +15,10 @@ prints each placer's emulated step (ms; `-` where it cannot fit), pardnn's step 
 best other placer's, its winning candidate, the share of nodes its repairs moved and its
 placement time. The summary gives the geometric mean of that ratio, the rows above
 1.00, the rows where pardnn is infeasible but another placer is not, and the most nodes
-moved.
+moved; then the two markdown tables of docs/benchmarks.md ("Memory-bound placement").
+--csv writes every row, under a first line naming the commit and the command.
+
+table: the same markdown tables from a CSV that `quality --csv` wrote.
 
 step1-memory: where Step 1 alone puts resident state and activations: per device,
 its share of the resident bytes and of the sum of emulated peaks (memory unlimited).
@@ -44,7 +48,7 @@ from pardnn.errors import UserError  # noqa: E402
 from pardnn.hardware import parse_devices  # noqa: E402
 from pardnn.pipeline import place as placer  # noqa: E402
 from pardnn.placers.registry import names  # noqa: E402
-from commit_line import print_commit  # noqa: E402
+from commit_line import csv_comment, print_commit  # noqa: E402
 
 OTHERS = [n for n in names() if n not in ("pardnn", "pardnn-hier")]
 
@@ -86,10 +90,10 @@ def tightest(graph, k, peak) -> float:
     return hi
 
 
-def row(name, graph, k, fraction, peak) -> dict:
+def row(name, graph, k, fraction, peak, setting) -> dict:
     cluster = capacity_cluster(k, fraction * peak)
     results = makespans(graph, cluster, ["pardnn"] + OTHERS)
-    rec = {"graph": name, "nodes": graph.num_nodes, "K": k, "fraction": round(fraction, 3)}
+    rec = {"graph": name, "nodes": graph.num_nodes, "K": k, "setting": setting, "fraction": round(fraction, 3)}
     for alg, (rep, _) in results.items():
         rec[alg] = rep["makespan_us"] if rep else None
     best = min((rec[a] for a in OTHERS if rec[a] is not None), default=None)
@@ -126,15 +130,78 @@ def run_quality(args):
         for k in args.ks:
             for frac in args.fractions:
                 f = tightest(graph, k, peak) if frac == "tight" else float(frac)
-                rec = row(name, graph, k, f, peak)
+                rec = row(name, graph, k, f, peak, frac)
                 records.append(rec)
                 print(format_row(rec), flush=True)
     print_summary(records)
+    print("\n" + markdown(records))
     if args.csv:
-        with open(args.csv, "w", newline="") as fh:
+        tmp = f"{args.csv}.tmp{os.getpid()}"
+        with open(tmp, "w", newline="") as fh:
+            fh.write(csv_comment())
             writer = csv.DictWriter(fh, fieldnames=list(records[0]))
             writer.writeheader()
             writer.writerows(records)
+        os.replace(tmp, args.csv)
+
+
+def read_records(path) -> list:
+    """The rows `quality --csv` wrote (its first line names the commit)."""
+    with open(path, newline="") as fh:
+        first = fh.readline()
+        print(first.strip())
+        rows = list(csv.DictReader(fh))
+    text = ("graph", "setting", "candidate")
+    return [{k: (v if k in text else None if v == "" else int(v) if k in ("nodes", "K") else float(v))
+             for k, v in r.items()} for r in rows]
+
+
+def cell(rec, with_fraction=False) -> str:
+    """pardnn / best other, the winning candidate, nodes moved; or why there is none."""
+    lead = f"{rec['fraction']:.2f}x: " if with_fraction else ""
+    if rec["ratio"] is not None:
+        return f"{lead}{rec['ratio']:.3f} {rec['candidate']} {rec['moved']:.0%}"
+    if rec["pardnn"] is not None:
+        return f"{lead}only pardnn fits ({rec['candidate']} {rec['moved']:.0%})"
+    others = any(rec[a] is not None for a in OTHERS)
+    return f"{lead}{'pardnn cannot fit' if others else 'none fits'}"
+
+
+def markdown(records) -> str:
+    """The per-row table and the acceptance table of docs/benchmarks.md."""
+    settings = list(dict.fromkeys(r["setting"] for r in records))
+    names = {s: "tightest any other placer fits" if s == "tight" else f"{s}x" for s in settings}
+    lines = ["| graph | nodes | K | " + " | ".join(names[s] for s in settings) + " |",
+             "|---|---:|---:|" + "---|" * len(settings)]
+    by_row = {}
+    for r in records:
+        by_row.setdefault((r["graph"], r["nodes"], r["K"]), {})[r["setting"]] = r
+    for (graph, nodes, k), cells in by_row.items():
+        lines.append(f"| {graph} | {nodes} | {k} | "
+                     + " | ".join(cell(cells[s], s == "tight") if s in cells else "" for s in settings) + " |")
+    groups = [(f"{names[s]} ({sum(r['setting'] == s for r in records)} rows)",
+               [r for r in records if r["setting"] == s]) for s in settings]
+    groups.append((f"all {sum(r['ratio'] is not None for r in records)} rows with a ratio", records))
+    lines += ["", "| | " + " | ".join(label for label, _ in groups) + " |", "|---|" + "---:|" * len(groups)]
+    for label, stat in (("pardnn / best other placer, geometric mean", _geo),
+                        ("worst row", lambda rs: max((r["ratio"] for r in rs if r["ratio"] is not None),
+                                                     default=float("nan"))),
+                        ("rows where pardnn cannot fit but another placer can", _lost),
+                        ("rows moving more than 10% of the nodes",
+                         lambda rs: sum(r["moved"] is not None and r["moved"] > 0.10 for r in rs))):
+        values = [stat(rs) for _, rs in groups]
+        lines.append(f"| {label} | " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v)
+                                                   for v in values) + " |")
+    return "\n".join(lines)
+
+
+def _geo(records) -> float:
+    ratios = [r["ratio"] for r in records if r["ratio"] is not None]
+    return math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else float("nan")
+
+
+def _lost(records) -> int:
+    return sum(r["pardnn"] is None and any(r[a] is not None for a in OTHERS) for r in records)
 
 
 def print_summary(records):
@@ -142,7 +209,7 @@ def print_summary(records):
     lost = [r for r in records if r["pardnn"] is None and any(r[a] is not None for a in OTHERS)]
     above = [r for r in records if r["ratio"] is not None and r["ratio"] > 1.0 + 1e-9]
     moved = max((r["moved"] for r in records if r["moved"] is not None), default=0.0)
-    geo = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else float("nan")
+    geo = _geo(records)
     print(f"\n{len(records)} rows; pardnn / best other placer: geometric mean {geo:.3f}, "
           f"max {max(ratios, default=float('nan')):.3f}; rows above 1.00: {len(above)}; "
           f"infeasible where another fits: {len(lost)}; most nodes moved {moved:.1%}")
@@ -207,9 +274,12 @@ def main(argv=None) -> int:
     m.add_argument("--profiles", default="/tmp/pardnn-profiles")
     m.add_argument("--families", type=lambda s: s.split(","),
                    default=["e3d:8", "word-rnn:8", "transformer:4", "wrn:4"])
+    t = sub.add_parser("table")
+    t.add_argument("csv")
     args = p.parse_args(argv)
     print_commit()
-    {"quality": run_quality, "speed": run_speed, "step1-memory": run_step1_memory}[args.mode](args)
+    {"quality": run_quality, "speed": run_speed, "step1-memory": run_step1_memory,
+     "table": lambda a: print(markdown(read_records(a.csv)))}[args.mode](args)
     return 0
 
 

@@ -50,7 +50,7 @@ from pardnn.errors import UserError  # noqa: E402
 from pardnn.graph.edge_costs import mean_edge_costs  # noqa: E402
 from pardnn.graph.levels import critical_path_us  # noqa: E402
 from pardnn.models import FAMILIES  # noqa: E402
-from commit_line import print_commit  # noqa: E402
+from commit_line import csv_comment, print_commit  # noqa: E402
 
 COLUMNS = ["graph", "nodes", "preset", "k", "memory", "algorithm", "makespan_us", "speedup", "feasible",
            "comm_bytes", "placement_seconds", "lower_bound_us", "error"]
@@ -262,6 +262,7 @@ def write(rows, md, out):
         tmp = f"{path}.tmp{os.getpid()}"
         with open(tmp, "w", newline="") as f:
             if text is None:
+                f.write(csv_comment())
                 w = csv.DictWriter(f, COLUMNS)
                 w.writeheader()
                 w.writerows(rows)

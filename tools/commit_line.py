@@ -1,14 +1,20 @@
 """The first line every benchmark prints: the git commit it ran on, and whether the
 work tree had uncommitted changes, so each table in docs/ can be traced to its code."""
 
+import functools
 import os
+import shlex
 import subprocess
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@functools.lru_cache(maxsize=None)
 def commit_line() -> str:
-    """`commit abc1234`, `commit abc1234 with uncommitted changes`, or `commit unknown`."""
+    """`commit abc1234`, `commit abc1234 with uncommitted changes`, or `commit unknown`:
+    read once, so that a CSV written at the end of a long run names the commit it
+    started on."""
     def git(*args):
         return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True,
                               check=True).stdout.strip()
@@ -22,3 +28,10 @@ def commit_line() -> str:
 
 def print_commit() -> None:
     print(commit_line(), flush=True)
+
+
+def csv_comment() -> str:
+    """The first line of a benchmark's CSV: `# commit abc1234: python tools/x.py ARGS`,
+    the commit and the command that made it."""
+    argv = [os.path.relpath(os.path.abspath(sys.argv[0]), ROOT), *sys.argv[1:]]
+    return f"# {commit_line()}: python {' '.join(shlex.quote(a) for a in argv)}\n"

@@ -129,6 +129,8 @@ class CostGraph:
         ebytes = _column(edge_bytes, m, np.int64, "edge bytes")
         eslot = (np.zeros(m, np.int32) if edge_slot is None
                  else np.asarray(edge_slot, np.int32).reshape(m))
+        if np.any(eslot < -1):
+            raise GraphError(f"edge slot {int(eslot.min())}: give -1 (a control edge) or an output index >= 0")
         if np.any(src == dst):
             raise GraphError(f"self-loop on node {names[int(src[src == dst][0])]!r}")
         order = _topological_order(n, src, dst, names)
@@ -223,7 +225,7 @@ class CostGraph:
             raise GraphError(f"{source}: unsupported cost graph version {doc.get('version')!r}"
                              f" (this pardnn reads version {JSON_VERSION})")
         try:
-            nodes, edges = doc["nodes"], doc["edges"]
+            nodes, edges = _entries(doc, "nodes"), _entries(doc, "edges")
             return cls.build(
                 names=[_field(x, "name") for x in nodes], ops=[_field(x, "op", "") for x in nodes],
                 comp_us=[_field(x, "comp_us", 0.0) for x in nodes],
@@ -238,7 +240,7 @@ class CostGraph:
                 edge_slot=[_field(e, "slot", 0) for e in edges])
         except GraphError as exc:
             raise GraphError(f"{source}: {exc}") from None
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise GraphError(f"{source}: malformed cost graph ({type(exc).__name__}: {exc})") from None
 
     @classmethod
@@ -248,6 +250,20 @@ class CostGraph:
 
 # ---------------------------------------------------------------- helpers
 _REQUIRED = object()
+
+
+def _entries(doc, key) -> list:
+    """doc[key] as a list of JSON objects whose names, ends and pins are strings."""
+    entries = doc[key]
+    if not isinstance(entries, list):
+        raise GraphError(f"{key!r} must be a list, not {type(entries).__name__}")
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise GraphError(f"{key}[{i}] must be an object, not {entry!r:.40}")
+        for field in ("name", "src", "dst", "pinned"):
+            if entry.get(field) is not None and not isinstance(entry[field], str):
+                raise GraphError(f"{key}[{i}].{field} must be a string, not {entry[field]!r:.40}")
+    return entries
 
 
 def _field(entry, key, default=_REQUIRED):

@@ -3,8 +3,9 @@
 
 `judge` emulates the placement; while some device's emulated peak exceeds its
 capacity (memory minus the reserve), it runs a round of the overflow repair and
-emulates again, once per round. The result fits every device, or the repair's
-UserError says why no placement of this graph can (docs/repair.md).
+emulates again, once per round; the repair's complete search on small graphs judges
+its trials with the same emulator. The result fits every device, or the repair's
+UserError says whether no placement fits or none was found (docs/repair.md).
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def judge(graph, cluster, device, schedule=None) -> Judged:
     before = profile.peak_bytes.copy()
     repair, rounds = None, 0
     while np.any(profile.peak_bytes > cluster.capacity):
-        repair = repair or OverflowRepair(graph, cluster, profile)
+        repair = repair or OverflowRepair(graph, cluster, profile,
+                                          lambda trial: _emulate(graph, cluster, trial)[1].peak_bytes)
         device = repair.round(device, schedule, profile)
         schedule, profile = _emulate(graph, cluster, device)
         rounds += 1

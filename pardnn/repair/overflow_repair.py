@@ -6,14 +6,18 @@ device's peak exceeds `cluster.capacity` (memory minus the reserve), asks
 `OverflowRepair.round` for a round of moves (pardnn.repair.repair_round): at each
 overflow, the greedy two-heap min-knapsack picks colocation groups by move cost per
 byte freed, and each goes to a device that can absorb it; then it emulates again,
-once per round rather than once per move. The repair reads the emulation it is given
-and imports no emulator.
+once per round rather than once per move. The repair reads the emulations it is
+given and imports no emulator.
 
 Termination: a group that has moved is frozen, so each node moves at most once and
 the rounds end. When a round can move nothing while a device still overflows, the
-placement cannot be repaired: UserError with the device, the time, the overflow and
-the least per-device memory the graph could need (`least_memory`). The same error
-comes at once, before any move, when that least memory already rules the cluster out.
+complete search (pardnn.repair.exhaustive) takes over: on small graphs it tries every
+placement within a work limit, judged by the peaks the judge lends it. Only when it
+finds none is there a UserError with the device, the time, the overflow and the least
+per-device memory the graph could need (`least_memory`); it says "no placement fits"
+only when it has a proof (the search was complete, or that least memory already rules
+the cluster out, which is checked before any move), and otherwise that pardnn found
+none and the bound below which none exists.
 """
 
 from __future__ import annotations
@@ -21,10 +25,11 @@ from __future__ import annotations
 import numpy as np
 
 from pardnn.errors import UserError
-from pardnn.graph import NORMAL
 from pardnn.graph.constraints import allowed_devices
 from pardnn.graph.node_memory import resident_bytes
-from pardnn.repair.footprint import GroupLinks, distinct
+from pardnn.repair import exhaustive
+from pardnn.repair.footprint import GroupLinks
+from pardnn.repair.least_memory import group_resident, least_memory
 from pardnn.repair.repair_round import RepairRound
 from pardnn.units import format_size, format_time
 
@@ -32,62 +37,34 @@ from pardnn.units import format_size, format_time
 class OverflowRepair:
     """The repair of one placement, round by round; `moved` marks the groups moved so far."""
 
-    def __init__(self, graph, cluster, profile):
+    def __init__(self, graph, cluster, profile, peaks):
         """Starts on the emulated memory `profile` of a placement that overflows; UserError
-        at once when `least_memory` rules the cluster out."""
+        at once when `least_memory` rules the cluster out. `peaks(device)` gives the
+        emulated peak per device of a placement (int per node), for the complete search."""
         _fail_if_hopeless(graph, cluster, profile)
-        self.graph, self.cluster = graph, cluster
+        self.graph, self.cluster, self.peaks = graph, cluster, peaks
         self.links, self.allowed = GroupLinks(graph, cluster), allowed_devices(graph, cluster)
         self.moved = np.zeros(graph.num_groups, bool)
 
     def round(self, device, schedule, profile) -> np.ndarray:
         """`device` (int32 per node) after one round of moves at the overflows of its
-        emulation (`schedule`, `profile`); UserError when no move can fix them."""
+        emulation (`schedule`, `profile`), or after the complete search when no move
+        helps; UserError when that search finds no placement either."""
         graph = self.graph
         step = RepairRound(graph, self.cluster, self.links, self.allowed, device, schedule, profile,
                            self.moved).run()
-        if not step.moves:
-            raise UserError(_message(graph, self.cluster, *step.stuck[0]))
-        groups, targets = np.array(step.moves, np.int64).T
-        group_dev = device[graph.group_nodes[graph.group_ptr[:-1]]]
-        group_dev[groups] = targets
-        self.moved[groups] = True
+        group_dev = np.asarray(device, np.int64)[graph.group_nodes[graph.group_ptr[:-1]]]
+        if step.moves:
+            groups, targets = np.array(step.moves, np.int64).T
+            self.moved[groups] = True
+            group_dev[groups] = targets
+        else:
+            found = exhaustive.search(graph, self.cluster, group_dev, self.allowed, self.peaks)
+            if found.group_device is None:
+                raise UserError(_message(graph, self.cluster, *step.stuck[0], search=found))
+            self.moved |= found.group_device != group_dev
+            group_dev = found.group_device
         return group_dev[graph.group].astype(np.int32)
-
-
-def least_memory(graph, k: int) -> dict:
-    """Lower bounds (bytes) on the memory some device needs under the emulator's model,
-    whatever the placement: the largest colocation group's resident state; the total
-    resident state shared over k devices; the largest working set of one op, held at
-    the instant it starts: its group's resident state, its own output and scratch, and each input
-    from a NORMAL producer (the smaller of the producer's output and the bytes sent,
-    as the input is either that output or a received copy). Ops that take no time are
-    left out (their buffers may live for zero time), as are inputs from variables and
-    references (they alias resident state another group may already count)."""
-    group_res = _group_resident(graph)
-    return {"largest colocation group": int(group_res.max(initial=0)),
-            "total resident / K": int(-(-int(group_res.sum()) // k)),
-            "largest op working set": int(_working_sets(graph, group_res).max(initial=0))}
-
-
-def _working_sets(graph, group_res):
-    src, dst = graph.edge_src, graph.edge_dst
-    data = np.flatnonzero((graph.edge_slot >= 0) & (graph.kind[src] == NORMAL))
-    pair = src[data].astype(np.int64) * graph.num_nodes + dst[data]
-    order = np.argsort(pair, kind="stable")
-    data, pair = data[order], pair[order]
-    starts = np.flatnonzero(distinct(pair))
-    inputs = np.zeros(graph.num_nodes, np.int64)
-    if len(starts):
-        sent = np.add.reduceat(graph.edge_bytes[data], starts)
-        first = data[starts]
-        np.add.at(inputs, dst[first], np.minimum(sent, graph.out_bytes[src[first]]))
-    own = np.where(graph.kind == NORMAL, graph.out_bytes, 0) + graph.temp_bytes
-    return np.where(graph.comp_us > 0, group_res[graph.group] + inputs + own, 0)
-
-
-def _group_resident(graph):
-    return np.bincount(graph.group, resident_bytes(graph), minlength=graph.num_groups).astype(np.int64)
 
 
 def _fail_if_hopeless(graph, cluster, profile):
@@ -96,10 +73,10 @@ def _fail_if_hopeless(graph, cluster, profile):
     need = least_memory(graph, cluster.num_devices)
     cap = cluster.capacity
     if max(need["largest colocation group"], need["largest op working set"]) > cap.max() \
-            or int(_group_resident(graph).sum()) > cap.sum():
+            or int(group_resident(graph).sum()) > cap.sum():
         d = int(np.argmax(profile.peak_bytes - cap))
         raise UserError(_message(graph, cluster, d, float(profile.peak_time_us[d]),
-                                 int(profile.peak_bytes[d] - cap[d])))
+                                 int(profile.peak_bytes[d] - cap[d]), proved=True))
 
 
 def _holder_clause(graph, cluster, group, held) -> str:
@@ -115,13 +92,28 @@ def _holder_clause(graph, cluster, group, held) -> str:
             f"{format_size(held)} there{alone}")
 
 
-def _message(graph, cluster, d, time_us, overflow, group=-1, held=0) -> str:
+def _message(graph, cluster, d, time_us, overflow, group=-1, held=0, search=None, proved=False) -> str:
+    """The one-line reason: "no placement fits" only with a proof (the bound
+    `least_memory` exceeds the capacity, or the complete search tried everything),
+    otherwise that pardnn found none and the bound below which none exists."""
     need = least_memory(graph, cluster.num_devices)
     cap = int(cluster.capacity[d])
+    bound = max(need.values())
     parts = ", ".join(f"{k} {format_size(v)}" for k, v in need.items())
-    return (f"memory: {cluster.names[d]} overflows by {overflow} bytes ({format_size(overflow)}) "
-            f"at t={format_time(time_us)} (capacity {format_size(cap)} = memory minus "
-            f"{cluster.reserve:.0%} reserve) and moving nodes cannot fix it"
-            f"{_holder_clause(graph, cluster, group, held)}; this graph "
-            f"needs at least {format_size(max(need.values()))} per device ({parts}): "
-            f"raise --memory, lower --reserve or add devices")
+    where = (f"{cluster.names[d]} overflows by {overflow} bytes ({format_size(overflow)}) "
+             f"at t={format_time(time_us)} (capacity {format_size(cap)} = memory minus "
+             f"{cluster.reserve:.0%} reserve){_holder_clause(graph, cluster, group, held)}")
+    advice = "raise --memory, lower --reserve or add devices"
+    if proved:
+        return (f"memory: no placement fits: this graph needs at least {format_size(bound)} per device "
+                f"({parts}); {where}: {advice}")
+    if search is not None and search.complete:
+        uniform = len(set(cluster.capacity.tolist())) == 1
+        least = (f" (none fits below {format_size(cap + search.least_overflow)} per device)"
+                 if uniform else "")
+        return (f"memory: no placement fits: the complete search ruled out every placement of the "
+                f"{graph.num_groups} colocation groups ({search.emulated} emulated, the rest by their "
+                f"working sets); each overflows a device by at least {search.least_overflow} bytes{least}; "
+                f"{where}: {advice}")
+    return (f"memory: pardnn found no placement within {format_size(cap)} per device; the bound below "
+            f"which none exists is {format_size(bound)} ({parts}); {where}: {advice}")

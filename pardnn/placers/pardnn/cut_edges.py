@@ -4,7 +4,10 @@ ends are mapped (thesis Eq. 4.2's communication term; used by mapping and refine
 A cut edge's cost depends on the devices at both ends: `latency + bytes /
 bandwidth` of that pair. For a cluster c, `counts(c)` sums its cut edges to mapped
 nodes per device and direction, so the communication c would incur on each
-candidate device is one (K x 4K) matrix-vector product.
+candidate device is one (K x 4K) matrix-vector product. It is written as numpy's
+elementwise product and row sum, not BLAS (`@`): BLAS picks its kernel by CPU model
+and thread count, and the last bits it rounds differently changed which device won a
+tie on another machine (docs/benchmarks.md, "Determinism").
 """
 
 import numpy as np
@@ -55,7 +58,7 @@ class ClusterLinks:
     def comm_cost(self, c) -> np.ndarray:
         """Per device: what c's cut edges to mapped nodes would cost with c there."""
         counts = self.counts(c)
-        return np.zeros(self.k) if counts is None else self.cost @ counts.reshape(-1)
+        return np.zeros(self.k) if counts is None else _matvec(self.cost, counts.reshape(-1))
 
     def merge(self, c, ok) -> bool:
         """Initial merging: map c to the allowed device it communicates with most."""
@@ -73,7 +76,7 @@ class ClusterLinks:
     def lalb(self, c, loads, ok) -> int:
         """Eq. 4.2: map c where work in its span plus its communication is least."""
         counts = self.counts(c)
-        cost = loads if counts is None else loads + self.cost @ counts.reshape(-1)
+        cost = loads if counts is None else loads + _matvec(self.cost, counts.reshape(-1))
         cost[~ok] = np.inf
         best = np.flatnonzero(cost == cost.min())
         if len(best) > 1 and counts is not None:
@@ -90,4 +93,10 @@ class ClusterLinks:
 
     def _comm_with(self, counts) -> np.ndarray:
         """Per device: mean-link cost of c's edges to nodes mapped there."""
-        return self.with_cost @ (counts[:2] + counts[2:])
+        both = counts[:2] + counts[2:]
+        return self.with_cost[0] * both[0] + self.with_cost[1] * both[1]
+
+
+def _matvec(matrix, vector) -> np.ndarray:
+    """matrix @ vector, summed in an order that is the same on every machine."""
+    return (matrix * vector).sum(axis=1)

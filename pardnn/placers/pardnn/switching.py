@@ -105,7 +105,10 @@ class _Timing:
 
     def critical_edges(self):
         """(transfers, waits) on the emulated critical path: cross-device edges (u, v),
-        and queue waits (u, v) where v, ready, waited for u on its device."""
+        and queue waits (u, v) where v, ready, waited for u on its device (none for
+        an empty graph)."""
+        if not len(self.finish):
+            return [], []
         v = int(np.argmax(self.finish))
         transfers, waits = [], []
         while True:
