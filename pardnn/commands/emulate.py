@@ -21,6 +21,7 @@ from pardnn.pipeline.load import load_cost_graph
 from pardnn.io.placement import Placement, read_csv
 from pardnn.io.report import base_report
 from pardnn.jsonfile import write_json
+from pardnn.placers import exact
 from pardnn.units import format_size, format_time
 
 
@@ -52,6 +53,7 @@ def run(args):
     report = base_report(graph, Placement(device, cluster, algorithm="placement.csv"))
     report["placement"] = os.path.abspath(args.placement)
     report.update(report_fields(graph, cluster, device, schedule, profile))
+    report["lower_bound_us"] = max(report["lower_bound_us"], exact.proven_bound_us(graph, cluster))
     report["stage_seconds"] = {"evaluate": time.perf_counter() - t0}
     _write(args, report, lambda path: _plot(schedule, profile, cluster, device, args, path))
     print_table(report, cluster)
@@ -89,7 +91,8 @@ def print_table(report, cluster, file=None):
     lines = [f"emulated step {format_time(span)} on {len(report['devices'])} devices; "
              f"one device {format_time(report['single_device_us'])} "
              f"(speedup {report['single_device_us'] / span if span else 1.0:.2f}x), "
-             f"lower bound {format_time(report['lower_bound_us'])}",
+             f"lower bound {format_time(report['lower_bound_us'])}"
+             + (f" (gap {span / report['lower_bound_us']:.3f}x)" if report["lower_bound_us"] > 0 else ""),
              f"{'device':<28} {'nodes':>8} {'busy':>12} {'util':>6} {'peak memory':>12} "
              f"{'capacity':>12} {'use':>6}"]
     capacity = cluster.capacity.tolist()

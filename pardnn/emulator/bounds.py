@@ -10,9 +10,12 @@ lasts at least the costliest path with those transfer costs on the cut edges. Bo
 ignore queueing and link contention, which only add time.
 """
 
+import weakref
+
 import numpy as np
 
 from pardnn.emulator.scheduler import plan_transfers
+from pardnn.graph.forced_levels import start_and_tail_floors
 from pardnn.graph.levels import bottom_levels
 
 
@@ -32,3 +35,39 @@ def longest_path_us(graph, cluster, device) -> float:
     edge_cost = np.zeros(graph.num_edges)
     edge_cost[cross] = occupancy[edge_transfer[cross]] + latency[edge_transfer[cross]]
     return float(bottom_levels(graph, graph.comp_us, edge_cost).max())
+
+
+# ------------------------------------------------- the bound on every placement's step
+_STEP_BOUNDS = weakref.WeakKeyDictionary()
+
+
+def step_lower_bound_us(graph, cluster) -> float:
+    """A lower bound on the emulated step of EVERY placement of `graph` on `cluster`:
+    the larger of total work / K and max over nodes of est(n) + p(n) + tail(n), where
+    est and tail are communication-aware lower bounds on a node's start and on the time
+    after its finish (pardnn.graph.forced_levels; docs/bounds.md has the proof). Cached per graph
+    and cluster."""
+    per_graph = _STEP_BOUNDS.setdefault(graph, {})
+    key = id(cluster)
+    if key not in per_graph or per_graph[key][0] is not cluster:
+        per_graph[key] = (cluster, _step_lower_bound_us(graph, cluster))
+    return per_graph[key][1]
+
+
+def _step_lower_bound_us(graph, cluster) -> float:
+    if graph.num_nodes == 0:
+        return 0.0
+    p = np.asarray(graph.comp_us, np.float64)
+    work = float(p.sum()) / cluster.num_devices
+    comm = edge_comm_floor_us(graph, cluster)
+    est, tail = start_and_tail_floors(graph, p, comm)
+    return max(work, float((est + p + tail).max()))
+
+
+def edge_comm_floor_us(graph, cluster) -> np.ndarray:
+    """Per edge, the least time its tensor needs to reach another device: the cheapest
+    latency plus bytes over the widest link (inf on one device, or inside a colocation
+    group, whose ends always share a device)."""
+    comm = cluster.cheapest_transfer_us(graph.edge_bytes)
+    comm[graph.group[graph.edge_src] == graph.group[graph.edge_dst]] = np.inf
+    return comm

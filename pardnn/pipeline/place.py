@@ -9,7 +9,9 @@ saying why it cannot. `--algorithm pardnn` is a portfolio (registry.PORTFOLIOS):
 repairs and judges its own candidates and refines the winner within memory
 (pardnn.placers.pardnn.candidates). Either way the final emulation is the one reported.
 placement_seconds is the placer's time plus the repair's and that refinement's;
-judging the result is stage_seconds["evaluate"].
+judging the result is stage_seconds["evaluate"]. lower_bound_us holds for every
+placement: the emulator's (pardnn.emulator.bounds) or, on graphs small enough, the
+exact model's proven bound (pardnn.placers.exact), whichever is larger.
 """
 
 import time
@@ -20,7 +22,7 @@ from pardnn.emulator import report_fields
 from pardnn.graph.constraints import violations
 from pardnn.io.placement import Placement
 from pardnn.io.report import base_report
-from pardnn.placers import registry
+from pardnn.placers import exact, registry
 from pardnn.repair.overflow_repair import repair
 
 
@@ -49,6 +51,7 @@ def place(graph, cluster, algorithm="pardnn", budget_s=None):
     report.update(fixed.report_fields(cluster))
     report["changed_nodes"] = int(np.count_nonzero(fixed.device != device))
     report.update(extra)
+    report["lower_bound_us"] = max(report["lower_bound_us"], exact.proven_bound_us(graph, cluster))
     report["stage_seconds"] = {**timings, "evaluate": time.perf_counter() - t0}
     return placement, report
 

@@ -37,7 +37,7 @@ import numpy as np
 
 from pardnn.errors import UserError
 from pardnn.graph.constraints import allowed_devices
-from pardnn.placers import hierarchical
+from pardnn.placers import exact, hierarchical
 from pardnn.placers.baselines import etf, heft, linear, metis_cut, round_robin, single, topo
 from pardnn.placers.pardnn import stages, step1
 from pardnn.placers.pardnn.memory_refinement import refine_within_memory
@@ -48,15 +48,15 @@ MAX_MOVED_SHARE = 0.10      # a winner whose repair moved more is taken only if 
 PARALLEL_MIN_NODES = 20_000  # smaller graphs build their candidates in this process
 REFINE_GRACE_S = 60.0       # how long past the deadline a worker's refinement may finish its batch
 
-CORE = ("step1", "stages", "etf", "heft", "metis", "hier")   # "hier": on several hosts only
+CORE = ("step1", "stages", "etf", "heft", "metis", "hier", "exact")   # "hier": several hosts; "exact": small graphs
 EXTRAS = ("linear", "topo", "round-robin", "single")   # on small graphs, or when no core one fits
 EXTRAS_MAX_NODES = 20_000
 # The order workers take the candidates in: the slowest to build first, so that the
 # main process, done with Step 1, takes the quick ones still waiting at the end.
-SLOWEST_FIRST = ("hier", "etf", "heft", "linear", "stages", "metis", "topo", "round-robin", "single")
+SLOWEST_FIRST = ("exact", "hier", "etf", "heft", "linear", "stages", "metis", "topo", "round-robin", "single")
 BUILDERS = {"stages": stages.place, "etf": etf.place, "heft": heft.place, "metis": metis_cut.place,
             "hier": hierarchical.place, "linear": linear.place, "topo": topo.place,
-            "round-robin": round_robin.place, "single": single.place}
+            "round-robin": round_robin.place, "single": single.place, "exact": exact.place}
 
 
 class Judged(NamedTuple):
@@ -102,7 +102,7 @@ def choose(graph, cluster, timings=None, budget_s: float = DEFAULT_BUDGET_S) -> 
     timings = {} if timings is None else timings
     deadline = time.perf_counter() + budget_s
     names = [n for n in SLOWEST_FIRST if (n in CORE or graph.num_nodes < EXTRAS_MAX_NODES)
-             and (n != "hier" or len(cluster.hosts) > 1)]
+             and (n != "hier" or len(cluster.hosts) > 1) and (n != "exact" or exact.applies(graph, cluster))]
     with _workers(graph, cluster, names) as pool:
         pending = {name: pool.submit(name) for name in names}
         first = step1.partition(graph, cluster, timings)
