@@ -41,6 +41,7 @@ class Solved:
     """The search's outcome: placements best first, and what it proved."""
 
     placements: list           # int32 device per node, the model's best first
+    starts_us: np.ndarray      # the best placement's start per node in the model's schedule
     bound_us: float            # no placement's emulated step is shorter
     optimal: bool              # the model's optimum was proven (bound = best model step)
 
@@ -81,12 +82,14 @@ def solve_here(graph, cluster) -> Solved:
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = 0
     solver.parameters.max_deterministic_time = DETERMINISTIC_LIMIT
-    keep = _keeper(graph, model.device_vars, cp_model.CpSolverSolutionCallback)
+    keep = _keeper(graph, model, cp_model.CpSolverSolutionCallback)
     status = solver.Solve(model.cp, keep)
     proved = status in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN)
     bound_us = max(0.0, float(solver.BestObjectiveBound())) * model.unit if proved else 0.0
     placements = keep.placements[::-1][:KEEP] or [model.hint]
-    return Solved(placements=placements, bound_us=bound_us, optimal=status == cp_model.OPTIMAL)
+    starts = keep.starts[-1] if keep.starts else model.hint_start
+    return Solved(placements=placements, starts_us=starts * model.unit, bound_us=bound_us,
+                  optimal=status == cp_model.OPTIMAL)
 
 
 class _Model:
@@ -107,7 +110,7 @@ class _Model:
         ptr, src, plag = input_pairs(graph.edge_src, graph.edge_dst, lag, graph.num_nodes)
         dst = np.repeat(np.arange(graph.num_nodes), np.diff(ptr))
         self.hint = heft.place(graph, cluster)
-        hint_start = _list_schedule(graph, self.hint, dur, src, dst, plag)
+        self.hint_start = hint_start = _list_schedule(graph, self.hint, dur, src, dst, plag)
         top = int((hint_start + dur).max())
         est, tail = start_and_tail_floors(graph, dur, lag)
         allowed = allowed_devices(graph, cluster)
@@ -118,7 +121,7 @@ class _Model:
             first = graph.group_members(g)[0]
             for d, x in choice.items():
                 cp.AddHint(x, int(self.hint[first]) == d)
-        start = [cp.NewIntVar(int(est[n]), max(int(est[n]), top - int(dur[n] + tail[n])), f"s{n}")
+        self.start = start = [cp.NewIntVar(int(est[n]), max(int(est[n]), top - int(dur[n] + tail[n])), f"s{n}")
                  for n in range(graph.num_nodes)]
         for n in range(graph.num_nodes):
             cp.AddHint(start[n], int(hint_start[n]))
@@ -178,17 +181,18 @@ def _list_schedule(graph, device, dur, src, dst, lag) -> np.ndarray:
     return start
 
 
-def _keeper(graph, device_vars, base):
-    """A solution callback that records each improving solution's placement."""
+def _keeper(graph, model, base):
+    """A solution callback that records each improving solution's placement and starts."""
 
     class Keep(base):
         def __init__(self):
             super().__init__()
-            self.placements = []
+            self.placements, self.starts = [], []
 
         def on_solution_callback(self):
             group_device = np.array([next(d for d, x in choice.items() if self.BooleanValue(x))
-                                     for choice in device_vars], np.int32)
+                                     for choice in model.device_vars], np.int32)
             self.placements.append(group_device[graph.group])
+            self.starts.append(np.array([self.Value(s) for s in model.start], np.float64))
 
     return Keep()
