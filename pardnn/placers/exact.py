@@ -19,6 +19,7 @@ deterministic time, never a wall clock. It runs on graphs of at most MAX_NODES n
 from __future__ import annotations
 
 import multiprocessing
+import sys
 import weakref
 from concurrent import futures
 from dataclasses import dataclass
@@ -63,21 +64,26 @@ def place(graph, cluster, timings=None) -> np.ndarray:
 
 
 def solve(graph, cluster) -> Solved:
-    """Build and solve the model once per graph and cluster (cached), in a fresh
-    process: CP-SAT crashes in a process that imported TensorFlow before it
-    (google/or-tools#3230), and loading a profile does."""
+    """Build and solve the model once per graph and cluster (cached). CP-SAT crashes in
+    a process that imported TensorFlow before it (google/or-tools#3230), as loading a
+    profile does: then it runs in a fresh process, with the same answer."""
     per_graph = _SOLVED.setdefault(graph, {})
     if id(cluster) not in per_graph or per_graph[id(cluster)][0] is not cluster:
-        with futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            per_graph[id(cluster)] = (cluster, pool.submit(solve_here, graph, cluster).result())
+        if "tensorflow" in sys.modules:
+            with futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+                solved = pool.submit(solve_here, graph, cluster).result()
+        else:
+            solved = solve_here(graph, cluster)
+        per_graph[id(cluster)] = (cluster, solved)
     return per_graph[id(cluster)][1]
 
 
-def solve_here(graph, cluster) -> Solved:
-    """The search, in this process (which must not have imported TensorFlow first)."""
+def solve_here(graph, cluster, fixed=None) -> Solved:
+    """The search, in this process (which must not have imported TensorFlow first);
+    with `fixed` (device per node), only the schedule of that placement is searched."""
     from ortools.sat.python import cp_model
 
-    model = _Model(graph, cluster, cp_model.CpModel())
+    model = _Model(graph, cluster, cp_model.CpModel(), fixed)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = 0
@@ -99,7 +105,7 @@ class _Model:
     a HEFT placement scheduled in the model (its hint): the model's optimum is no
     longer than that step, so no optimal solution is cut off."""
 
-    def __init__(self, graph, cluster, cp):
+    def __init__(self, graph, cluster, cp, fixed=None):
         self.cp = cp
         horizon_us = _horizon_us(graph, cluster)
         self.unit = horizon_us / GRID if horizon_us > 0 else 1.0
@@ -109,7 +115,7 @@ class _Model:
         lag = np.floor(np.minimum(comm, horizon_us) / self.unit)
         ptr, src, plag = input_pairs(graph.edge_src, graph.edge_dst, lag, graph.num_nodes)
         dst = np.repeat(np.arange(graph.num_nodes), np.diff(ptr))
-        self.hint = heft.place(graph, cluster)
+        self.hint = heft.place(graph, cluster) if fixed is None else np.asarray(fixed, np.int32)
         self.hint_start = hint_start = _list_schedule(graph, self.hint, dur, src, dst, plag)
         top = int((hint_start + dur).max())
         est, tail = start_and_tail_floors(graph, dur, lag)
@@ -121,6 +127,8 @@ class _Model:
             first = graph.group_members(g)[0]
             for d, x in choice.items():
                 cp.AddHint(x, int(self.hint[first]) == d)
+                if fixed is not None:
+                    cp.Add(x == int(int(self.hint[first]) == d))
         self.start = start = [cp.NewIntVar(int(est[n]), max(int(est[n]), top - int(dur[n] + tail[n])), f"s{n}")
                  for n in range(graph.num_nodes)]
         for n in range(graph.num_nodes):
