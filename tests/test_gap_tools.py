@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from gap_table import best_candidate, with_best_of  # noqa: E402
+from gap_table import COLUMNS, best_candidate, render, with_best_of  # noqa: E402
 from planned_order import planned_us, with_device_order  # noqa: E402
 
 from pardnn.emulator.scheduler import simulate  # noqa: E402
@@ -41,6 +41,18 @@ def test_an_unlimited_row_takes_the_better_placement_of_the_limited_row():
     tight = {"memory": "0.6x peak", "best_us": 100.0, "best_by": "etf refined"}
     assert with_best_of(free, tight)["over_best"] == 1.1
     assert with_best_of(free, {**tight, "best_us": 120.0}) is free
+
+
+def test_the_table_renders_from_its_csv(tmp_path):
+    path = tmp_path / "gap.csv"
+    path.write_text("# commit abc1234\n" + ",".join(COLUMNS) + "\n"
+                    "g,10,2,unlimited,110,100,90,True,105,etf refined,1.1,1.0476,0.5,\n"
+                    "g,10,2,0.6x peak,,,90,True,,,,,,memory: it cannot fit\n")
+    table = render(path)
+    assert table.startswith("Measured at commit abc1234.")
+    assert "| g | 10 | 2 | unlimited | 110.0 us | 100.0 us | 90.0 us | yes | 1.100 | 105.0 us (etf refined) | 1.048 |" \
+        in table
+    assert "infeasible: memory: it cannot fit" in table
 
 
 def test_a_planned_order_makes_the_emulator_run_the_later_ready_op_first():

@@ -3,6 +3,7 @@ proven lower bound and over the best placement any method found; writes CSV and 
 
     python tools/gap_table.py [--work DIR] [--families mlp,wrn] [--size tiny] [--synth 120,300]
                               [--k 2,4,8] [--fraction 0.6] [-o docs/gap_table]
+    python tools/gap_table.py --render docs/gap_table.csv      # the Markdown table again
 
 Graphs: each built-in family profiled once with `pardnn profile FAMILY --size SIZE
 --devices cpu:1` into --work (reused when there), plus small synthetic training-like
@@ -90,17 +91,26 @@ def with_best_of(free, tight) -> dict:
 
 def markdown(rows, commit) -> str:
     lines = [f"Measured at {commit}.", "",
-             "| graph | nodes | K | memory | pardnn | lower bound (old) | / bound | best any method | / best |",
-             "|---|---:|---:|---|---:|---:|---:|---|---:|"]
+             "| graph | nodes | K | memory | pardnn | lower bound | old bound | exact model ran | pardnn / bound "
+             "| best of any method | pardnn / best |",
+             "|---|---:|---:|---|---:|---:|---:|---|---:|---|---:|"]
     for r in rows:
+        head = f"| {r['graph']} | {r['nodes']} | {r['k']} | {r['memory']} |"
         if r.get("error"):
-            lines.append(f"| {r['graph']} | {r['nodes']} | {r['k']} | {r['memory']} | {r['error']} | | | | |")
+            lines.append(f"{head} infeasible: {r['error'][:80]}... | | | | | | |")
             continue
-        exact_mark = " (exact model)" if r["exact_ran"] else ""
-        lines.append(f"| {r['graph']} | {r['nodes']} | {r['k']} | {r['memory']} | {r['makespan_us']:.1f} us | "
-                     f"{r['lower_bound_us']:.1f}{exact_mark} ({r['old_bound_us']:.1f}) us | {r['over_bound']:.3f} | "
-                     f"{r['best_us']:.1f} us ({r['best_by']}) | {r['over_best']:.3f} |")
+        lines.append(f"{head} {float(r['makespan_us']):.1f} us | {float(r['lower_bound_us']):.1f} us | "
+                     f"{float(r['old_bound_us']):.1f} us | {'yes' if str(r['exact_ran']) == 'True' else 'no'} | "
+                     f"{float(r['over_bound']):.3f} | {float(r['best_us']):.1f} us ({r['best_by']}) | "
+                     f"{float(r['over_best']):.3f} |")
     return "\n".join(lines) + "\n"
+
+
+def render(path) -> str:
+    """The Markdown table of a CSV this tool wrote (its first line names the commit)."""
+    with open(path, newline="") as f:
+        commit = f.readline().lstrip("# ").strip()
+        return markdown(list(csv.DictReader(f)), commit)
 
 
 def main(argv=None) -> int:
@@ -112,7 +122,11 @@ def main(argv=None) -> int:
     p.add_argument("--k", default="2,4,8")
     p.add_argument("--fraction", type=float, default=0.6, help="limited capacity, x single-device peak")
     p.add_argument("-o", "--out", default="docs/gap_table", help="writes OUT.csv and OUT.md")
+    p.add_argument("--render", metavar="CSV", help="only print the Markdown table of a CSV written before")
     args = p.parse_args(argv)
+    if args.render:
+        print(render(args.render), end="")
+        return 0
     args.families = [f for f in args.families.split(",") if f]
     args.synth = [int(n) for n in args.synth.split(",") if n]
     commit = commit_line()

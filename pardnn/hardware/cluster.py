@@ -90,7 +90,8 @@ class Cluster:
         if k < 2:
             return np.full(np.shape(nbytes), np.inf)
         off = ~np.eye(k, dtype=bool)
-        return float(self.latency_us[off].min()) + np.asarray(nbytes, float) / float(self.bandwidth[off].max())
+        latency, bandwidth = float(self.latency_us[off].min()), float(self.bandwidth[off].max())
+        return latency + np.asarray(nbytes, float) / bandwidth
 
     def with_options(self, memory=None, reserve=None, bandwidth=None, latency=None) -> "Cluster":
         """A copy with every device's memory, the reserve, or all links overridden."""

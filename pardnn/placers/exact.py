@@ -129,8 +129,8 @@ class _Model:
                 cp.AddHint(x, int(self.hint[first]) == d)
                 if fixed is not None:
                     cp.Add(x == int(int(self.hint[first]) == d))
-        self.start = start = [cp.NewIntVar(int(est[n]), max(int(est[n]), top - int(dur[n] + tail[n])), f"s{n}")
-                 for n in range(graph.num_nodes)]
+        latest = np.maximum(est, top - dur - tail).astype(np.int64)
+        self.start = start = [cp.NewIntVar(int(est[n]), int(latest[n]), f"s{n}") for n in range(graph.num_nodes)]
         for n in range(graph.num_nodes):
             cp.AddHint(start[n], int(hint_start[n]))
         end = [start[n] + int(dur[n]) for n in range(graph.num_nodes)]
@@ -151,7 +151,8 @@ class _Model:
         on_device = [[] for _ in range(k)]
         for n in np.flatnonzero(dur > 0).tolist():
             for d, x in self.device_vars[int(graph.group[n])].items():
-                on_device[d].append(self.cp.NewOptionalFixedSizeIntervalVar(start[n], int(dur[n]), x, f"i{n}d{d}"))
+                interval = self.cp.NewOptionalFixedSizeIntervalVar(start[n], int(dur[n]), x, f"i{n}d{d}")
+                on_device[d].append(interval)
         for intervals in on_device:
             self.cp.AddNoOverlap(intervals)
 

@@ -48,7 +48,7 @@ MAX_MOVED_SHARE = 0.10      # a winner whose repair moved more is taken only if 
 PARALLEL_MIN_NODES = 20_000  # smaller graphs build their candidates in this process
 REFINE_GRACE_S = 60.0       # how long past the deadline a worker's refinement may finish its batch
 
-CORE = ("step1", "stages", "etf", "heft", "metis", "hier", "exact")   # "hier": several hosts; "exact": small graphs
+CORE = ("step1", "stages", "etf", "heft", "metis", "hier", "exact")   # hier: several hosts; exact: small graphs
 EXTRAS = ("linear", "topo", "round-robin", "single")   # on small graphs, or when no core one fits
 EXTRAS_MAX_NODES = 20_000
 # The order workers take the candidates in: the slowest to build first, so that the
