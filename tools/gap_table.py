@@ -30,7 +30,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
 from bench_repair import UNLIMITED, profile_dir, single_peak, sized_cluster  # noqa: E402
-from commit_line import commit_line  # noqa: E402
+from commit_line import commit_line, print_commit  # noqa: E402
 
 from pardnn.errors import UserError  # noqa: E402
 from pardnn.graph.levels import critical_path_us  # noqa: E402
@@ -129,8 +129,8 @@ def main(argv=None) -> int:
         return 0
     args.families = [f for f in args.families.split(",") if f]
     args.synth = [int(n) for n in args.synth.split(",") if n]
+    print_commit()
     commit = commit_line()
-    print(commit, flush=True)
     rows = []
     for name, graph in graphs(args):
         limited = args.fraction * single_peak(graph)

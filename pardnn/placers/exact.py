@@ -18,10 +18,11 @@ deterministic time, never a wall clock. It runs on graphs of at most MAX_NODES n
 
 from __future__ import annotations
 
-import multiprocessing
+import os
+import pickle
+import subprocess
 import sys
 import weakref
-from concurrent import futures
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,16 +67,32 @@ def place(graph, cluster, timings=None) -> np.ndarray:
 def solve(graph, cluster) -> Solved:
     """Build and solve the model once per graph and cluster (cached). CP-SAT crashes in
     a process that imported TensorFlow before it (google/or-tools#3230), as loading a
-    profile does: then it runs in a fresh process, with the same answer."""
+    profile does: then it runs in a fresh interpreter that imports neither TensorFlow
+    nor the caller's script, with the same answer."""
     per_graph = _SOLVED.setdefault(graph, {})
     if id(cluster) not in per_graph or per_graph[id(cluster)][0] is not cluster:
-        if "tensorflow" in sys.modules:
-            with futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-                solved = pool.submit(solve_here, graph, cluster).result()
-        else:
-            solved = solve_here(graph, cluster)
+        solved = _solve_apart(graph, cluster) if "tensorflow" in sys.modules else solve_here(graph, cluster)
         per_graph[id(cluster)] = (cluster, solved)
     return per_graph[id(cluster)][1]
+
+
+def _solve_apart(graph, cluster) -> Solved:
+    """solve_here in a child interpreter: the problem in through stdin, the answer out
+    through stdout, both pickled."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.run([sys.executable, "-c", "from pardnn.placers.exact import serve; serve()"],
+                           input=pickle.dumps((graph, cluster)), capture_output=True, env=env)
+    if child.returncode != 0:
+        raise RuntimeError(f"the exact model's process failed ({child.returncode}): "
+                           f"{child.stderr.decode(errors='replace')[-500:]}")
+    return pickle.loads(child.stdout)
+
+
+def serve() -> None:
+    """The child's side of _solve_apart."""
+    graph, cluster = pickle.load(sys.stdin.buffer)
+    sys.stdout.buffer.write(pickle.dumps(solve_here(graph, cluster)))
 
 
 def solve_here(graph, cluster, fixed=None) -> Solved:
