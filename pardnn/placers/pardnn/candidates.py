@@ -125,7 +125,8 @@ def _pick(graph, cluster, results, step1_output, timings, deadline, pool) -> Cho
     first here, the second by a worker beside it (or after it, without workers), as a
     runner-up can refine past the winner (docs/algorithm.md, "Candidates"). When Step 1
     wins without the repair moving anything, nothing is refined: refining the runner-up
-    alone would cost time that nothing runs beside."""
+    alone would cost time that nothing runs beside; except on graphs small enough for
+    the exact candidate, where refining is cheap."""
     report = {name: r.entry for name, r in results.items()}
     repaired = {name: r.repaired for name, r in results.items() if r.repaired is not None}
     if not repaired:
@@ -134,7 +135,7 @@ def _pick(graph, cluster, results, step1_output, timings, deadline, pool) -> Cho
     timings.update({name: r.build_s for name, r in results.items()
                     if name != "step1" and r.device is not None})
     finalists = _finalists(repaired, graph.num_nodes)
-    if not _refinable(finalists[0], repaired):
+    if not _refinable(finalists[0], repaired) and "exact" not in results:
         finalists = finalists[:1]   # Step 1 won as it is: no refinement for the runner-up to run beside
     t0 = time.perf_counter()
     jobs = {name: pool.refine(repaired[name], deadline) for name in finalists[1:] if _refinable(name, repaired)}
