@@ -50,7 +50,8 @@ class Solved:
 
 def applies(graph, cluster) -> bool:
     """Whether the exact candidate runs on this graph (small enough to answer)."""
-    return 0 < graph.num_nodes <= MAX_NODES and cluster.num_devices >= 2
+    return (0 < graph.num_nodes <= MAX_NODES and cluster.num_devices >= 2
+            and bool(np.isfinite(_horizon_us(graph, cluster))))
 
 
 def proven_bound_us(graph, cluster) -> float:
