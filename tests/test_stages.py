@@ -15,7 +15,7 @@ from pardnn.errors import UserError
 from pardnn.graph import CostGraph
 from pardnn.hardware import parse_devices
 from pardnn.pipeline import place as placer, portfolio
-from pardnn.placers import registry
+from pardnn.placers import exact, registry
 from pardnn.placers.pardnn import stages
 from pardnn.placers.pardnn.stages import _cheapest_cuts, fold_positions
 from pardnn.placers.registry import names
@@ -174,6 +174,14 @@ def test_a_spent_budget_skips_the_later_candidates():
     assert chosen.winner == "step1"
     assert all("skipped" in chosen.candidates[n] for n in registry.candidates("pardnn")[1:]
                if n not in ("hier", "exact"))
+
+
+def test_a_candidate_runs_only_where_its_registry_test_applies(monkeypatch):
+    g = synth_graph(100, seed=1)
+    cluster = parse_devices("cpu:2")
+    assert registry.PLACERS["exact"].applies and "exact" in portfolio.choose(g, cluster, "pardnn").candidates
+    monkeypatch.setattr(exact, "MAX_NODES", g.num_nodes - 1)       # now too large for the exact model
+    assert "exact" not in portfolio.choose(g, cluster, "pardnn").candidates
 
 
 def test_without_a_time_budget_no_clock_changes_the_answer(monkeypatch):

@@ -12,7 +12,7 @@ grid units of the step's horizon / GRID, each cost rounded down, so the model's
 optimum (and its bound) never exceeds the emulated step of its placement.
 
 The search is deterministic: one worker, a fixed seed and a limit in CP-SAT's
-deterministic time, never a wall clock. It runs on graphs of at most MAX_NODES nodes
+deterministic time (`deterministic_limit`), never a wall clock. It runs on graphs of at most MAX_NODES nodes
 (`applies`); its last few improving solutions are the candidates, best first.
 """
 
@@ -32,7 +32,7 @@ from pardnn.graph.forced_levels import input_pairs, start_and_tail_floors
 from pardnn.placers.baselines import heft
 
 MAX_NODES = 400               # larger graphs: the model answers too late to help (docs/bounds.md)
-DETERMINISTIC_LIMIT = 5.0     # CP-SAT's deterministic seconds for one solve
+DETERMINISTIC_PER_NODE = 4e-4  # CP-SAT's deterministic seconds per node for one solve (docs/bounds.md)
 GRID = 1_000_000              # time units over the horizon
 KEEP = 3                      # improving solutions kept as candidates
 _SOLVED = weakref.WeakKeyDictionary()
@@ -77,6 +77,12 @@ def solve(graph, cluster) -> Solved:
     return per_graph[id(cluster)][1]
 
 
+def deterministic_limit(num_nodes) -> float:
+    """The search's limit in CP-SAT's deterministic seconds: in proportion to the graph,
+    so that the model costs about what the other candidates do (0.1 at 250 nodes)."""
+    return DETERMINISTIC_PER_NODE * num_nodes
+
+
 def _solve_apart(graph, cluster) -> Solved:
     """solve_here in a child interpreter: the problem in through stdin, the answer out
     through stdout, both pickled."""
@@ -105,7 +111,7 @@ def solve_here(graph, cluster, fixed=None) -> Solved:
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = 0
-    solver.parameters.max_deterministic_time = DETERMINISTIC_LIMIT
+    solver.parameters.max_deterministic_time = deterministic_limit(graph.num_nodes)
     keep = _keeper(graph, model, cp_model.CpSolverSolutionCallback)
     status = solver.Solve(model.cp, keep)
     proved = status in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN)
