@@ -86,8 +86,10 @@ def test_first_gap(seed):
 @pytest.mark.parametrize("seed", range(CASES))
 def test_forced_floors(seed):
     g, rng = random_graph(seed)
-    comm = np.where(rng.random(g.num_edges) < 0.1, np.inf, rng.choice([0.0, 2.5, rng.uniform(0, 30)], g.num_edges))
+    comm = rng.choice([0.0, 2.5, rng.uniform(0, 30)], g.num_edges)      # ties, and inputs that
+    comm[rng.random(g.num_edges) < 0.1] = np.inf                            # always share a device
     pairs = input_pairs(g.edge_src, g.edge_dst, comm, g.num_nodes)
     cost = np.asarray(g.comp_us, np.float64)
     for cap in (2, 64):     # a node's colocated inputs tried one by one: few, then the default
-        assert_same([earliest_starts.compiled(*pairs, cost, cap)], [earliest_starts.interpreted(*pairs, cost, cap)])
+        compiled = earliest_starts.compiled(*pairs, cost, cap)
+        assert_same([compiled], [earliest_starts.interpreted(*pairs, cost, cap)])

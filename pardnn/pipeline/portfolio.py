@@ -108,7 +108,8 @@ def choose(graph, cluster, algorithm, timings=None, budget_s=None) -> Chosen:
     if len(names) == 1:
         roles = {names[0]: registry.FIRST}      # a portfolio of one: built here, always
     else:
-        roles = {name: registry.PLACERS[name].role for name in names if registry.applies(name, graph, cluster)}
+        roles = {name: registry.PLACERS[name].role for name in names
+                 if registry.applies(name, graph, cluster)}
     first = [name for name, role in roles.items() if role == registry.FIRST]
     extra = [name for name, role in roles.items() if role == registry.EXTRA]
     beside = [name for name, role in roles.items() if role == registry.CORE
