@@ -11,6 +11,7 @@ import pytest
 from pardnn.compiled import INTERPRETED_BELOW, Kernel, kernel
 from pardnn.emulator.event_loop import event_loop
 from pardnn.emulator.scheduler import plan_transfers
+from pardnn.graph.forced_levels import earliest_starts, input_pairs
 from pardnn.graph.levels import _bottom_levels, _top_levels
 from pardnn.hardware import parse_devices
 from pardnn.placers.pardnn.switching import _first_gap
@@ -80,3 +81,15 @@ def test_first_gap(seed):
         deadline = t + float(rng.choice([0.0, 2.0, 10.0, 80.0]))
         assert _first_gap.compiled(start, finish, t, length, deadline) == \
             _first_gap.interpreted(start, finish, t, length, deadline)
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_forced_floors(seed):
+    g, rng = random_graph(seed)
+    comm = rng.choice([0.0, 2.5, rng.uniform(0, 30)], g.num_edges)      # ties, and inputs that
+    comm[rng.random(g.num_edges) < 0.1] = np.inf                            # always share a device
+    pairs = input_pairs(g.edge_src, g.edge_dst, comm, g.num_nodes)
+    cost = np.asarray(g.comp_us, np.float64)
+    for cap in (2, 64):     # a node's colocated inputs tried one by one: few, then the default
+        compiled = earliest_starts.compiled(*pairs, cost, cap)
+        assert_same([compiled], [earliest_starts.interpreted(*pairs, cost, cap)])

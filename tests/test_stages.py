@@ -15,7 +15,7 @@ from pardnn.errors import UserError
 from pardnn.graph import CostGraph
 from pardnn.hardware import parse_devices
 from pardnn.pipeline import place as placer, portfolio
-from pardnn.placers import registry
+from pardnn.placers import exact, registry
 from pardnn.placers.pardnn import stages
 from pardnn.placers.pardnn.stages import _cheapest_cuts, fold_positions
 from pardnn.placers.registry import names
@@ -164,8 +164,8 @@ def test_report_names_every_candidate_and_the_same_input_gives_the_same_placemen
     cluster = cluster_at(g, 4, 0.4)
     (a, ra), (b, rb) = placer.place(g, cluster, "pardnn"), placer.place(g, cluster, "pardnn")
     assert np.array_equal(a.device, b.device)
-    one_host = set(registry.candidates("pardnn")) - {"hier"}
-    assert set(ra["candidates"]) == one_host        # a small graph on one host
+    one_host = set(registry.candidates("pardnn")) - {"hier", "exact"}
+    assert set(ra["candidates"]) == one_host        # a graph on one host, too large for the exact model
     assert ra["candidate"] == rb["candidate"] and ra["step1_output"] in {"thesis", "affinity", "one-device"}
 
 
@@ -173,7 +173,16 @@ def test_a_spent_budget_skips_the_later_candidates():
     g = synth_graph(1500, seed=4)
     chosen = portfolio.choose(g, parse_devices("cpu:4"), "pardnn", budget_s=1e-9)
     assert chosen.winner == "step1"
-    assert all("skipped" in chosen.candidates[n] for n in registry.candidates("pardnn")[1:] if n != "hier")
+    assert all("skipped" in chosen.candidates[n] for n in registry.candidates("pardnn")[1:]
+               if n not in ("hier", "exact"))
+
+
+def test_a_candidate_runs_only_where_its_registry_test_applies(monkeypatch):
+    g = synth_graph(100, seed=1)
+    cluster = parse_devices("cpu:2")
+    assert registry.PLACERS["exact"].applies and "exact" in portfolio.choose(g, cluster, "pardnn").candidates
+    monkeypatch.setattr(exact, "MAX_NODES", g.num_nodes - 1)       # now too large for the exact model
+    assert "exact" not in portfolio.choose(g, cluster, "pardnn").candidates
 
 
 def test_without_a_time_budget_no_clock_changes_the_answer(monkeypatch):
@@ -190,7 +199,8 @@ def test_without_a_time_budget_no_clock_changes_the_answer(monkeypatch):
         [{k: v for k, v in c.items() if k not in drop} for c in steady.candidates.values()]
     assert not any("skipped" in c for c in slow.candidates.values())
     capped = portfolio.choose(g, cluster, "pardnn", budget_s=300.0)    # a cap a user set does cut
-    assert all("skipped" in capped.candidates[n] for n in registry.candidates("pardnn")[1:] if n != "hier")
+    assert all("skipped" in capped.candidates[n] for n in registry.candidates("pardnn")[1:]
+               if n not in ("hier", "exact"))
 
 
 @pytest.mark.parametrize("budget", ["0", "-5s", "soon"])

@@ -14,13 +14,12 @@ import time
 
 from pardnn.commands.common import add_cluster_args, check_output_file, cluster_from_args
 from pardnn.graph.constraints import violations
-from pardnn.emulator import report_fields
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
 from pardnn.errors import UserError
 from pardnn.pipeline.load import load_cost_graph
 from pardnn.io.placement import Placement, read_csv
-from pardnn.pipeline.report import base_report
+from pardnn.pipeline.report import base_report, judged_fields
 from pardnn.emulator.trace import emulated_step
 from pardnn.io.trace_events import write_trace
 from pardnn.jsonfile import write_json
@@ -55,7 +54,7 @@ def run(args):
     profile = track_memory(graph, cluster, device, schedule)
     report = base_report(graph, Placement(device, cluster, algorithm="placement.csv"))
     report["placement"] = os.path.abspath(args.placement)
-    report.update(report_fields(graph, cluster, device, schedule, profile))
+    report.update(judged_fields(graph, cluster, device, schedule, profile))
     report["stage_seconds"] = {"evaluate": time.perf_counter() - t0}
     about = {"pardnn": "emulated step", "placement": report["placement"], "devices": args.devices}
     _write(args, report, lambda path: _plot(schedule, profile, cluster, device, args, path),
@@ -99,7 +98,8 @@ def print_table(report, cluster, file=None):
     lines = [f"emulated step {format_time(span)} on {len(report['devices'])} devices; "
              f"one device {format_time(report['single_device_us'])} "
              f"(speedup {report['single_device_us'] / span if span else 1.0:.2f}x), "
-             f"lower bound {format_time(report['lower_bound_us'])}",
+             f"lower bound {format_time(report['lower_bound_us'])}"
+             + (f" (gap {span / report['lower_bound_us']:.3f}x)" if report["lower_bound_us"] > 0 else ""),
              f"{'device':<28} {'nodes':>8} {'busy':>12} {'util':>6} {'peak memory':>12} "
              f"{'capacity':>12} {'use':>6}"]
     capacity = cluster.capacity.tolist()

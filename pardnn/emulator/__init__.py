@@ -5,6 +5,7 @@ they give (`evaluate`). See docs/emulator.md for the model and its limits.
 
 import numpy as np
 
+from pardnn.emulator.bounds import step_lower_bound_us
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
 from pardnn.graph.levels import critical_path_us
@@ -23,13 +24,14 @@ def report_fields(graph, cluster, device, schedule, profile) -> dict:
 
     single_device_us is the total work: emulating everything on one device runs the
     nodes back to back with no communication, so the step takes exactly their sum.
-    lower_bound_us = max(critical path with zero communication, total work / K)."""
+    lower_bound_us holds for every placement: the larger of the critical path and
+    pardnn.emulator.bounds.step_lower_bound_us (work / K; a path's forced transfers)."""
     work = graph.total_work_us()
     makespan = schedule.makespan
     return {
         "makespan_us": makespan,
         "single_device_us": work,
-        "lower_bound_us": max(critical_path_us(graph), work / cluster.num_devices),
+        "lower_bound_us": max(critical_path_us(graph), step_lower_bound_us(graph, cluster)),
         "busy_us": [float(x) for x in schedule.busy_us],
         "peak_memory_bytes": [int(x) for x in profile.peak_bytes],
         "peak_time_us": [float(x) for x in profile.peak_time_us],

@@ -10,9 +10,12 @@ lasts at least the costliest path with those transfer costs on the cut edges. Bo
 ignore queueing and link contention, which only add time.
 """
 
+import weakref
+
 import numpy as np
 
 from pardnn.emulator.scheduler import plan_transfers
+from pardnn.graph.forced_levels import start_and_tail_floors
 from pardnn.graph.levels import bottom_levels
 
 
@@ -32,3 +35,76 @@ def longest_path_us(graph, cluster, device) -> float:
     edge_cost = np.zeros(graph.num_edges)
     edge_cost[cross] = occupancy[edge_transfer[cross]] + latency[edge_transfer[cross]]
     return float(bottom_levels(graph, graph.comp_us, edge_cost).max())
+
+
+# ------------------------------------------------- the bound on every placement's step
+_STEP_BOUNDS = weakref.WeakKeyDictionary()
+INTERVAL_MAX_NODES = 2_000   # the interval bound costs O(grid^2 n) per trial step time
+
+
+def step_lower_bound_us(graph, cluster) -> float:
+    """A lower bound on the emulated step of EVERY placement of `graph` on `cluster`:
+    the largest of total work / K, max over nodes of est(n) + p(n) + tail(n), where est
+    and tail are communication-aware floors on a node's start and on the time after its
+    finish (pardnn.graph.forced_levels), and, on graphs of at most INTERVAL_MAX_NODES,
+    the interval bound over the windows they leave each op. docs/bounds.md has the
+    proofs. Cached per graph and cluster."""
+    per_graph = _STEP_BOUNDS.setdefault(graph, {})
+    key = id(cluster)
+    if key not in per_graph or per_graph[key][0] is not cluster:
+        per_graph[key] = (cluster, _step_lower_bound_us(graph, cluster))
+    return per_graph[key][1]
+
+
+def _step_lower_bound_us(graph, cluster) -> float:
+    if graph.num_nodes == 0:
+        return 0.0
+    p = np.asarray(graph.comp_us, np.float64)
+    work = float(p.sum()) / cluster.num_devices
+    comm = edge_comm_floor_us(graph, cluster)
+    est, tail = start_and_tail_floors(graph, p, comm)
+    bound = max(work, float((est + p + tail).max()))
+    if graph.num_nodes <= INTERVAL_MAX_NODES and cluster.num_devices > 1:
+        bound = max(bound, interval_bound_us(p, est, tail + p, cluster.num_devices, bound))
+    return bound
+
+
+def edge_comm_floor_us(graph, cluster) -> np.ndarray:
+    """Per edge, the least time its tensor needs to reach another device: the cheapest
+    latency plus bytes over the widest link (inf on one device, or inside a colocation
+    group, whose ends always share a device)."""
+    comm = cluster.cheapest_transfer_us(graph.edge_bytes)
+    comm[graph.group[graph.edge_src] == graph.group[graph.edge_dst]] = np.inf
+    return comm
+
+
+def interval_bound_us(p, es, bl, k: int, lo: float, grid: int = 96, steps: int = 14) -> float:
+    """The Fernandez-Bussell bound (IEEE Trans. Computers, 1973) for K devices: op n of
+    cost p runs inside [es(n), T - bl(n) + p(n)] in every schedule no longer than T (es a
+    floor on its start, bl on its cost plus the time after it). Whatever the schedule,
+    it runs at least min(overlap of [es, es + p], overlap of [T - bl, T - bl + p]) inside
+    an interval [a, b]; if those forced amounts exceed K (b - a) for some interval, no
+    schedule finishes by T. Bisection from `lo` (a known bound) finds the largest T shown
+    impossible, checking the intervals between points of a uniform grid over [0, T]."""
+    keep = p > 0
+    es, bl, p = es[keep], bl[keep], p[keep]
+    lo = max(lo, float((es + bl).max(initial=0.0)), float(p.sum()) / k)
+    if not _ruled_out(lo, es, bl, p, k, grid):
+        return lo
+    hi = 3.0 * lo
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if _ruled_out(mid, es, bl, p, k, grid) else (lo, mid)
+    return lo
+
+
+def _ruled_out(t, es, bl, p, k, grid) -> bool:
+    """Whether some grid interval of [0, t] must hold more work than k devices can run."""
+    points = np.linspace(0.0, t, grid)
+    early = np.clip(points[:, None] - es[None, :], 0.0, p[None, :])     # done by each point, as early as possible
+    late = np.clip(points[:, None] - (t - bl)[None, :], 0.0, p[None, :])  # ... as late as possible
+    for i in range(grid - 1):
+        forced = np.minimum(early[i + 1:] - early[i], late[i + 1:] - late[i]).sum(axis=1)
+        if np.any(forced > k * (points[i + 1:] - points[i]) * (1 + 1e-9) + 1e-6):
+            return True
+    return False

@@ -83,6 +83,16 @@ class Cluster:
         off = ~np.eye(k, dtype=bool)
         return float(self.latency_us[off].mean()), float(1.0 / (1.0 / self.bandwidth[off]).mean())
 
+    def cheapest_transfer_us(self, nbytes):
+        """A floor on moving `nbytes` between any two distinct devices: the least latency
+        plus bytes over the widest link (inf with one device). Lower bounds use it."""
+        k = self.num_devices
+        if k < 2:
+            return np.full(np.shape(nbytes), np.inf)
+        off = ~np.eye(k, dtype=bool)
+        latency, bandwidth = float(self.latency_us[off].min()), float(self.bandwidth[off].max())
+        return latency + np.asarray(nbytes, float) / bandwidth
+
     def with_options(self, memory=None, reserve=None, bandwidth=None, latency=None) -> "Cluster":
         """A copy with every device's memory, the reserve, or all links overridden."""
         out = self

@@ -16,6 +16,8 @@ def print_summary(report, out_dir=None, file=None):
             line += f", speedup {report['single_device_us'] / report['makespan_us']:.2f}x over one device"
         if "lower_bound_us" in report:
             line += f", lower bound {format_time(report['lower_bound_us'])}"
+            if report["lower_bound_us"] > 0:
+                line += f" (gap {report['makespan_us'] / report['lower_bound_us']:.3f}x)"
         lines.append(line)
     peaks = report.get("peak_memory_bytes")
     caps = report["memory_capacity_bytes"]

@@ -7,18 +7,18 @@ Every placement is judged the same way, by the emulator (pardnn.emulator), whose
 until every device fits, or raises UserError saying why it cannot. A plain algorithm
 is a portfolio of one (pardnn.pipeline.portfolio). placement_seconds is the placers'
 time plus the repairs' and the refinement's; judging the result is
-stage_seconds["evaluate"].
+stage_seconds["evaluate"]. lower_bound_us holds for every placement
+(pipeline.report.judged_fields, docs/bounds.md).
 """
 
 import time
 
 import numpy as np
 
-from pardnn.emulator import report_fields
 from pardnn.graph.constraints import violations
 from pardnn.io.placement import Placement
 from pardnn.pipeline.portfolio import choose
-from pardnn.pipeline.report import base_report
+from pardnn.pipeline.report import base_report, judged_fields
 
 
 def place(graph, cluster, algorithm="pardnn", budget_s=None):
@@ -34,7 +34,7 @@ def place(graph, cluster, algorithm="pardnn", budget_s=None):
     report = base_report(graph, placement)
     report["placement_seconds"] = time.perf_counter() - start
     t0 = time.perf_counter()
-    report.update(report_fields(graph, cluster, fixed.device, fixed.schedule, fixed.profile))
+    report.update(judged_fields(graph, cluster, fixed.device, fixed.schedule, fixed.profile))
     report.update(fixed.report_fields(cluster))
     report["changed_nodes"] = int(np.count_nonzero(fixed.device != chosen.raw))
     report.update(chosen.report_fields())

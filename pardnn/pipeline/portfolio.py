@@ -7,11 +7,14 @@ portfolio of one, judged the same way, neither refined nor reported as candidate
 No single method wins everywhere (docs/algorithm.md, "Candidates"). `--algorithm
 pardnn` builds ParDNN's Step 1 (the FIRST candidate) in this process and the CORE
 ones (HOSTS too on clusters of several hosts), and on graphs under EXTRAS_MAX_NODES,
-or when no core candidate fits, the EXTRA ones. The two fastest feasible ones (the
-earlier in the registry's order on ties; one whose repair moved more than
-MAX_MOVED_SHARE of the nodes only when no other fits) are refined within memory,
-side by side when there are workers, and the faster result wins; when the fastest is
-Step 1 and the repair moved nothing, it wins as it is (it was refined already).
+or when no core candidate fits, the EXTRA ones; a candidate whose registry entry has
+an `applies` test runs only where it passes (the exact model: small graphs). The two
+fastest feasible ones (the earlier in the registry's order on ties; one whose repair
+moved more than MAX_MOVED_SHARE of the nodes only when no other fits) are refined
+within memory, side by side when there are workers, and the faster result wins; when
+the fastest is Step 1 and the repair moved nothing, it is not refined again (it was
+refined already), and only on graphs of at most RUNNER_UP_MAX_NODES nodes is the
+runner-up refined to challenge it.
 
 On graphs of PARALLEL_MIN_NODES or more, the candidates after the FIRST one are built
 and judged in worker processes while it runs. The answer never depends on a wall
@@ -46,6 +49,7 @@ MAX_MOVED_SHARE = 0.10      # a winner whose repair moved more is taken only if 
 PARALLEL_MIN_NODES = 20_000  # smaller graphs build their candidates in this process
 EXTRAS_MAX_NODES = 20_000   # smaller graphs get the EXTRA candidates too
 REFINE_GRACE_S = 60.0       # how long past a budget a worker's refinement may finish its batch
+RUNNER_UP_MAX_NODES = 400   # smaller graphs: the runner-up is refined even when Step 1 wins as it is
 
 
 class Candidate(NamedTuple):
@@ -100,9 +104,12 @@ def choose(graph, cluster, algorithm, timings=None, budget_s=None) -> Chosen:
     """Build and judge `algorithm`'s candidates; refine the two fastest within memory."""
     timings = {} if timings is None else timings
     deadline = math.inf if budget_s is None else time.perf_counter() + budget_s
-    roles = {name: registry.PLACERS[name].role for name in registry.candidates(algorithm)}
-    if len(roles) == 1:
-        roles = dict.fromkeys(roles, registry.FIRST)    # a portfolio of one: built here, always
+    names = registry.candidates(algorithm)
+    if len(names) == 1:
+        roles = {names[0]: registry.FIRST}      # a portfolio of one: built here, always
+    else:
+        roles = {name: registry.PLACERS[name].role for name in names
+                 if registry.applies(name, graph, cluster)}
     first = [name for name, role in roles.items() if role == registry.FIRST]
     extra = [name for name, role in roles.items() if role == registry.EXTRA]
     beside = [name for name, role in roles.items() if role == registry.CORE
@@ -141,7 +148,8 @@ def _pick(graph, cluster, results, step1_output, timings, deadline, pool) -> Cho
     first here, the second by a worker beside it (or after it, without workers), as a
     runner-up can refine past the winner (docs/algorithm.md, "Candidates"). When Step 1
     wins without the repair moving anything, nothing is refined: refining the runner-up
-    alone would cost time that nothing runs beside. A portfolio of one is not refined."""
+    alone would cost time that nothing runs beside; except on graphs of at most
+    RUNNER_UP_MAX_NODES nodes, where it costs little. A portfolio of one is not refined."""
     report = {name: r.entry for name, r in results.items()}
     judged = {name: r.judged for name, r in results.items() if r.judged is not None}
     if not judged:
@@ -150,8 +158,8 @@ def _pick(graph, cluster, results, step1_output, timings, deadline, pool) -> Cho
     first = next(iter(results))                 # the FIRST candidate: its stages are in timings
     timings.update({name: r.build_s for name, r in results.items() if name != first and r.device is not None})
     finalists = _finalists(judged, graph.num_nodes, list(results))
-    refine = len(results) > 1 and _refinable(finalists[0], judged)
-    if not refine:
+    refine = len(results) > 1
+    if not refine or not (_refinable(finalists[0], judged) or graph.num_nodes <= RUNNER_UP_MAX_NODES):
         finalists = finalists[:1]   # Step 1 won as it is: no refinement for the runner-up to run beside
     refined = [name for name in finalists if refine and _refinable(name, judged)]
     t0 = time.perf_counter()

@@ -40,6 +40,8 @@ class Placer(NamedTuple):
     #                             take the slowest first, so that the main process, done with
     #                             the FIRST one, takes the quick ones still waiting at the end
     emulates: bool = False      # takes the emulator as `emulate`
+    applies: str | None = None  # "module:function" (graph, cluster) -> bool: whether it runs
+    #                             there as a candidate (None: everywhere its role runs)
 
 
 # Candidate name -> placer, in the portfolio's order: of two equally fast, the earlier wins.
@@ -59,6 +61,9 @@ PLACERS = {
     "hier": Placer("pardnn.placers.hierarchical:place",
                    "hosts first, then ParDNN within each host (or one host alone, if faster)",
                    "pardnn-hier", HOSTS, 9, emulates=True),
+    "exact": Placer("pardnn.placers.exact:place",
+                    "CP-SAT model of placement and schedule together, on small graphs (docs/bounds.md)",
+                    None, CORE, 10, applies="pardnn.placers.exact:applies"),
     "linear": Placer("pardnn.placers.baselines.linear:place",
                      "linear clustering + Guided Load Balancing (thesis 6.4.2)", "linear", EXTRA, 6),
     "topo": Placer("pardnn.placers.baselines.topo:place",
@@ -88,5 +93,15 @@ def candidates(algorithm: str) -> list:
 
 def get(name: str):
     """The place function of placer `name` (a key of PLACERS)."""
-    module, func = PLACERS[name].function.split(":")
+    return _load(PLACERS[name].function)
+
+
+def applies(name: str, graph, cluster) -> bool:
+    """Whether placer `name` runs as a candidate on this graph and cluster."""
+    test = PLACERS[name].applies
+    return test is None or bool(_load(test)(graph, cluster))
+
+
+def _load(target: str):
+    module, func = target.split(":")
     return getattr(importlib.import_module(module), func)

@@ -1,0 +1,70 @@
+"""The gap in the summary, and the helpers of tools/gap_table.py and
+tools/planned_order.py, on hand-made inputs."""
+
+import io
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from gap_table import COLUMNS, best_candidate, render, with_best_of  # noqa: E402
+from planned_order import planned_us, with_device_order  # noqa: E402
+
+from pardnn.emulator.scheduler import simulate  # noqa: E402
+from pardnn.graph import CostGraph  # noqa: E402
+from pardnn.hardware import parse_devices  # noqa: E402
+from pardnn.io.summary import print_summary  # noqa: E402
+
+
+def test_the_summary_prints_the_gap_over_the_lower_bound():
+    report = {"algorithm": "pardnn", "num_nodes": 3, "num_edges": 2, "devices": ["/cpu:0"],
+              "makespan_us": 110.0, "single_device_us": 200.0, "lower_bound_us": 100.0,
+              "memory_capacity_bytes": [1000], "nodes_per_device": [3], "comm_bytes": 0,
+              "placement_seconds": 0.1}
+    out = io.StringIO()
+    print_summary(report, file=out)
+    assert "lower bound 100.0 us (gap 1.100x)" in out.getvalue()
+
+
+def test_the_best_candidate_counts_refined_ones_and_skips_infeasible_ones():
+    report = {"makespan_us": 100.0, "candidates": {
+        "step1": {"feasible": True, "makespan_us": 100.0},
+        "etf": {"feasible": True, "makespan_us": 120.0, "refined_makespan_us": 95.0},
+        "metis": {"feasible": False, "makespan_us": 50.0},
+        "heft": {"skipped": "time budget spent"}}}
+    assert best_candidate(report) == (95.0, "etf refined")
+
+
+def test_an_unlimited_row_takes_the_better_placement_of_the_limited_row():
+    free = {"makespan_us": 110.0, "best_us": 110.0, "best_by": "pardnn", "over_best": 1.0}
+    tight = {"memory": "0.6x peak", "best_us": 100.0, "best_by": "etf refined"}
+    assert with_best_of(free, tight)["over_best"] == 1.1
+    assert with_best_of(free, {**tight, "best_us": 120.0}) is free
+
+
+def test_the_table_renders_from_its_csv(tmp_path):
+    path = tmp_path / "gap.csv"
+    path.write_text("# commit abc1234\n" + ",".join(COLUMNS) + "\n"
+                    "g,10,2,unlimited,110,100,90,True,105,etf refined,1.1,1.0476,0.5,\n"
+                    "g,10,2,0.6x peak,,,90,True,,,,,,memory: it cannot fit\n")
+    table = render(path)
+    assert table.startswith("Measured at commit abc1234.")
+    assert "| g | 10 | 2 | unlimited | 110.0 us | 100.0 us | 90.0 us | yes | 1.100 | 105.0 us (etf refined) | 1.048 |" \
+        in table
+    assert "infeasible: memory: it cannot fit" in table
+
+
+def test_a_planned_order_makes_the_emulator_run_the_later_ready_op_first():
+    # a (1 us) feeds b (1 us), which feeds d (10 us) on the other device; c (10 us) is
+    # ready at once. First-ready-first runs a, c, b (c was ready before b): d starts at 12
+    # and the step ends at 22. The planned order a, b, c starts d at 2: 12.
+    g = CostGraph.build(names=["a", "b", "c", "d"], comp_us=[1, 1, 10, 10], out_bytes=[8] * 4,
+                        edge_src=["a", "b"], edge_dst=["b", "d"], edge_bytes=[8, 8])
+    c = parse_devices("cpu:2").with_options(latency=0.0, bandwidth=float("inf"))
+    device = np.array([0, 0, 0, 1])                    # d on its own device
+    assert simulate(g, c, device).makespan == 22        # a, c, b on device 0; d after b at 12
+    start = np.array([0.0, 1.0, 2.0, 2.0])              # planned: a, b, then c
+    ordered, renumbered = with_device_order(g, device, start)
+    assert ordered.num_edges == g.num_edges + 2         # a -> b (already there) and b -> c
+    assert planned_us(g, c, device, start) == 12
