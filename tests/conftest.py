@@ -1,5 +1,6 @@
 """Fixtures shared by several test modules."""
 
+import ortools.sat.python.cp_model  # noqa: F401  (before any test module imports TensorFlow: see pardnn.tf.quiet_import)
 import pytest
 
 from pardnn.graph import CostGraph

@@ -35,6 +35,7 @@ MAX_NODES = 400               # larger graphs: the model answers too late to hel
 DETERMINISTIC_PER_NODE = 4e-4  # CP-SAT's deterministic seconds per node for one solve (docs/bounds.md)
 GRID = 1_000_000              # time units over the horizon
 KEEP = 3                      # improving solutions kept as candidates
+ORTOOLS = "ortools.sat.python.cp_model"  # the module that must be imported before TensorFlow
 _SOLVED = weakref.WeakKeyDictionary()
 
 
@@ -67,14 +68,24 @@ def place(graph, cluster, timings=None) -> np.ndarray:
 
 def solve(graph, cluster) -> Solved:
     """Build and solve the model once per graph and cluster (cached). CP-SAT crashes in
-    a process that imported TensorFlow before it (google/or-tools#3230), as loading a
-    profile does: then it runs in a fresh interpreter that imports neither TensorFlow
-    nor the caller's script, with the same answer."""
+    a process that imported TensorFlow before it (google/or-tools#3230); imported the
+    other way round, as pardnn.tf.quiet_import does, both work. In a process where
+    TensorFlow came first (a user's script) the model runs in a fresh interpreter that
+    imports neither TensorFlow nor the caller's script, with the same answer."""
     per_graph = _SOLVED.setdefault(graph, {})
     if id(cluster) not in per_graph or per_graph[id(cluster)][0] is not cluster:
-        solved = _solve_apart(graph, cluster) if "tensorflow" in sys.modules else solve_here(graph, cluster)
+        solved = _solve_apart(graph, cluster) if _tensorflow_first() else solve_here(graph, cluster)
         per_graph[id(cluster)] = (cluster, solved)
     return per_graph[id(cluster)][1]
+
+
+def _tensorflow_first() -> bool:
+    """Whether TensorFlow was imported and OR-Tools' CP-SAT not before it (sys.modules
+    keeps the order modules were first imported in)."""
+    loaded = list(sys.modules)
+    if "tensorflow" not in sys.modules:
+        return False
+    return ORTOOLS not in sys.modules or loaded.index(ORTOOLS) > loaded.index("tensorflow")
 
 
 def deterministic_limit(num_nodes) -> float:
@@ -105,7 +116,7 @@ def serve() -> None:
 def solve_here(graph, cluster, fixed=None) -> Solved:
     """The search, in this process (which must not have imported TensorFlow first);
     with `fixed` (device per node), only the schedule of that placement is searched."""
-    from ortools.sat.python import cp_model
+    from ortools.sat.python import cp_model     # ORTOOLS, imported on first use
 
     model = _Model(graph, cluster, cp_model.CpModel(), fixed)
     solver = cp_model.CpSolver()
