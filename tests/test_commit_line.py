@@ -19,7 +19,7 @@ def test_names_this_checkouts_commit():
 
 
 CHEAP_RUNS = [["bench_exact_fit.py", "--cases", "1", "--algorithms", "single"],
-              ["bench_structures.py", "knapsack", "--nodes", "300"],
+              ["bench_views.py", "--nodes", "300"],
               ["bench_emulator.py", "--nodes", "300", "--repeat", "1", "--devices", "cpu:2"],
               ["bench_speed.py", "--sizes", "300", "--algorithms", "single"]]
 
