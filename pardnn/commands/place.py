@@ -21,8 +21,6 @@ from pardnn.io.summary import print_summary
 from pardnn.io.tensorboard_graph import graph_def_bytes, write_graph_logdir
 from pardnn.emulator.trace import emulated_step
 from pardnn.io.trace_events import write_trace
-from pardnn.emulator.memory import track_memory
-from pardnn.emulator.scheduler import simulate
 
 # Loader statistics copied into report.json under "loader".
 LOADER_FIELDS = ("steps", "untimed_nodes", "outside_step_nodes",
@@ -100,12 +98,11 @@ def _write_outputs(args, graph, info, placement, cluster, report):
 
 
 def _write_views(args, graph, placement, placed_graph, out):
-    """trace.json, the emulated step (emulated again: the emulator is deterministic, so
-    it is the step the report judged), and tensorboard/ with `placed_graph` (a
-    placed_graph.pb) or, without one, a GraphDef made from the cost graph."""
+    """trace.json, the emulated step the report judged (placement.schedule and .profile),
+    and tensorboard/ with `placed_graph` (a placed_graph.pb) or, without one, a GraphDef
+    made from the cost graph."""
     cluster, device = placement.cluster, placement.device
-    schedule = simulate(graph, cluster, device)
-    trace = emulated_step(graph, cluster, device, schedule, track_memory(graph, cluster, device, schedule))
+    trace = emulated_step(graph, cluster, device, placement.schedule, placement.profile)
     write_trace(out.temp("trace.json"), trace, {"pardnn": "emulated step", "algorithm": args.algorithm,
                                                "devices": args.devices})
     if placed_graph is None:

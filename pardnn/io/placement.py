@@ -23,6 +23,8 @@ class Placement:
     algorithm: str = ""
     options: dict = field(default_factory=dict)
     stage_seconds: dict = field(default_factory=dict)
+    schedule: object = None                 # the judged emulation (pardnn.emulator), if any
+    profile: object = None                  # its memory over the step
 
     def counts(self) -> np.ndarray:
         """Number of nodes on each device."""

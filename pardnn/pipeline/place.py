@@ -30,7 +30,8 @@ def place(graph, cluster, algorithm="pardnn", budget_s=None):
     _check_rules(graph, cluster, chosen.raw, f"candidate {chosen.winner!r} of {algorithm!r}")
     fixed = chosen.judged
     _check_rules(graph, cluster, fixed.device, "the memory repair")
-    placement = Placement(fixed.device, cluster, algorithm, stage_seconds=timings)
+    placement = Placement(fixed.device, cluster, algorithm, stage_seconds=timings,
+                          schedule=fixed.schedule, profile=fixed.profile)
     report = base_report(graph, placement)
     report["placement_seconds"] = time.perf_counter() - start
     t0 = time.perf_counter()
