@@ -1,6 +1,6 @@
 """Placement time against graph size, per algorithm (issues #7, #15); prints measured numbers.
 
-    python tools/bench_speed.py [--sizes 10000,50000,100000,200000] [--algorithms a,b] [--k 8] [--limit 120]
+    python tools/bench_speed.py [--sizes 10000,50000,100000,200000] [--algorithms a,b] [--k 8] [--limit 120] [-o OUT]
     python tools/bench_speed.py --profile DIR --devices dgx-h100:8 [--memory 8GiB] [--algorithms pardnn,etf]
 
 With --profile, a real profile directory (or cost graph JSON) is placed instead, as
@@ -21,6 +21,7 @@ with each row: on a busy 2-core machine times are inflated.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import subprocess
@@ -33,7 +34,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from pardnn.pipeline.portfolio import build  # noqa: E402
 from pardnn.placers import registry as algorithms  # noqa: E402
-from commit_line import print_commit  # noqa: E402
+from commit_line import csv_comment, print_commit  # noqa: E402
 
 UNLIMITED = 2**50
 BUILD_ALLOWANCE_S = 60      # building a 200k-node synthetic graph takes a few seconds
@@ -101,6 +102,7 @@ def main(argv=None) -> int:
     p.add_argument("--profile", help="place this profile dir / cost graph JSON instead of synthetic graphs")
     p.add_argument("--devices", default="dgx-h100:8", help="with --profile: the --devices of pardnn place")
     p.add_argument("--memory", default="", help="with --profile: the --memory of pardnn place (default: the preset's)")
+    p.add_argument("-o", "--out", help="also write OUT.csv, one line per cell, its first line naming the commit")
     p.add_argument("--child", nargs=3, metavar=("ALGORITHM", "NODES", "K"), help=argparse.SUPPRESS)
     p.add_argument("--profile-child", nargs=4, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -118,7 +120,7 @@ def main(argv=None) -> int:
     names = [x for x in (args.algorithms or ",".join(algorithms.names())).split(",") if x]
     print(f"K={args.k} virtual CPUs, memory unlimited; seconds of wall time on {os.cpu_count()} cores")
     print(f"{'algorithm':12s} {'nodes':>7s} {'edges':>7s} {'placer':>9s} {'repair':>8s}  load avg")
-    given_up = set()
+    given_up, cells = set(), []
     for nodes in sizes:
         for name in names:
             if name in given_up:
@@ -126,6 +128,8 @@ def main(argv=None) -> int:
                 continue
             row = run_cell(name, nodes, args.k, args.limit)
             load = os.getloadavg()[0]
+            cells.append({"algorithm": name, "size": nodes, "k": args.k, "load_avg": round(load, 2),
+                          **(row or {"error": f"over {args.limit:.0f} s"})})
             if row is not None and "error" in row:
                 given_up.add(name)
                 print(f"{name:12s} {nodes:7d} {'':7s} {'failed':>9s}  {row['error'][:80]}")
@@ -135,7 +139,21 @@ def main(argv=None) -> int:
             else:
                 print(f"{name:12s} {row['nodes']:7d} {row['edges']:7d} {row['placer_s']:9.2f} "
                       f"{row['repair_s']:8.2f}  {load:.1f}", flush=True)
+    if args.out:
+        write_csv(args.out + ".csv", cells)
     return 0
+
+
+def write_csv(path: str, cells: list) -> None:
+    """One line per (algorithm, size) cell after the commit line; written to a temporary
+    file and renamed, so an interrupted run leaves no half-written CSV."""
+    columns = ["algorithm", "size", "k", "nodes", "edges", "placer_s", "repair_s", "load_avg", "error"]
+    with open(path + ".tmp", "w", newline="") as f:
+        f.write(csv_comment())
+        writer = csv.DictWriter(f, columns)
+        writer.writeheader()
+        writer.writerows(cells)
+    os.replace(path + ".tmp", path)
 
 
 def profile_rows(args) -> int:
