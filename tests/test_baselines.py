@@ -132,7 +132,8 @@ TEXTBOOK_COST = [[14, 16, 9], [13, 19, 18], [11, 13, 19], [13, 8, 17], [12, 13, 
 
 
 def test_heft_reproduces_the_textbook_schedule():
-    from pardnn.placers.baselines.common import GroupDevices, link_tables
+    from pardnn.graph.constraints import allowed_devices
+    from pardnn.placers.baselines.common import link_tables
     from pardnn.graph.levels import bottom_levels
     g = CostGraph.build(names=[f"n{i}" for i in range(1, 11)],
                         edge_src=[a - 1 for a, _ in TEXTBOOK_EDGES], edge_dst=[b - 1 for _, b in TEXTBOOK_EDGES],
@@ -145,7 +146,7 @@ def test_heft_reproduces_the_textbook_schedule():
     order = np.lexsort((np.arange(10), -rank))
     assert (order + 1).tolist() == [1, 3, 4, 2, 5, 6, 9, 7, 8, 10]
     lat, inv_bw = link_tables(cluster)
-    device, start, finish = heft.schedule(g, order, cost, lat, inv_bw, GroupDevices(g, cluster))
+    device, start, finish = heft.schedule(g, order, cost, lat, inv_bw, allowed_devices(g, cluster))
     assert finish.max() == pytest.approx(80.0)
     assert (device + 1).tolist() == [3, 1, 3, 2, 3, 2, 3, 1, 2, 2]
 
@@ -153,12 +154,13 @@ def test_heft_reproduces_the_textbook_schedule():
 def test_heft_inserts_a_node_into_an_idle_gap():
     # p (cheap on device 1) feeds q (cheap on device 0) after a 10 us transfer, leaving
     # device 0 idle during [0, 11); r, scheduled last, fits into that gap.
-    from pardnn.placers.baselines.common import GroupDevices, link_tables
+    from pardnn.graph.constraints import allowed_devices
+    from pardnn.placers.baselines.common import link_tables
     g = CostGraph.build(names=["p", "q", "r"], edge_src=[0], edge_dst=[1], edge_bytes=[10])
     cluster = parse_devices("gpu:2").with_options(latency=0.0, bandwidth=1.0)
     cost = np.array([[100, 1], [1, 100], [5, 100]], float)
     lat, inv_bw = link_tables(cluster)
-    device, start, finish = heft.schedule(g, [0, 1, 2], cost, lat, inv_bw, GroupDevices(g, cluster))
+    device, start, finish = heft.schedule(g, [0, 1, 2], cost, lat, inv_bw, allowed_devices(g, cluster))
     assert device.tolist() == [1, 0, 0]
     assert start.tolist() == [0.0, 11.0, 0.0] and finish.tolist() == [1.0, 12.0, 5.0]
 

@@ -14,6 +14,8 @@ from pardnn.emulator.scheduler import plan_transfers
 from pardnn.graph.forced_levels import earliest_starts, input_pairs
 from pardnn.graph.levels import _bottom_levels, _top_levels
 from pardnn.hardware import parse_devices
+from pardnn.placers.baselines.common import graph_arrays
+from pardnn.placers.baselines.heft import _schedule as heft_schedule
 from pardnn.placers.pardnn.switching import _first_gap
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
@@ -93,3 +95,22 @@ def test_forced_floors(seed):
     for cap in (2, 64):     # a node's colocated inputs tried one by one: few, then the default
         compiled = earliest_starts.compiled(*pairs, cost, cap)
         assert_same([compiled], [earliest_starts.interpreted(*pairs, cost, cap)])
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_heft_schedule(seed):
+    g, rng = random_graph(seed)
+    k = int(rng.integers(2, 9))
+    group = np.where(rng.random(g.num_nodes) < 0.2, 0, np.arange(g.num_nodes))     # a group of scattered nodes
+    allowed = rng.random((g.num_nodes, k)) < 0.7                   # pins: some groups kept off some devices
+    allowed[np.arange(g.num_nodes), rng.integers(0, k, g.num_nodes)] = True
+    if seed % 2:                                                    # heterogeneous, with ties
+        cost = rng.choice([0.0, 1.0, 2.0, 5.0], (g.num_nodes, k))
+    else:
+        cost = np.broadcast_to(np.asarray(g.comp_us, np.float64)[:, None], (g.num_nodes, k))
+    lat = rng.choice([0.0, 5.0], (k, k)) * (1 - np.eye(k))
+    inv_bw = rng.choice([0.0, 1e-3], (k, k)) * (1 - np.eye(k))
+    order = np.lexsort((np.arange(g.num_nodes), -_bottom_levels.interpreted(*g.successor_arrays, cost[:, 0],
+                                                                             np.zeros(g.num_edges))))
+    args = (graph_arrays(g)._replace(group=group), order, cost, lat, inv_bw, allowed, [1, 2, 5, 64][seed % 4])
+    assert_same(heft_schedule.compiled(*args), heft_schedule.interpreted(*args))

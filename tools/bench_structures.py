@@ -1,20 +1,16 @@
 """Hand-written ordered structures against sortedcontainers / heapq: speed and identical
 results (docs/architecture.md, "Data structures").
 
-    python tools/bench_structures.py [knapsack|heft|all] [--nodes N] [--devices K]
+    python tools/bench_structures.py [--sizes C,C,...]
 
-knapsack: the two-heap greedy min-knapsack of the repair (pardnn.repair.knapsack),
-          popped until a large overflow is covered, for C candidates; three versions:
-          a numpy scan per pop, heapq, and sortedcontainers.SortedList.
-heft:     HEFT's insertion slots (pardnn.placers.baselines.heft._Timeline, blocks of
-          gaps with each block's widest) against a SortedList of gaps scanned from the
-          ready time, on a synthetic graph; placements must be identical.
+The two-heap greedy min-knapsack of the repair (pardnn.repair.knapsack), popped until a
+large overflow is covered, for C candidates; three versions: a numpy scan per pop,
+heapq, and sortedcontainers.SortedList.
 """
 
 from __future__ import annotations
 
 import argparse
-import heapq
 import os
 import sys
 import time
@@ -117,84 +113,12 @@ def bench_knapsack(sizes, repeat=3):
         print(f"  C = {c:>6}, {share:4.0%} ({len(ref):>5} pops): " + " | ".join(row), flush=True)
 
 
-class SortedTimeline:
-    """HEFT's idle gaps as a SortedList of (start, end), scanned from the gap holding
-    the ready time until one is long enough."""
-
-    def __init__(self):
-        self.gaps = SortedList()
-        self.tail = 0.0
-
-    def earliest(self, ready, length) -> float:
-        if ready < self.tail:
-            first = max(self.gaps.bisect_right((ready, float("inf"))) - 1, 0)
-            for gs, ge in self.gaps.islice(first):
-                if ge - max(gs, ready) >= length:
-                    return max(gs, ready)
-        return max(ready, self.tail)
-
-    def add(self, s, f):
-        if s >= self.tail:
-            if s > self.tail:
-                self.gaps.add((self.tail, s))
-            self.tail = f
-            return
-        gaps = self.gaps
-        gs, ge = gaps[gaps.bisect_right((s, float("inf"))) - 1]
-        gaps.remove((gs, ge))
-        for gap in ((gs, s), (f, ge)):
-            if gap[1] > gap[0]:
-                gaps.add(gap)
-
-
-def bench_heft(nodes, devices):
-    from synth_graph import synth_graph
-    from pardnn.hardware import parse_devices
-    from pardnn.placers.baselines import heft
-    graph = synth_graph(nodes, seed=0)
-    cluster = parse_devices(f"dgx2:{devices}")
-    print(f"heft: synthetic graph of {graph.num_nodes} nodes, {devices} devices; seconds per placement")
-    out = {}
-    original = heft._Timeline
-    for name, cls in (("blocks (heft._Timeline)", original), ("SortedList", SortedTimeline)):
-        heft._Timeline = cls
-        try:
-            t = time.perf_counter()
-            out[name] = heft.place(graph, cluster)
-            print(f"  {name}: {time.perf_counter() - t:.2f} s", flush=True)
-        finally:
-            heft._Timeline = original
-    a, b = out.values()
-    print(f"  placements identical: {bool(np.array_equal(a, b))}")
-    narrow_gaps(original)
-
-
-def narrow_gaps(blocks, gaps=20_000, queries=2_000):
-    """The case the blocks are for: many idle gaps too short for the node, so a
-    query must pass them all to reach the first wide one."""
-    print(f"  {gaps} gaps of 1 us, then {queries} queries for a 2 us slot from time 0:")
-    for name, cls in (("blocks (heft._Timeline)", blocks), ("SortedList", SortedTimeline)):
-        tl = cls()
-        for i in range(gaps):
-            tl.add(3.0 * i + 1, 3.0 * i + 3)        # busy [3i+1, 3i+3): gaps [3i, 3i+1)
-        t = time.perf_counter()
-        got = [tl.earliest(0.0, 2.0) for _ in range(queries)]
-        print(f"    {name}: {(time.perf_counter() - t) / queries * 1e6:.1f} us per query "
-              f"(slot at {got[0]:.0f})", flush=True)
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("part", nargs="?", default="all", choices=["all", "knapsack", "heft"])
     p.add_argument("--sizes", default="100,1000,10000,50000")
-    p.add_argument("--nodes", type=int, default=20_000)
-    p.add_argument("--devices", type=int, default=8)
     args = p.parse_args(argv)
     print_commit()
-    if args.part in ("all", "knapsack"):
-        bench_knapsack([int(x) for x in args.sizes.split(",")])
-    if args.part in ("all", "heft"):
-        bench_heft(args.nodes, args.devices)
+    bench_knapsack([int(x) for x in args.sizes.split(",")])
     return 0
 
 

@@ -7,9 +7,9 @@ group such as {variable, its read, its optimizer apply} would then form a cycle
 with the ops between its members.
 """
 
-import numpy as np
+from typing import NamedTuple
 
-from pardnn.graph.constraints import allowed_devices
+import numpy as np
 
 
 def link_tables(cluster) -> tuple:
@@ -23,38 +23,24 @@ def link_tables(cluster) -> tuple:
     return lat.tolist(), inv.tolist()
 
 
-class GroupDevices:
-    """Which devices each node may still go to, as placers fix groups one by one."""
+class Graph(NamedTuple):
+    """The edges both ways and the colocation groups, int64 (bool for data_edge): what
+    the compiled list schedulers (m-ETF, HEFT) read of a CostGraph."""
 
-    def __init__(self, graph, cluster, allowed=None):
-        allowed = allowed_devices(graph, cluster) if allowed is None else allowed
-        self.options = [np.flatnonzero(row).tolist() for row in allowed]
-        self.group = graph.group.tolist()
-        self.fixed = [-1] * graph.num_groups
-
-    def choices(self, node) -> list:
-        """Devices node may take now: its group's device once fixed, else the allowed ones."""
-        g = self.group[node]
-        return [self.fixed[g]] if self.fixed[g] >= 0 else self.options[g]
-
-    def fix(self, node, device) -> bool:
-        """Record node's device; True when this fixed its group for the first time."""
-        g = self.group[node]
-        first = self.fixed[g] < 0
-        self.fixed[g] = device
-        return first
+    pred_ptr: np.ndarray
+    pred_src: np.ndarray
+    pred_eid: np.ndarray
+    succ_ptr: np.ndarray
+    edge_dst: np.ndarray
+    edge_bytes: np.ndarray
+    data_edge: np.ndarray       # per edge: carries a tensor (not a control edge)
+    group: np.ndarray           # per node
+    group_ptr: np.ndarray
+    group_nodes: np.ndarray
 
 
-def data_ready(v, ptr, src, eid, ebytes, finish, device, lat, inv_bw, k) -> list:
-    """Time at which all inputs of v are available on each of the k devices, given
-    the finish time and device of every predecessor (CSR predecessor lists)."""
-    ready = [0.0] * k
-    for p in range(ptr[v], ptr[v + 1]):
-        u = src[p]
-        f, du, b = finish[u], device[u], ebytes[eid[p]]
-        row_lat, row_inv = lat[du], inv_bw[du]
-        for d in range(k):
-            t = f + row_lat[d] + b * row_inv[d]
-            if t > ready[d]:
-                ready[d] = t
-    return ready
+def graph_arrays(graph) -> Graph:
+    i64 = np.int64
+    return Graph(*(np.asarray(a, i64) for a in (graph.pred_ptr, graph.pred_src, graph.pred_eid, graph.succ_ptr,
+                                                graph.edge_dst, graph.edge_bytes)), graph.edge_slot >= 0,
+                 *(np.asarray(a, i64) for a in (graph.group, graph.group_ptr, graph.group_nodes)))

@@ -41,22 +41,7 @@ from pardnn.compiled import kernel
 from pardnn.graph.constraints import allowed_devices
 from pardnn.graph.levels import bottom_levels
 from pardnn.graph.node_memory import resident_bytes, transient_bytes
-from pardnn.placers.baselines.common import link_tables
-
-
-class Graph(NamedTuple):
-    """The edges both ways and the colocation groups, int64 (bool for data_edge)."""
-
-    pred_ptr: np.ndarray
-    pred_src: np.ndarray
-    pred_eid: np.ndarray
-    succ_ptr: np.ndarray
-    edge_dst: np.ndarray
-    edge_bytes: np.ndarray
-    data_edge: np.ndarray       # per edge: carries a tensor (not a control edge)
-    group: np.ndarray           # per node
-    group_ptr: np.ndarray
-    group_nodes: np.ndarray
+from pardnn.placers.baselines.common import graph_arrays, link_tables
 
 
 class Nodes(NamedTuple):
@@ -93,9 +78,7 @@ def arrays(graph, cluster) -> tuple:
     held = np.where(consumers > 0, transient_bytes(graph), 0).astype(i64)
     resident = np.bincount(graph.group, weights=resident_bytes(graph), minlength=graph.num_groups).astype(float)
     lat, inv_bw = (np.asarray(t, np.float64) for t in link_tables(cluster))
-    edges = Graph(*(np.asarray(a, i64) for a in (graph.pred_ptr, graph.pred_src, graph.pred_eid, graph.succ_ptr,
-                                                 graph.edge_dst, graph.edge_bytes)), data,
-                  *(np.asarray(a, i64) for a in (graph.group, graph.group_ptr, graph.group_nodes)))
+    edges = graph_arrays(graph)
     nodes = Nodes(np.asarray(graph.comp_us, float), -bottom_levels(graph, graph.comp_us).astype(float), held,
                   resident[graph.group] + held, consumers.astype(i64), np.diff(graph.pred_ptr).astype(i64))
     devices = Devices(np.asarray(cluster.capacity, i64), allowed_devices(graph, cluster), resident, lat, inv_bw)

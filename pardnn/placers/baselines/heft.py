@@ -7,124 +7,147 @@ with insertion.
    devices are homogeneous, so the mean compute cost is the measured one.
 2. Nodes are taken in decreasing rank (ties: smaller node id, which keeps the
    order topological when costs are zero) and each goes to the device on which it
-   finishes earliest. A node may be inserted into an idle gap between two nodes
-   already scheduled on a device if the gap is long enough and starts after the
-   node's inputs have arrived there (insertion-based policy).
+   finishes earliest (ties: the lowest device index). A node may be inserted into
+   an idle gap between two nodes already scheduled on a device if the gap is long
+   enough and starts after the node's inputs have arrived there (insertion-based
+   policy).
 
 Colocation groups follow their first member to be scheduled; pinned groups only
 consider devices of their kind. HEFT is not memory-aware.
 
 `schedule` is the core on an explicit (nodes x devices) cost matrix, so the
-textbook heterogeneous example can be checked against it.
+textbook heterogeneous example can be checked against it. Its loop is a kernel
+(pardnn.compiled), built like m-ETF's (`pardnn.placers.baselines.etf`): the
+arrays arrive in the shared `Graph` tuple, and each device's idle gaps are sorted
+arrays in chunks of CHUNK gaps with each chunk's widest, so a query skips chunks
+too narrow for the node.
 """
-
-from bisect import bisect_right
 
 import numpy as np
 
+from pardnn.compiled import kernel
+from pardnn.graph.constraints import allowed_devices
 from pardnn.graph.edge_costs import mean_edge_costs
-from pardnn.placers.baselines.common import GroupDevices, data_ready, link_tables
 from pardnn.graph.levels import bottom_levels
+from pardnn.placers.baselines.common import graph_arrays, link_tables
+
+CHUNK = 64      # gaps per chunk of a device's idle gaps
 
 
 def place(graph, cluster, timings=None) -> np.ndarray:
     rank = bottom_levels(graph, graph.comp_us, mean_edge_costs(graph, cluster))
     order = np.lexsort((np.arange(graph.num_nodes), -rank))
-    cost = np.broadcast_to(graph.comp_us[:, None], (graph.num_nodes, cluster.num_devices))
+    cost = np.broadcast_to(np.asarray(graph.comp_us, np.float64)[:, None], (graph.num_nodes, cluster.num_devices))
     lat, inv_bw = link_tables(cluster)
-    device, _, _ = schedule(graph, order, cost, lat, inv_bw, GroupDevices(graph, cluster))
+    device, _, _ = schedule(graph, order, cost, lat, inv_bw, allowed_devices(graph, cluster))
     return device
 
 
-def schedule(graph, order, cost, lat, inv_bw, groups):
+def schedule(graph, order, cost, lat, inv_bw, allowed):
     """Insertion-based earliest-finish-time scheduling of `graph`'s nodes in
     `order` (each node after its predecessors). cost[v, d] is v's compute time on
     device d; a tensor of b bytes from device a to d arrives lat[a][d] +
-    b * inv_bw[a][d] after its producer finishes. Returns (device, start, finish)."""
+    b * inv_bw[a][d] after its producer finishes; allowed[group, d] says where each
+    colocation group may go. Returns (device, start, finish)."""
+    run = _schedule.for_size(graph.num_nodes)
+    device, start, finish = run(graph_arrays(graph), np.asarray(order, np.int64), np.asarray(cost, np.float64),
+                                np.asarray(lat, np.float64), np.asarray(inv_bw, np.float64),
+                                np.asarray(allowed, np.bool_), CHUNK)
+    return device.astype(np.int32), start, finish
+
+
+@kernel
+def _schedule(g, order, cost, lat, inv_bw, allowed, chunk):
+    """Places the nodes in order, each where it finishes first; returns (device, start, finish).
+    Each device's idle gaps are kept in chunks of `chunk`."""
     n, k = cost.shape
-    ptr, src, eid = graph.pred_ptr.tolist(), graph.pred_src.tolist(), graph.pred_eid.tolist()
-    ebytes = graph.edge_bytes.tolist()
-    device, start, finish = [-1] * n, [0.0] * n, [0.0] * n
-    timelines = [_Timeline() for _ in range(k)]
-    for v in np.asarray(order).tolist():
-        ready = data_ready(v, ptr, src, eid, ebytes, finish, device, lat, inv_bw, k)
-        row = cost[v].tolist()
-        best = None
-        for d in groups.choices(v):
-            if best is not None and ready[d] + row[d] >= best[0]:
-                continue                        # cannot beat the best finish so far
-            s = timelines[d].earliest(ready[d], row[d])
-            if best is None or s + row[d] < best[0]:
-                best = (s + row[d], s, d)
-        f, s, d = best
-        timelines[d].add(s, f)
-        groups.fix(v, d)
-        device[v], start[v], finish[v] = d, s, f
-    return np.asarray(device, np.int32), np.asarray(start), np.asarray(finish)
+    device, start, finish = np.full(n, -1), np.zeros(n), np.zeros(n)
+    fixed, ready = np.full(allowed.shape[0], -1), np.zeros(k)
+    tail, gaps = np.zeros(k), np.zeros(k, np.int64)     # per device: end of its last busy interval; gaps before it
+    lo, hi, wide = np.zeros((k, chunk)), np.zeros((k, chunk)), np.zeros((k, 1))    # gaps [lo, hi); chunks' widest
 
+    def arrival(v):
+        """ready[d]: when all of v's inputs are on device d."""
+        ready[:] = 0.0
+        for p in range(g.pred_ptr[v], g.pred_ptr[v + 1]):
+            u = g.pred_src[p]
+            f, du, b = finish[u], device[u], g.edge_bytes[g.pred_eid[p]]
+            for d in range(k):
+                t = f + lat[du, d] + b * inv_bw[du, d]
+                if t > ready[d]:
+                    ready[d] = t
 
-class _Timeline:
-    """The idle gaps of one device before its last busy interval, sorted by start
-    and kept in blocks of at most 2 * BLOCK with each block's widest gap, so a
-    search skips whole blocks too narrow for the node: O(BLOCK + gaps / BLOCK)
-    per query instead of a scan over every gap."""
-
-    BLOCK = 64
-    INF = float("inf")
-
-    def __init__(self):
-        self.blocks, self.widest, self.firsts = [], [], []   # gaps (start, end); per-block max; first starts
-        self.tail = 0.0                                      # end of the last busy interval
-
-    def earliest(self, ready, length) -> float:
-        """Earliest start >= ready of an idle slot of `length`."""
-        if ready >= self.tail:
-            return ready
-        b = max(bisect_right(self.firsts, ready) - 1, 0)
-        for i in range(b, len(self.blocks)):
-            if self.widest[i] < length:
+    def earliest(lo, hi, wide, count, end, t, length):
+        """Earliest start >= t of an idle slot of `length` among the gaps, else `end`."""
+        if t >= end:
+            return t
+        i = max(np.searchsorted(lo[:count], t, side="right") - 1, 0)
+        while i < count:
+            if i % chunk == 0 and wide[i // chunk] < length:
+                i += chunk                      # no gap of this chunk is long enough
                 continue
-            for gs, ge in self.blocks[i]:
-                t = gs if gs > ready else ready
-                if ge - t >= length:
-                    return t
-        return self.tail
+            s = lo[i] if lo[i] > t else t
+            if hi[i] - s >= length:
+                return s
+            i += 1
+        return end
 
-    def add(self, s, f):
-        if s >= self.tail:
-            if s > self.tail:
-                self._append((self.tail, s))
-            self.tail = f
+    def widest(lo, hi, wide, count, first, last):
+        """Recompute the widest gap of the chunks holding gaps first to last - 1 (of count)."""
+        for c in range(first // chunk, (last + chunk - 1) // chunk):
+            w = 0.0
+            for i in range(c * chunk, min(count, (c + 1) * chunk)):
+                w = max(w, hi[i] - lo[i])
+            wide[c] = w
+
+    def doubled(a):
+        out = np.zeros((k, 2 * a.shape[1]))
+        out[:, :a.shape[1]] = a
+        return out
+
+    def add(lo, hi, wide, d, s, f):
+        """Device d is busy from s to f: past its tail, or inside the gap holding s,
+        which leaves its nonempty pieces."""
+        count = gaps[d]
+        if s >= tail[d]:
+            if s > tail[d]:
+                lo[count], hi[count] = tail[d], s
+                gaps[d] = count + 1
+                c = count // chunk
+                wide[c] = s - tail[d] if count % chunk == 0 else max(wide[c], s - tail[d])
+            tail[d] = f
             return
-        i = max(bisect_right(self.firsts, s) - 1, 0)
-        block = self.blocks[i]
-        j = bisect_right(block, (s, self.INF)) - 1
-        gs, ge = block[j]
-        block[j:j + 1] = [gap for gap in ((gs, s), (f, ge)) if gap[1] > gap[0]]
-        if len(block) > 2 * self.BLOCK:
-            self.blocks[i + 1:i + 1] = [block[self.BLOCK:]]
-            self.widest[i + 1:i + 1] = [0.0]
-            self.firsts[i + 1:i + 1] = [0.0]
-            del block[self.BLOCK:]
-            self._refresh(i + 1)
-            self._refresh(i)
-        elif ge - gs >= self.widest[i]:         # the widest gap shrank: scan the block
-            self._refresh(i)
-        elif j == 0:                            # narrower pieces: only the first start may move
-            self.firsts[i] = block[0][0]
+        j = np.searchsorted(lo[:count], s, side="right") - 1
+        a, b = lo[j], hi[j]
+        pieces = int(s > a) + int(b > f)
+        if pieces == 2:                         # one gap more: shift the later ones right
+            for i in range(count, j + 1, -1):
+                lo[i], hi[i] = lo[i - 1], hi[i - 1]
+        elif pieces == 0:                       # one gap less: shift them left
+            for i in range(j, count - 1):
+                lo[i], hi[i] = lo[i + 1], hi[i + 1]
+        if s > a:
+            hi[j] = s
+        if b > f:
+            lo[j + pieces - 1], hi[j + pieces - 1] = f, b
+        gaps[d] = count + pieces - 1
+        widest(lo, hi, wide, gaps[d], j, j + 1 if pieces == 1 else gaps[d])
 
-    def _refresh(self, i):
-        block = self.blocks[i]
-        if not block:
-            del self.blocks[i], self.widest[i], self.firsts[i]
-            return
-        self.widest[i] = max(e - a for a, e in block)
-        self.firsts[i] = block[0][0]
-
-    def _append(self, gap):
-        if not self.blocks or len(self.blocks[-1]) >= 2 * self.BLOCK:
-            self.blocks.append([])
-            self.widest.append(0.0)
-            self.firsts.append(gap[0])
-        self.blocks[-1].append(gap)
-        self.widest[-1] = max(self.widest[-1], gap[1] - gap[0])
+    for v in order:
+        arrival(v)
+        grp = g.group[v]
+        found, best_f, best_s, best_d = False, 0.0, 0.0, 0
+        for d in range(k):
+            if fixed[grp] != d and (fixed[grp] >= 0 or not allowed[grp, d]):
+                continue
+            if found and ready[d] + cost[v, d] >= best_f:
+                continue                        # cannot beat the best finish so far
+            s = earliest(lo[d], hi[d], wide[d], gaps[d], tail[d], ready[d], cost[v, d])
+            if not found or s + cost[v, d] < best_f:
+                found, best_f, best_s, best_d = True, s + cost[v, d], s, d
+        if gaps[best_d] == lo.shape[1]:         # full: double every device's room
+            lo, hi, wide = doubled(lo), doubled(hi), doubled(wide)
+        add(lo[best_d], hi[best_d], wide[best_d], best_d, best_s, best_f)
+        fixed[grp] = best_d
+        device[v], start[v], finish[v] = best_d, best_s, best_f
+    return device, start, finish
