@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pardnn import compiled
 from pardnn.compiled import INTERPRETED_BELOW, Kernel, kernel
 from pardnn.emulator.event_loop import event_loop
 from pardnn.emulator.scheduler import plan_transfers
@@ -16,6 +17,9 @@ from pardnn.graph.levels import _bottom_levels, _top_levels
 from pardnn.hardware import parse_devices
 from pardnn.placers.baselines.common import graph_arrays
 from pardnn.placers.baselines.heft import _schedule as heft_schedule
+from pardnn.placers.pardnn.mapping import map_clusters
+from pardnn.placers.pardnn.slicing import slice_graph
+from pardnn.placers.pardnn.swapping import swap_clusters
 from pardnn.placers.pardnn.switching import _first_gap
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
@@ -114,3 +118,23 @@ def test_heft_schedule(seed):
                                                                              np.zeros(g.num_edges))))
     args = (graph_arrays(g)._replace(group=group), order, cost, lat, inv_bw, allowed, [1, 2, 5, 64][seed % 4])
     assert_same(heft_schedule.compiled(*args), heft_schedule.interpreted(*args))
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_slicing_and_swapping(seed, monkeypatch):
+    """Slicing's walks, then mapping and cluster swapping, all kernels compiled, then
+    all interpreted: colocation groups, groups pinned to random devices, cost ties."""
+    g, rng = random_graph(seed)
+    cluster = parse_devices(["cpu:3", "dgx1-v100:8", "2xdgx-h100:2", "cpu:2"][seed % 4])
+    allowed = rng.random((g.num_groups, cluster.num_devices)) < (0.6 if seed % 3 else 1.0)
+    allowed[np.arange(g.num_groups), rng.integers(0, cluster.num_devices, g.num_groups)] = True
+    edge_cost = rng.choice([0.0, 1.0, 2.5, 40.0], g.num_edges)
+    runs = []
+    for below in (0, g.num_nodes + 1):
+        monkeypatch.setattr(compiled, "INTERPRETED_BELOW", below)
+        slices = slice_graph(g, cluster.num_devices, edge_cost, allowed)
+        mapping = map_clusters(g, cluster, slices, edge_cost, allowed)
+        swaps = swap_clusters(g, slices, mapping)
+        runs.append([slices.cluster, slices.head, slices.tail, np.array([slices.num_primary, swaps]),
+                     mapping.links.cdev.copy(), mapping.work.values()])
+    assert_same(*runs)

@@ -71,7 +71,7 @@ def test_fork_join_branch_that_cannot_hide_its_communication_is_merged():
     g, cluster = fork_join(), link(2)
     allowed = allowed_devices(g, cluster)
     cost = mean_edge_costs(g, cluster)
-    slices = slice_graph(g, 2, cost, [3] * g.num_groups)
+    slices = slice_graph(g, 2, cost, np.ones((g.num_groups, 2), bool))
     index = g.index()
     cid = slices.cluster
     assert cid[index["s"]] == cid[index["a"]] == cid[index["t"]] == 0     # the critical path
@@ -91,7 +91,7 @@ def test_lalb_uses_the_work_within_the_span_not_the_total():
     g = build(nodes, edges)
     cluster = link(2, latency=1.0)
     cost = mean_edge_costs(g, cluster)
-    slices = slice_graph(g, 2, cost, [3] * g.num_groups)
+    slices = slice_graph(g, 2, cost, np.ones((g.num_groups, 2), bool))
     index = g.index()
     assert slices.num_clusters == 3 and slices.cluster[index["x"]] == 2
     mapping = map_clusters(g, cluster, slices, cost, allowed_devices(g, cluster))

@@ -47,11 +47,3 @@ def violations(graph, cluster, device) -> list:
         problems.append(f"pinned node {graph.names[bad[0]]!r} on a device of the wrong kind")
     return problems
 
-
-def group_masks(allowed) -> list:
-    """Allowed devices of each group (bool groups x devices) as Python int bit masks."""
-    k = allowed.shape[1]
-    if allowed.all():
-        return [(1 << k) - 1] * allowed.shape[0]
-    packed = np.packbits(allowed, axis=1, bitorder="little")
-    return [int.from_bytes(row.tobytes(), "little") for row in packed]

@@ -1,4 +1,4 @@
-"""Communication costs and device masks shared by the ParDNN stages.
+"""Communication costs shared by the ParDNN stages.
 
 An edge costs `latency + bytes / bandwidth` when its ends sit on different devices
 (Cluster.comm_us), including a control edge (0 bytes: the latency of the message

@@ -33,12 +33,6 @@ def top_levels(graph, node_cost, edge_cost=None) -> np.ndarray:
     return tl
 
 
-def top_levels_list(graph, w, ec) -> list:
-    """tl as a list, from lists of node and edge costs."""
-    return _top_levels.for_size(len(w))(*graph.successor_arrays, np.asarray(w, float),
-                                        np.asarray(ec, float)).tolist()
-
-
 @kernel
 def _top_levels(succ_ptr, edge_dst, w, ec):
     """Push form: each node offers tl(u) + w(u) + comm(e) to its successors, reading
@@ -57,12 +51,6 @@ def bottom_levels(graph, node_cost, edge_cost=None) -> np.ndarray:
     """bl per node; edge_cost is indexed by edge id (None: zero communication)."""
     w = np.asarray(node_cost, float)
     return _bottom_levels.for_size(len(w))(*graph.successor_arrays, w, _edge_costs(graph, edge_cost))
-
-
-def bottom_levels_list(graph, w, ec) -> list:
-    """bl as a list, from lists of node and edge costs."""
-    return _bottom_levels.for_size(len(w))(*graph.successor_arrays, np.asarray(w, float),
-                                           np.asarray(ec, float)).tolist()
 
 
 @kernel

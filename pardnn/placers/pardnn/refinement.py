@@ -7,10 +7,9 @@ not get worse, so refinement never hurts; emulating once per batch rather than o
 per move keeps it affordable. The emulator comes in as `emulate` (the pipeline lends
 pardnn.emulator.trial.emulate): a placer imports none.
 
-1. Cluster swapping: a secondary sc whose span is less loaded on device b swaps with
-   a lighter secondary on b that starts within span(sc) when the sum of their Eq. 4.2
-   costs drops (the thesis gives no formula). Only secondaries LALB mapped swap;
-   each at most once; at most SCAN partners scanned in start order, O(C log C).
+1. Cluster swapping (pardnn.placers.pardnn.swapping): a secondary sc whose span is
+   less loaded on device b swaps with a lighter secondary on b that starts within
+   span(sc) when the sum of their Eq. 4.2 costs drops (the thesis gives no formula).
    Then the affinity candidates (pardnn.placers.pardnn.affinity, not in the thesis)
    replace the result when one emulates faster.
 2. At most K rounds (the thesis switches nodes "at most K times") of the batches in
@@ -27,10 +26,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from pardnn.placers.pardnn.affinity import affinity_candidates
+from pardnn.placers.pardnn.swapping import swap_clusters
 from pardnn.placers.pardnn.switching import critical_moves, unblock_moves
 from pardnn.placers.pardnn.volume import comm_moves
 
-SCAN = 32
 MIN_ROUND_GAIN = 0.005
 
 
@@ -156,88 +155,3 @@ def _emulated(graph, cluster, emulate):
         schedule = emulate(graph, cluster, trial, beat)
         return None if schedule is None else (trial, schedule.makespan, schedule)
     return judge
-
-
-# ------------------------------------------------------------ cluster swapping
-def swap_clusters(graph, slices, mapping) -> int:
-    """Swap pairs of secondary clusters within spans (updates mapping.links and
-    mapping.work in place); returns the number of swaps."""
-    links, span, ok = mapping.links, mapping.span, mapping.allowed
-    lalb = np.setdiff1d(np.arange(slices.num_primary, slices.num_clusters), mapping.merged)
-    if len(lalb) < 2:
-        return 0
-    head_level = mapping.level[slices.head[lalb]]
-    by_start = lalb[np.argsort(head_level, kind="stable")].tolist()
-    starts = np.sort(head_level)
-    swapped = [False] * slices.num_clusters
-    cdev, weight = links.cdev.tolist(), mapping.weight.tolist()
-    comp, level = graph.comp_us.tolist(), mapping.level.tolist()
-    count = 0
-    for c, target in _unbalanced(mapping, lalb):
-        if swapped[c]:
-            continue
-        lo, hi = np.searchsorted(starts, span[c], side="left").tolist()
-        partners = [c2 for c2 in by_start[lo:min(hi, lo + SCAN)]
-                    if cdev[c2] == target and not swapped[c2] and weight[c2] < weight[c]
-                    and ok[c2, cdev[c]]]
-        if not partners:
-            continue
-        me = _Side(mapping, c, comp, level)
-        gain, partner = max((me.swap_gain(_Side(mapping, c2, comp, level)), -c2) for c2 in partners)
-        if gain > 0.0:
-            _swap(mapping, c, -partner, comp, level)
-            cdev[c], cdev[-partner] = cdev[-partner], cdev[c]
-            swapped[c] = swapped[-partner] = True
-            count += 1
-    return count
-
-
-def _unbalanced(mapping, clusters) -> list:
-    """(cluster, device) pairs, heaviest cluster first, where the allowed device
-    with least work in the cluster's span would still have less with the cluster
-    added (a snapshot of the loads after mapping)."""
-    work = mapping.work
-    cum = np.vstack([np.zeros(work.k), np.cumsum(work.values(), axis=0)])
-    lo, hi = mapping.span[clusters].T
-    loads = np.where(mapping.allowed[clusters], cum[hi] - cum[lo], np.inf)
-    here = loads[np.arange(len(clusters)), mapping.links.cdev[clusters]]
-    target = np.argmin(loads, axis=1)
-    pick = np.flatnonzero(loads[np.arange(len(clusters)), target] + mapping.weight[clusters] < here)
-    pick = pick[np.argsort(-mapping.weight[clusters[pick]], kind="stable")]
-    return list(zip(clusters[pick].tolist(), target[pick].tolist()))
-
-
-class _Side:
-    """One cluster of a candidate swap: its device, span, the work of every device
-    in its span, and its communication cost on every device (Eq. 4.2 terms)."""
-
-    def __init__(self, mapping, c, comp, level):
-        self.device = int(mapping.links.cdev[c])
-        self.span = mapping.span[c].tolist()
-        self.load = mapping.work.range_sum(*self.span)
-        self.comm = mapping.links.comm_cost(c)
-        self.nodes, self.comp, self.level = mapping.links.members[c], comp, level
-        self.own = self.work_in(self.span)
-
-    def work_in(self, span) -> float:
-        lo, hi = span
-        return sum(self.comp[n] for n in self.nodes if lo <= self.level[n] < hi)
-
-    def swap_gain(self, other) -> float:
-        """Eq. 4.2 costs of both clusters where they are, minus after swapping."""
-        a, b = self.device, other.device
-        before = self.load[a] - self.own + self.comm[a] + other.load[b] - other.own + other.comm[b]
-        after = (self.load[b] - other.work_in(self.span) + self.comm[b]
-                 + other.load[a] - self.work_in(other.span) + other.comm[a])
-        return float(before - after)
-
-
-def _swap(mapping, c, c2, comp, level):
-    links = mapping.links
-    a, b = int(links.cdev[c]), int(links.cdev[c2])
-    for x, old, new in ((c, a, b), (c2, b, a)):
-        nodes = links.members[x]
-        levels, amounts = [level[n] for n in nodes], [comp[n] for n in nodes]
-        mapping.work.add(levels, old, [-v for v in amounts])
-        mapping.work.add(levels, new, amounts)
-        links.assign(x, new)

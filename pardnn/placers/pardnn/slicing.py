@@ -24,13 +24,18 @@ cluster, so mapping, which moves whole clusters, can never split a group, and th
 followers' work is counted where they will run. A path also never takes a node
 whose group may not share a device with the groups already in the cluster (device
 kinds, see pardnn.graph.constraints), so every cluster has at least one allowed device.
+
+The walks are a kernel (pardnn.compiled) over the CSR arrays: 49k of them on a
+200k-node graph, where a CPython loop per walk took most of slicing's time.
 """
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
-from pardnn.graph.levels import NEG_INF, bottom_levels_list, top_levels_list
+from pardnn.compiled import kernel
+from pardnn.graph.levels import NEG_INF, bottom_levels, top_levels
 
 
 @dataclass(frozen=True)
@@ -49,84 +54,110 @@ class Slices:
         return len(self.head)
 
 
-def slice_graph(graph, k: int, edge_cost, masks) -> Slices:
+class Walk(NamedTuple):
+    """What the walks read and write, int64 and float64 per node or edge; `allowed` is
+    the (groups x devices) bool matrix; `w` is a node's cost, -inf once taken."""
+
+    succ_ptr: np.ndarray
+    edge_dst: np.ndarray
+    group: np.ndarray
+    group_ptr: np.ndarray
+    group_nodes: np.ndarray
+    allowed: np.ndarray
+    cluster: np.ndarray         # per node, -1 while free
+    w: np.ndarray
+    on_path: np.ndarray         # bool per node
+    head: np.ndarray            # per cluster made so far (room for one per node)
+    tail: np.ndarray
+
+
+def slice_graph(graph, k: int, edge_cost, allowed) -> Slices:
     """Slice `graph` into at most `k` primary and any number of secondary clusters.
 
     edge_cost: per edge id, the cost of the edge if cut (before devices are known);
-    masks: per group, the allowed devices as an int bit mask (costs.group_masks)."""
-    walker = _Walker(graph, masks)
-    ec = np.asarray(edge_cost, float).tolist()
-    for _ in range(min(k, graph.num_nodes)):
-        bl = bottom_levels_list(graph, walker.w, ec)
-        walker.walk(int(np.argmax(bl)), ec, bl)
-        if walker.left == 0:
+    allowed: the (groups x devices) bool matrix of pardnn.graph.constraints.allowed_devices."""
+    n = graph.num_nodes
+    walk, paths = _walk_arrays(graph, allowed), _walk_paths.for_size(n)
+    ec = np.asarray(edge_cost, np.float64)
+    clusters, left = 0, n
+    for _ in range(min(k, n)):
+        bl = bottom_levels(graph, walk.w, ec)
+        clusters, taken = paths(walk, np.array([np.argmax(bl)], np.int64), ec, bl, clusters)
+        left -= taken
+        if left == 0:
             break
-    num_primary = len(walker.head)
-    if walker.left:
-        _secondaries(graph, walker, ec)
-    return Slices(np.asarray(walker.cid, np.int32), np.asarray(walker.head, np.int64),
-                  np.asarray(walker.tail, np.int64), num_primary)
+    num_primary = clusters
+    if left:
+        clusters = _secondaries(graph, walk, ec, paths, clusters)
+    return Slices(walk.cluster.astype(np.int32), walk.head[:clusters].copy(), walk.tail[:clusters].copy(),
+                  num_primary)
 
 
-def _secondaries(graph, walker, ec):
-    """Paths along the highest w_lvl of the graph left after the primaries."""
-    tl = top_levels_list(graph, walker.w, ec)
-    bl = bottom_levels_list(graph, walker.w, ec)
-    wl = np.add(tl, bl)                      # -inf on nodes already in a cluster
+def _walk_arrays(graph, allowed) -> Walk:
+    """Every node free, at its compute cost."""
+    n, i64 = graph.num_nodes, np.int64
+    groups = (np.asarray(a, i64) for a in (graph.group, graph.group_ptr, graph.group_nodes))
+    return Walk(*graph.successor_arrays, *groups, np.asarray(allowed, np.bool_), np.full(n, -1, i64),
+                np.array(graph.comp_us, np.float64), np.zeros(n, np.bool_), np.empty(n, i64), np.empty(n, i64))
+
+
+def _secondaries(graph, walk, ec, paths, clusters) -> int:
+    """Paths along the highest w_lvl of the graph left after the primaries; returns
+    the number of clusters."""
+    wl = top_levels(graph, walk.w, ec) + bottom_levels(graph, walk.w, ec)   # -inf on taken nodes
     free = np.flatnonzero(wl > NEG_INF)
-    order = free[np.argsort(-wl[free], kind="stable")].tolist()
-    zero = [0.0] * graph.num_edges
-    wl = wl.tolist()
-    for s in order:
-        if walker.cid[s] < 0:
-            walker.walk(s, zero, wl)
+    order = free[np.argsort(-wl[free], kind="stable")]
+    return paths(walk, order, np.zeros(graph.num_edges), wl, clusters)[0]
 
 
-class _Walker:
-    """Cluster ids, node costs (-inf once taken) and the path walk."""
+@kernel
+def _walk_paths(g, starts, edge_score, node_score, clusters):
+    """From each of `starts` still free, in turn, a new cluster: the path along the
+    largest edge_score[e] + node_score[v] among the successors that are free or
+    followers of this cluster (so a path goes on through its own groups) and whose
+    group allows a device that every group on the path allows. Returns (clusters
+    made in all, nodes taken)."""
+    k = g.allowed.shape[1]
+    mask = np.empty(k, np.bool_)            # devices every group on the path allows
+    cluster, on_path = g.cluster, g.on_path
+    taken = 0
 
-    def __init__(self, graph, masks):
-        self.succ_ptr, self.dst = graph.adjacency_lists[:2]
-        self.group = graph.group.tolist()
-        self.gptr, self.gnodes = graph.group_ptr.tolist(), graph.group_nodes.tolist()
-        self.masks = masks
-        self.w = graph.comp_us.tolist()
-        self.cid = [-1] * graph.num_nodes
-        self.on_path = [False] * graph.num_nodes
-        self.left = graph.num_nodes
-        self.head, self.tail = [], []
+    def compatible(v):
+        for d in range(k):
+            if mask[d] and g.allowed[g.group[v], d]:
+                return True
+        return False
 
-    def walk(self, u, edge_score, node_score):
-        """New cluster: the path from u along the largest edge_score[e] +
-        node_score[v] among mask-compatible successors that are free or are
-        followers of this cluster (so a path goes on through its own groups)."""
-        c = len(self.head)
-        self.head.append(u)
-        cid, dst, group, masks, on_path = self.cid, self.dst, self.group, self.masks, self.on_path
-        mask = -1
+    def take(u, c):
+        """u and the rest of its colocation group join cluster c; returns how many."""
+        grp = g.group[u]
+        for i in range(g.group_ptr[grp], g.group_ptr[grp + 1]):
+            cluster[g.group_nodes[i]] = c
+            g.w[g.group_nodes[i]] = -np.inf
+        return g.group_ptr[grp + 1] - g.group_ptr[grp]
+
+    for u in starts:
+        if cluster[u] >= 0:
+            continue
+        c = clusters
+        clusters += 1
+        g.head[c] = u
+        mask[:] = True
         while True:
-            mask &= masks[group[u]]
+            for d in range(k):
+                mask[d] = mask[d] and g.allowed[g.group[u], d]
             on_path[u] = True
-            if cid[u] < 0:
-                self._take(u, c)
-            best, nxt = NEG_INF, -1
-            for e in range(self.succ_ptr[u], self.succ_ptr[u + 1]):
-                v = dst[e]
-                if (cid[v] < 0 or (cid[v] == c and not on_path[v])) and masks[group[v]] & mask:
+            if cluster[u] < 0:
+                taken += take(u, c)
+            best, nxt = -np.inf, -1
+            for e in range(g.succ_ptr[u], g.succ_ptr[u + 1]):
+                v = g.edge_dst[e]
+                if (cluster[v] < 0 or (cluster[v] == c and not on_path[v])) and compatible(v):
                     val = edge_score[e] + node_score[v]
                     if val > best:
                         best, nxt = val, v
             if nxt < 0:
                 break
             u = nxt
-        self.tail.append(u)
-
-    def _take(self, u, c):
-        """Put u and the rest of its colocation group into cluster c."""
-        g = self.group[u]
-        lo, hi = self.gptr[g], self.gptr[g + 1]
-        members = (u,) if hi - lo == 1 else self.gnodes[lo:hi]
-        for m in members:
-            self.cid[m] = c
-            self.w[m] = NEG_INF
-        self.left -= len(members)
+        g.tail[c] = u
+    return clusters, taken

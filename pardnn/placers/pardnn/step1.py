@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pardnn.graph.constraints import allowed_devices, group_masks
+from pardnn.graph.constraints import allowed_devices
 from pardnn.graph.edge_costs import mean_edge_costs
 from pardnn.placers.pardnn.mapping import map_clusters
 from pardnn.placers.pardnn.refinement import refine
@@ -47,7 +47,7 @@ def partition(graph, cluster, timings=None, *, emulate) -> Step1:
     k = cluster.num_devices
     t0 = time.perf_counter()
     edge_cost = mean_edge_costs(graph, cluster)
-    slices = slice_graph(graph, k, edge_cost, group_masks(allowed))
+    slices = slice_graph(graph, k, edge_cost, allowed)
     t1 = time.perf_counter()
     mapping = map_clusters(graph, cluster, slices, edge_cost, allowed)
     t2 = time.perf_counter()

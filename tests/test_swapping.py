@@ -1,0 +1,85 @@
+"""Cluster swapping (pardnn.placers.pardnn.swapping): its loop decides as Eq. 4.2 costed
+with the mapping's own FenwickTree and ClusterLinks would, to the bit."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pardnn.graph.constraints import allowed_devices
+from pardnn.graph.edge_costs import mean_edge_costs
+from pardnn.hardware import parse_devices
+from pardnn.placers.pardnn.mapping import map_clusters
+from pardnn.placers.pardnn.slicing import slice_graph
+from pardnn.placers.pardnn.swapping import ADD, SCAN, ZERO, _unbalanced, numpy_sum_plan, swap_clusters
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from synth_graph import synth_graph  # noqa: E402
+
+
+def test_sum_plan_adds_in_numpys_order():
+    rng = np.random.default_rng(0)
+    for n in list(range(0, 140)) + [255, 256, 257, 300, 512, 700]:
+        plan = numpy_sum_plan(n)
+        assert sorted(i for i in plan.tolist() if i >= 0) == list(range(n))
+        for _ in range(3):
+            terms = rng.random(n) * 10.0 ** rng.integers(-6, 9, n)
+            terms[rng.random(n) < 0.4] = 0.0
+            stack = []
+            for op in plan.tolist():
+                if op == ADD:
+                    top = stack.pop()
+                    stack[-1] += top
+                else:
+                    stack.append(0.0 if op == ZERO else terms[op])
+            assert stack == [np.add.reduce(terms)]
+
+
+def expected_first_swap(graph, slices, mapping):
+    """The first candidate with a partner, and its best partner if the swap gains (the
+    rule of the module docstring, costed with the mapping's numpy objects)."""
+    links, work, span = mapping.links, mapping.work, mapping.span
+    level, comp = mapping.level, graph.comp_us
+
+    def work_in(x, lo, hi):
+        return sum(comp[n] for n in links.members[x] if lo <= level[n] < hi)
+
+    lalb = np.setdiff1d(np.arange(slices.num_primary, slices.num_clusters), mapping.merged)
+    by_start = lalb[np.argsort(mapping.level[slices.head[lalb]], kind="stable")]
+    starts = np.sort(mapping.level[slices.head[lalb]])
+    for c, b in zip(*_unbalanced(mapping, lalb)):
+        a = links.cdev[c]
+        lo, hi = np.searchsorted(starts, span[c])
+        partners = [p for p in by_start[lo:min(hi, lo + SCAN)]
+                    if links.cdev[p] == b and mapping.weight[p] < mapping.weight[c] and mapping.allowed[p, a]]
+        if not partners:
+            continue
+        load, comm = work.range_sum(*span[c]), links.comm_cost(c)
+        gains = []
+        for p in partners:
+            load2, comm2 = work.range_sum(*span[p]), links.comm_cost(p)
+            before = load[a] - work_in(c, *span[c]) + comm[a] + load2[b] - work_in(p, *span[p]) + comm2[b]
+            after = load[b] - work_in(p, *span[c]) + comm[b] + load2[a] - work_in(c, *span[p]) + comm2[a]
+            gains.append((before - after, -p))
+        gain, p = max(gains)
+        return c, (-p if gain > 0.0 else None)
+    return None, None
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_first_decision_is_eq_4_2_with_the_mappings_own_costs(seed):
+    g = synth_graph(3000 if seed % 2 else 600, seed=seed, shape="chain" if seed % 3 == 2 else "dag")
+    cluster = parse_devices(["gpu:4", "dgx1-v100:8", "2xdgx-h100:4"][seed % 3])
+    allowed, cost = allowed_devices(g, cluster), mean_edge_costs(g, cluster)
+    slices = slice_graph(g, cluster.num_devices, cost, allowed)
+    mapping = map_clusters(g, cluster, slices, cost, allowed)
+    c, partner = expected_first_swap(g, slices, mapping)
+    assert c is not None
+    before = mapping.links.cdev.copy()
+    swaps = swap_clusters(g, slices, mapping)
+    after = mapping.links.cdev
+    if partner is None:
+        assert after[c] == before[c]
+    else:
+        assert swaps > 0 and after[c] == before[partner] and after[partner] == before[c]
