@@ -74,10 +74,8 @@ class ClusterLinks:
         mapped = dev >= 0
         if not mapped.any():
             return None
-        out = np.zeros(4 * k)
-        j = a.slot[edges][mapped] + dev[mapped]
-        np.add.at(out, j, 1.0)                      # in edge order, as the kernel adds
-        np.add.at(out, j + k, a.nbytes[edges][mapped])
+        j = a.slot[edges][mapped] + dev[mapped]       # bytes, in edge order as the kernel adds
+        out = np.bincount(j, minlength=4 * k) + np.bincount(j + k, a.nbytes[edges][mapped], 4 * k)
         return out.reshape(4, k)
 
     def comm_cost(self, c) -> np.ndarray:
