@@ -1,5 +1,6 @@
-"""Each cluster's cut edges, and the device choices that depend on where the other
-ends are mapped (thesis Eq. 4.2's communication term; used by mapping and refine).
+"""Each cluster's cut edges and members, and what its communication costs on each
+device given where the other ends are mapped (thesis Eq. 4.2's communication term;
+used by mapping and refine).
 
 A cut edge's cost depends on the devices at both ends: `latency + bytes /
 bandwidth` of that pair. For a cluster c, `counts(c)` sums its cut edges to mapped
@@ -28,13 +29,13 @@ class Links(NamedTuple):
     member_ptr: np.ndarray      # cluster c's nodes are member_nodes[member_ptr[c]:...]
     member_nodes: np.ndarray    # ascending within a cluster
     cost: np.ndarray            # (K, 4K): Eq. 4.2's cost per count of `counts`
-    with_cost: np.ndarray       # mean link latency and seconds per byte
+    with_cost: np.ndarray       # the mean link's latency and 1 / bandwidth
     plan: np.ndarray            # (ops, 2): numpy's order of a 4K-term row sum
 
 
 class ClusterLinks:
-    """Each cluster's cut edges, and the device choices that depend on where the
-    other ends of those edges are mapped."""
+    """Each cluster's cut edges and members (`arrays`), the device of every cluster
+    (`cdev`) and node (`dev`, -1 while unmapped), and communication costs."""
 
     def __init__(self, graph, cluster, slices, cdev):
         cid, src, dst = slices.cluster, graph.edge_src, graph.edge_dst
@@ -74,7 +75,7 @@ class ClusterLinks:
         mapped = dev >= 0
         if not mapped.any():
             return None
-        j = a.slot[edges][mapped] + dev[mapped]       # bytes, in edge order as the kernel adds
+        j = a.slot[edges][mapped] + dev[mapped]       # bincount adds in edge order, as the kernel
         out = np.bincount(j, minlength=4 * k) + np.bincount(j + k, a.nbytes[edges][mapped], 4 * k)
         return out.reshape(4, k)
 
