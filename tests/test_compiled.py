@@ -20,6 +20,12 @@ from pardnn.placers.baselines.heft import _schedule as heft_schedule
 from pardnn.placers.pardnn.mapping import map_clusters
 from pardnn.placers.pardnn.slicing import slice_graph
 from pardnn.placers.pardnn.swapping import swap_clusters
+from pardnn.graph.constraints import allowed_devices
+from pardnn.graph.edge_costs import mean_edge_costs
+from pardnn.hardware import Cluster, Device
+from pardnn.placers.pardnn.cut_edges import ClusterLinks, Links, _matvec, _pairwise_plan
+from pardnn.placers.pardnn.fenwick import FenwickTree
+from pardnn.placers.pardnn.mapping import _map_in_order, _timeline
 from pardnn.placers.pardnn.switching import _first_gap
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
@@ -138,3 +144,115 @@ def test_slicing_and_swapping(seed, monkeypatch):
         runs.append([slices.cluster, slices.head, slices.tail, np.array([slices.num_primary, swaps]),
                      mapping.links.cdev.copy(), mapping.work.values()])
     assert_same(*runs)
+
+
+def mapping_case(seed, k):
+    """The mapping kernel's inputs midway: some clusters mapped, random allowed devices
+    (pins; a few clusters may go nowhere), random links, and work per level with ties."""
+    g, rng = random_graph(seed)
+    if seed % 3 == 0:
+        g.edge_bytes[:] = 4                                         # devices tie in communication
+    lat = rng.choice([0.0, 5.0, rng.uniform(0, 50)], (k, k))
+    bw = rng.choice([1e3, rng.uniform(1e2, 1e4)], (k, k))
+    if seed % 2:                                                    # uniform links: more ties
+        lat, bw = np.full((k, k), lat[0, 1]), np.full((k, k), bw[0, 1])
+    cluster = Cluster(tuple(Device(f"/job:localhost/replica:0/task:0/device:CPU:{i}", "CPU", 2**34)
+                            for i in range(k)), lat, bw)
+    edge_cost = mean_edge_costs(g, cluster)
+    slices = slice_graph(g, k, edge_cost, allowed_devices(g, cluster))
+    c = slices.num_clusters
+    cdev = np.where(rng.random(c) < 0.4, rng.integers(0, k, c), -1)
+    level, span, _, _ = _timeline(g, slices, edge_cost)
+    values = rng.choice([0.0, 1.0, 2.5, rng.uniform(0, 9)], (k, int(level.max()) + 1))
+    work = FenwickTree(values * (rng.random(values.shape) < (0.7 if seed % 3 else 0.05)))   # idle spans tie
+    args = [rng.permutation(np.flatnonzero(cdev < 0)), None, ClusterLinks(g, cluster, slices, cdev),
+            rng.random((c, k)) < 0.8, work, span, level, np.asarray(g.comp_us, np.float64)]
+    return args
+
+
+def run_mapping(run, args, lalb):
+    """The kernel on copies of what it updates: (mapped, dev, cdev, tree)."""
+    clusters, _, links, ok, work, span, level, comp = args
+    dev, cdev, tree = links.dev.copy(), links.cdev.copy(), work.tree.copy()
+    mapped = run(clusters, lalb, links.arrays, dev, cdev, ok, tree, span, level, comp)
+    return mapped, dev, cdev, tree
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_mapping(seed):
+    args = mapping_case(seed, 2 + seed % 7)
+    for lalb in (False, True):
+        assert_same(run_mapping(_map_in_order.compiled, args, lalb),
+                    run_mapping(_map_in_order.interpreted, args, lalb))
+
+
+def numpy_choice(links, work, c, span, ok, lalb) -> int:
+    """Where numpy code (ClusterLinks.counts and comm_cost, FenwickTree.range_sum)
+    maps c: initial merging, or with lalb Eq. 4.2; -1 for nowhere."""
+    counts = links.counts(c)
+    if counts is not None:
+        mean_lat, per_byte = links.arrays.with_cost
+        talk = mean_lat * (counts[0] + counts[2]) + per_byte * (counts[1] + counts[3])
+    if not lalb:
+        if counts is None:
+            return -1
+        talk[~ok] = -1.0
+        return int(np.argmax(talk)) if talk.max() > 0.0 else -1
+    cost = work.range_sum(*span) + (0.0 if counts is None else links.comm_cost(c))
+    cost[~ok] = np.inf
+    best = np.flatnonzero(cost == cost.min())
+    return int(best[np.argmax(talk[best])] if len(best) > 1 and counts is not None else best[0])
+
+
+@pytest.mark.parametrize("seed, k", [(0, 3), (1, 8), (2, 16), (3, 40)])
+@pytest.mark.parametrize("lalb", [False, True])
+def test_mapping_chooses_as_numpy_code_does(seed, k, lalb):
+    args = mapping_case(seed, k)
+    clusters, _, links, ok, work, span, level, comp = args
+    mapped, dev, cdev, tree = run_mapping(_map_in_order.interpreted, args, lalb)
+    expect = []
+    for c in clusters.tolist():
+        d = numpy_choice(links, work, c, span[c], ok[c], lalb)
+        expect.append(d >= 0)
+        if d >= 0:
+            links.assign(c, d)
+            nodes = links.members[c]
+            work.add(level[nodes], d, comp[nodes] * lalb)
+    assert mapped.tolist() == expect and np.array_equal(dev, links.dev) and np.array_equal(cdev, links.cdev)
+    assert np.array_equal(tree, work.tree)
+
+
+@pytest.mark.parametrize("k", [3, 16, 40, 70])
+def test_mapping_sums_as_numpy_does(k):
+    """Two devices' Eq. 4.2 costs made equal as numpy sums them (ClusterLinks.comm_cost):
+    the kernel must see the tie and break it by communication. K > 32: numpy sums a
+    row of 4K terms in more than one block."""
+    rng = np.random.default_rng(k)
+    ties = 0
+    for _ in range(20):
+        e = 200
+        dev = np.concatenate([[-1], rng.integers(0, k, e)])        # node 0: the cluster; 1..e: mapped
+        slot, nbytes = rng.choice([0, 2 * k], e), rng.random(e) * 10.0 ** rng.integers(0, 12, e)
+        cost = rng.random((k, 4 * k)) * 10.0 ** rng.integers(-9, 3, (k, 4 * k))
+        counts = np.zeros(4 * k)
+        np.add.at(counts, slot + dev[1:], 1.0)
+        np.add.at(counts, slot + dev[1:] + k, nbytes)
+        comm = _matvec(cost, counts)
+        lo, hi = rng.choice(k, 2, replace=False)
+        lo, hi = (lo, hi) if comm[lo] <= comm[hi] else (hi, lo)
+        load = np.zeros((k, 1))
+        load[lo] = comm[hi] - comm[lo]
+        if load[lo, 0] + comm[lo] != comm[hi]:
+            continue
+        ties += 1
+        links = Links(np.array([0, e]), np.arange(1, e + 1), slot, nbytes, np.array([0, 1]), np.array([0]),
+                      cost, np.array([rng.random(), rng.random()]), np.array(_pairwise_plan(0, 4 * k)).reshape(-1, 2))
+        talk = links.with_cost[0] * (counts[:k] + counts[2 * k:3 * k]) + links.with_cost[1] * (counts[k:2 * k] + counts[3 * k:])
+        expect = max((talk[lo], -lo), (talk[hi], -hi))[1]
+        ok = np.isin(np.arange(k), [lo, hi])[None]
+        for run in (_map_in_order.interpreted, _map_in_order.compiled):
+            cdev = np.array([-1])
+            run(np.array([0]), True, links, dev.copy(), cdev, ok, FenwickTree(load).tree, np.array([[0, 1]]),
+                np.zeros(e + 1, np.int64), np.zeros(e + 1))
+            assert cdev[0] == -expect
+    assert ties >= 10

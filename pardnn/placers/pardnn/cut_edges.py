@@ -1,5 +1,6 @@
-"""Each cluster's cut edges, and the device choices that depend on where the other
-ends are mapped (thesis Eq. 4.2's communication term; used by mapping and refine).
+"""Each cluster's cut edges and members, and what its communication costs on each
+device given where the other ends are mapped (thesis Eq. 4.2's communication term;
+used by mapping and refine).
 
 A cut edge's cost depends on the devices at both ends: `latency + bytes /
 bandwidth` of that pair. For a cluster c, `counts(c)` sums its cut edges to mapped
@@ -7,96 +8,96 @@ nodes per device and direction, so the communication c would incur on each
 candidate device is one (K x 4K) matrix-vector product. It is written as numpy's
 elementwise product and row sum, not BLAS (`@`): BLAS picks its kernel by CPU model
 and thread count, and the last bits it rounds differently changed which device won a
-tie on another machine (docs/benchmarks.md, "Determinism").
+tie on another machine (docs/benchmarks.md, "Determinism"). numpy sums a row
+pairwise (blocks of up to 128 terms in eight accumulators, halves added); `plan`
+spells that order out for the mapping's kernel, which sums the same way.
 """
+
+import functools
+from typing import NamedTuple
 
 import numpy as np
 
 
+class Links(NamedTuple):
+    """ClusterLinks as arrays (int64, float64), what the mapping's kernel reads."""
+
+    ptr: np.ndarray             # cluster c's cut edges are [ptr[c], ptr[c + 1]) below
+    other: np.ndarray           # the node at the edge's other end
+    slot: np.ndarray            # 0 for an edge out of c, 2K for an edge into c
+    nbytes: np.ndarray          # float64
+    member_ptr: np.ndarray      # cluster c's nodes are member_nodes[member_ptr[c]:...]
+    member_nodes: np.ndarray    # ascending within a cluster
+    cost: np.ndarray            # (K, 4K): Eq. 4.2's cost per count of `counts`
+    with_cost: np.ndarray       # the mean link's latency and 1 / bandwidth
+    plan: np.ndarray            # (ops, 2): numpy's order of a 4K-term row sum
+
+
 class ClusterLinks:
-    """Each cluster's cut edges, and the device choices that depend on where the
-    other ends of those edges are mapped."""
+    """Each cluster's cut edges and members (`arrays`), the device of every cluster
+    (`cdev`) and node (`dev`, -1 while unmapped), and communication costs."""
 
     def __init__(self, graph, cluster, slices, cdev):
         cid, src, dst = slices.cluster, graph.edge_src, graph.edge_dst
-        k = cluster.num_devices
+        k, clusters = cluster.num_devices, np.arange(slices.num_clusters + 1)
         cut = np.flatnonzero(cid[src] != cid[dst])
         owner = np.concatenate([cid[src[cut]], cid[dst[cut]]])
         order = np.argsort(owner, kind="stable")
-        self.ptr = np.searchsorted(owner[order], np.arange(slices.num_clusters + 1)).tolist()
-        self.other = np.concatenate([dst[cut], src[cut]])[order].tolist()
-        self.slot = np.repeat([0, 2 * k], len(cut))[order].tolist()     # out-edges, in-edges
-        self.nbytes = np.concatenate([graph.edge_bytes[cut]] * 2)[order].tolist()
-        order = np.argsort(cid, kind="stable")
-        bounds = np.searchsorted(cid[order], np.arange(slices.num_clusters + 1)).tolist()
-        order = order.tolist()
-        self.members = [order[bounds[c]:bounds[c + 1]] for c in range(slices.num_clusters)]
-        self.cdev = cdev
-        self.dev = cdev[cid].tolist()
+        members = np.argsort(cid, kind="stable")
         lat = np.where(np.eye(k, dtype=bool), 0.0, cluster.latency_us)
         inv = np.where(np.eye(k, dtype=bool), 0.0, 1.0 / cluster.bandwidth)
-        self.cost = np.hstack([lat, inv, lat.T, inv.T])          # Eq. 4.2 comm term per device
         mean_lat, mean_bw = cluster.mean_link()
-        self.with_cost = np.array([mean_lat, 1.0 / mean_bw])
+        self.arrays = Links(
+            np.searchsorted(owner[order], clusters).astype(np.int64),
+            np.concatenate([dst[cut], src[cut]])[order].astype(np.int64),
+            np.repeat(np.array([0, 2 * k], np.int64), len(cut))[order],    # out-edges, in-edges
+            np.concatenate([graph.edge_bytes[cut]] * 2)[order].astype(np.float64),
+            np.searchsorted(cid[members], clusters).astype(np.int64), members.astype(np.int64),
+            np.hstack([lat, inv, lat.T, inv.T]).astype(np.float64),       # Eq. 4.2 comm term per device
+            np.array([mean_lat, 1.0 / mean_bw], np.float64),
+            np.array(_pairwise_plan(0, 4 * k), np.int64).reshape(-1, 2))
+        self.cdev = cdev
+        self.dev = cdev[cid].astype(np.int64)
         self.k = k
+
+    @functools.cached_property
+    def members(self) -> list:
+        """Per cluster: the list of its nodes, ascending."""
+        nodes, ptr = self.arrays.member_nodes.tolist(), self.arrays.member_ptr.tolist()
+        return [nodes[a:b] for a, b in zip(ptr[:-1], ptr[1:])]
 
     def counts(self, c):
         """(4, K): edges out, bytes out, edges in, bytes in, to nodes mapped on each
         device; None when no neighbour of c is mapped yet."""
-        k, dev, other, slot, nbytes = self.k, self.dev, self.other, self.slot, self.nbytes
-        out = None
-        for i in range(self.ptr[c], self.ptr[c + 1]):
-            d = dev[other[i]]
-            if d >= 0:
-                if out is None:
-                    out = [0.0] * (4 * k)
-                j = slot[i] + d
-                out[j] += 1
-                out[j + k] += nbytes[i]
-        return None if out is None else np.asarray(out).reshape(4, k)
+        a, k = self.arrays, self.k
+        edges = slice(a.ptr[c], a.ptr[c + 1])
+        dev = self.dev[a.other[edges]]
+        mapped = dev >= 0
+        if not mapped.any():
+            return None
+        j = a.slot[edges][mapped] + dev[mapped]       # bincount adds in edge order, as the kernel
+        out = np.bincount(j, minlength=4 * k) + np.bincount(j + k, a.nbytes[edges][mapped], 4 * k)
+        return out.reshape(4, k)
 
     def comm_cost(self, c) -> np.ndarray:
         """Per device: what c's cut edges to mapped nodes would cost with c there."""
         counts = self.counts(c)
-        return np.zeros(self.k) if counts is None else _matvec(self.cost, counts.reshape(-1))
-
-    def merge(self, c, ok) -> bool:
-        """Initial merging: map c to the allowed device it communicates with most."""
-        counts = self.counts(c)
-        if counts is None:
-            return False
-        comm_with = self._comm_with(counts)
-        comm_with[~ok] = -1.0
-        d = int(np.argmax(comm_with))
-        if comm_with[d] <= 0.0:
-            return False
-        self.assign(c, d)
-        return True
-
-    def lalb(self, c, loads, ok) -> int:
-        """Eq. 4.2: map c where work in its span plus its communication is least."""
-        counts = self.counts(c)
-        cost = loads if counts is None else loads + _matvec(self.cost, counts.reshape(-1))
-        cost[~ok] = np.inf
-        best = np.flatnonzero(cost == cost.min())
-        if len(best) > 1 and counts is not None:
-            d = int(best[np.argmax(self._comm_with(counts)[best])])
-        else:
-            d = int(best[0])
-        self.assign(c, d)
-        return d
+        return np.zeros(self.k) if counts is None else _matvec(self.arrays.cost, counts.reshape(-1))
 
     def assign(self, c, d):
         self.cdev[c] = d
-        for n in self.members[c]:
-            self.dev[n] = d
-
-    def _comm_with(self, counts) -> np.ndarray:
-        """Per device: mean-link cost of c's edges to nodes mapped there."""
-        both = counts[:2] + counts[2:]
-        return self.with_cost[0] * both[0] + self.with_cost[1] * both[1]
+        self.dev[self.arrays.member_nodes[self.arrays.member_ptr[c]:self.arrays.member_ptr[c + 1]]] = d
 
 
 def _matvec(matrix, vector) -> np.ndarray:
     """matrix @ vector, summed in an order that is the same on every machine."""
     return (matrix * vector).sum(axis=1)
+
+
+def _pairwise_plan(lo, n) -> list:
+    """numpy's pairwise summation of n terms from lo, in postfix: (start, length)
+    sums a block of at most 128 terms, (-1, -1) adds the last two partial sums."""
+    if n <= 128:
+        return [lo, n]
+    half = n // 2 - n // 2 % 8
+    return _pairwise_plan(lo, half) + _pairwise_plan(lo + half, n - half) + [-1, -1]

@@ -6,7 +6,8 @@ One Fenwick tree per device, stored side by side as an (L+1, K) array whose row 
 is tree position i of every device. A range query computes the O(log L) positions
 of its two prefixes once and answers for all K devices with one gather and one
 signed sum. An update touches one device: its positions are collected in Python
-and added in one numpy call.
+and added in one numpy call. The mapping's kernel (pardnn.placers.pardnn.mapping)
+updates and queries `tree` itself, in the same order.
 """
 
 import numpy as np
@@ -28,13 +29,13 @@ class FenwickTree:
             ok = parent <= self.size
             tree[parent[ok]] += tree[child[ok]]
             step *= 2
-        self._tree = tree
+        self.tree = tree                          # (L+1, K): row i is position i
         self._flat = tree.reshape(-1)
 
     def values(self) -> np.ndarray:
         """(L, K): the current value of every level on every device (the build,
         undone one bit at a time from the top)."""
-        tree = self._tree.copy()
+        tree = self.tree.copy()
         step = 1 << max(self.size.bit_length() - 1, 0)
         while step >= 1:
             child = np.arange(step, self.size + 1, 2 * step)
@@ -58,7 +59,7 @@ class FenwickTree:
 
     def prefix(self, end: int) -> np.ndarray:
         """Per device: the sum of levels 0..end-1."""
-        return self._tree[_chain(end)].sum(axis=0)
+        return self.tree[_chain(end)].sum(axis=0)
 
     def range_sum(self, lo: int, hi: int) -> np.ndarray:
         """Per device: the sum of levels lo..hi-1 (zeros when hi <= lo)."""
@@ -69,7 +70,7 @@ class FenwickTree:
             up.pop()
             down.pop()
         # numpy sums, not a BLAS product: the same rounding on every machine
-        return self._tree[up].sum(axis=0) - self._tree[down].sum(axis=0)
+        return self.tree[up].sum(axis=0) - self.tree[down].sum(axis=0)
 
 
 def _chain(end: int) -> list:

@@ -23,12 +23,17 @@ span is that of the nodes whose start level lies in it.
    cost is unknown (the thesis counts edges to primaries only). Each edge counts
    once even when two consumers on one device share a tensor, a small
    overestimate that keeps the count to one pass over the edges.
+
+Both loops are one kernel (pardnn.compiled), `_map_in_order`, over the arrays of
+ClusterLinks and the Fenwick tree's; it sums in the order the numpy code of
+ClusterLinks.comm_cost and FenwickTree.range_sum does, so both give the same bits.
 """
 
 from dataclasses import dataclass
 
 import numpy as np
 
+from pardnn.compiled import kernel
 from pardnn.graph.levels import top_levels
 from pardnn.placers.pardnn.fenwick import FenwickTree
 from pardnn.placers.pardnn.cut_edges import ClusterLinks
@@ -51,29 +56,165 @@ class Mapping:
 def map_clusters(graph, cluster, slices, edge_cost, allowed) -> Mapping:
     """Place every cluster of `slices` on a device; `allowed` is the (groups x
     devices) matrix of pardnn.graph.constraints.allowed_devices."""
-    cid = slices.cluster
+    cid, first = slices.cluster, slices.num_primary
     ok = _cluster_allowed(slices, graph.group, allowed)
     cdev = np.full(slices.num_clusters, -1, np.int64)
-    cdev[:slices.num_primary] = _primary_devices(ok[:slices.num_primary])
+    cdev[:first] = _primary_devices(ok[:first])
     level, span, potential, comm = _timeline(graph, slices, edge_cost)
     links = ClusterLinks(graph, cluster, slices, cdev)
-    merged = [c for c in range(slices.num_primary, slices.num_clusters)
-              if comm[c] > potential[c] and links.merge(c, ok[c])]
+    comp = np.asarray(graph.comp_us, np.float64)
+    run = _map_in_order.for_size(graph.num_nodes)
+    merge = np.flatnonzero(comm[first:] > potential[first:]) + first
+    merged = merge[run(merge, False, links.arrays, links.dev, cdev, ok, np.zeros((1, cluster.num_devices)),
+                       span, level, comp)]
     values = np.zeros((cluster.num_devices, int(level.max(initial=0)) + 1))
     done = cdev[cid] >= 0
     np.add.at(values, (cdev[cid][done], level[done]), graph.comp_us[done])
     work = FenwickTree(values)
     weight = np.bincount(cid, graph.comp_us, minlength=slices.num_clusters)
     rest = np.flatnonzero(cdev < 0)
-    comp = graph.comp_us.tolist()
-    level_list = level.tolist()
-    for c in rest[np.argsort(-weight[rest], kind="stable")].tolist():
-        loads = work.range_sum(int(span[c, 0]), int(span[c, 1]))
-        d = links.lalb(c, loads, ok[c])
-        nodes = links.members[c]
-        work.add([level_list[n] for n in nodes], d, [comp[n] for n in nodes])
-    return Mapping(cdev[cid].astype(np.int32), links, ok, weight, level, span, work,
-                   np.asarray(merged, np.int64))
+    run(rest[np.argsort(-weight[rest], kind="stable")], True, links.arrays, links.dev, cdev, ok,
+        work.tree, span, level, comp)
+    return Mapping(cdev[cid].astype(np.int32), links, ok, weight, level, span, work, merged)
+
+
+@kernel
+def _map_in_order(clusters, lalb, links, dev, cdev, ok, tree, span, level, comp):
+    """Maps `clusters` in this order (updating dev, cdev, and with lalb the Fenwick
+    `tree`); returns whether each was mapped. lalb: the allowed device least by Eq.
+    4.2 (ties: the one it communicates with most, then the lowest); else initial
+    merging: the allowed device it communicates with most, if any."""
+    k = ok.shape[1]
+    counts, terms, partial = np.zeros(4 * k), np.zeros(4 * k), np.zeros(len(links.plan))
+    cost, talk, acc = np.zeros(k), np.zeros(k), np.zeros(8)
+    up, down = np.zeros(64, np.int64), np.zeros(64, np.int64)
+    mapped = np.zeros(len(clusters), np.bool_)
+
+    def count(c):
+        """counts as ClusterLinks.counts(c) fills them; False when no neighbour is mapped."""
+        counts[:] = 0.0
+        seen = False
+        for i in range(links.ptr[c], links.ptr[c + 1]):
+            d = dev[links.other[i]]
+            if d >= 0:
+                seen = True
+                j = links.slot[i] + d
+                counts[j] += 1.0
+                counts[j + k] += links.nbytes[i]
+        return seen
+
+    def talk_with():
+        """talk[d]: mean-link cost of the cut edges to nodes mapped on d."""
+        for d in range(k):
+            talk[d] = (links.with_cost[0] * (counts[d] + counts[2 * k + d])
+                       + links.with_cost[1] * (counts[k + d] + counts[3 * k + d]))
+
+    def block_sum(lo, n):
+        """numpy's pairwise sum of terms[lo:lo + n], n <= 128: eight accumulators."""
+        if n < 8:
+            s = 0.0
+            for i in range(lo, lo + n):
+                s += terms[i]
+            return s
+        acc[:] = terms[lo:lo + 8]
+        i = 8
+        while i < n - n % 8:
+            for j in range(8):
+                acc[j] += terms[lo + i + j]
+            i += 8
+        s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
+        for r in range(i, n):
+            s += terms[lo + r]
+        return s
+
+    def row_sum():
+        """terms.sum() as numpy adds: zero plus the pairwise sum in links.plan's order."""
+        top = 0
+        for op in range(len(links.plan)):
+            if links.plan[op, 0] < 0:
+                top -= 1
+                partial[top - 1] += partial[top]
+            else:
+                partial[top] = block_sum(links.plan[op, 0], links.plan[op, 1])
+                top += 1
+        return 0.0 + partial[0]
+
+    def chain(end, out):
+        """FenwickTree's prefix positions of `end` into out, highest bit last; how many."""
+        n = 0
+        while end > 0:
+            out[n] = end
+            n += 1
+            end &= end - 1
+        return n
+
+    def span_work(c):
+        """cost[d] = FenwickTree.range_sum over c's span, summed in the same order."""
+        lo, hi = span[c, 0], span[c, 1]
+        nu, nd = chain(hi, up), chain(lo, down)
+        while nu > 0 and nd > 0 and up[nu - 1] == down[nd - 1]:
+            nu -= 1
+            nd -= 1
+        for d in range(k):
+            a, b = 0.0, 0.0
+            if hi > lo:
+                for i in range(nu):
+                    a += tree[up[i], d]
+                for i in range(nd):
+                    b += tree[down[i], d]
+            cost[d] = a - b
+
+    def eq_4_2(c, seen):
+        """The allowed device least in work plus communication; ties as documented."""
+        span_work(c)
+        for d in range(k):
+            if seen:
+                for i in range(4 * k):
+                    terms[i] = links.cost[d, i] * counts[i]
+                cost[d] = cost[d] + row_sum()
+            if not ok[c, d]:
+                cost[d] = np.inf
+        low = cost.min()
+        best, ties = -1, 0
+        for d in range(k):
+            if cost[d] == low:
+                ties += 1
+                best = d if best < 0 else best
+        if ties > 1 and seen:
+            talk_with()
+            best = -1
+            for d in range(k):
+                if cost[d] == low and (best < 0 or talk[d] > talk[best]):
+                    best = d
+        return best
+
+    def most_talk(c):
+        """Initial merging: the allowed device c communicates with most, -1 if none."""
+        talk_with()
+        best = 0
+        for d in range(k):
+            if not ok[c, d]:
+                talk[d] = -1.0
+            if talk[d] > talk[best]:
+                best = d
+        return best if talk[best] > 0.0 else -1
+
+    for x in range(len(clusters)):
+        c = clusters[x]
+        seen = count(c)
+        d = eq_4_2(c, seen) if lalb else (most_talk(c) if seen else -1)
+        if d < 0:
+            continue
+        mapped[x] = True
+        cdev[c] = d
+        for m in range(links.member_ptr[c], links.member_ptr[c + 1]):
+            n = links.member_nodes[m]
+            dev[n] = d
+            i = level[n] + 1
+            while lalb and i < len(tree):               # FenwickTree.add, node by node
+                tree[i, d] += comp[n]
+                i += i & -i
+    return mapped
 
 
 def _cluster_allowed(slices, group, allowed) -> np.ndarray:

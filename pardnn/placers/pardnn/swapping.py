@@ -73,7 +73,7 @@ def _unbalanced(mapping, clusters) -> tuple:
     """(clusters, devices), heaviest cluster first, where the allowed device with
     least work in the cluster's span would still have less with the cluster added
     (a snapshot of the loads after mapping)."""
-    cum = _level_prefix.for_size(len(mapping.level))(mapping.work._tree)
+    cum = _level_prefix.for_size(len(mapping.level))(mapping.work.tree)
     lo, hi = mapping.span[clusters].T
     loads = np.where(mapping.allowed[clusters], cum[hi] - cum[lo], np.inf)
     here = loads[np.arange(len(clusters)), mapping.links.cdev[clusters]]
@@ -113,13 +113,13 @@ def _arrays(graph, slices, mapping) -> Swapping:
     order = np.argsort(cid, kind="stable")
     member_ptr = np.searchsorted(cid[order], np.arange(slices.num_clusters + 1))
     cdev = np.array(mapping.links.cdev, i64)
-    cost = np.asarray(mapping.links.cost, np.float64)
+    cost = np.asarray(mapping.links.arrays.cost, np.float64)
     return Swapping(*graph.successor_arrays, *(np.asarray(a, i64) for a in (graph.pred_ptr, graph.pred_src,
                                                                             graph.pred_eid)),
                     np.asarray(graph.edge_bytes, np.float64), cid, cdev[cid], np.asarray(graph.comp_us, np.float64),
                     np.asarray(mapping.level, i64), member_ptr.astype(i64), order.astype(i64), cdev,
                     np.asarray(mapping.weight, np.float64), np.asarray(mapping.span, i64),
-                    np.asarray(mapping.allowed, np.bool_), mapping.work._tree, cost,
+                    np.asarray(mapping.allowed, np.bool_), mapping.work.tree, cost,
                     numpy_sum_plan(cost.shape[1]))
 
 
