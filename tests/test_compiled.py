@@ -23,7 +23,7 @@ from pardnn.placers.pardnn.swapping import swap_clusters
 from pardnn.graph.constraints import allowed_devices
 from pardnn.graph.edge_costs import mean_edge_costs
 from pardnn.hardware import Cluster, Device
-from pardnn.placers.pardnn.cut_edges import ClusterLinks, Links, _matvec, _pairwise_plan
+from pardnn.placers.pardnn.cut_edges import ClusterLinks, Links, _matvec, numpy_sum_plan
 from pardnn.placers.pardnn.fenwick import FenwickTree
 from pardnn.placers.pardnn.mapping import _map_in_order, _timeline
 from pardnn.placers.pardnn.switching import _first_gap
@@ -246,7 +246,7 @@ def test_mapping_sums_as_numpy_does(k):
             continue
         ties += 1
         links = Links(np.array([0, e]), np.arange(1, e + 1), slot, nbytes, np.array([0, 1]), np.array([0]),
-                      cost, np.array([rng.random(), rng.random()]), np.array(_pairwise_plan(0, 4 * k)).reshape(-1, 2))
+                      cost, np.array([rng.random(), rng.random()]), numpy_sum_plan(4 * k))
         talk = links.with_cost[0] * (counts[:k] + counts[2 * k:3 * k]) + links.with_cost[1] * (counts[k:2 * k] + counts[3 * k:])
         expect = max((talk[lo], -lo), (talk[hi], -hi))[1]
         ok = np.isin(np.arange(k), [lo, hi])[None]

@@ -12,7 +12,8 @@ from pardnn.graph.edge_costs import mean_edge_costs
 from pardnn.hardware import parse_devices
 from pardnn.placers.pardnn.mapping import map_clusters
 from pardnn.placers.pardnn.slicing import slice_graph
-from pardnn.placers.pardnn.swapping import ADD, SCAN, ZERO, _unbalanced, numpy_sum_plan, swap_clusters
+from pardnn.placers.pardnn.cut_edges import ADD, ZERO, numpy_sum_plan
+from pardnn.placers.pardnn.swapping import SCAN, _unbalanced, swap_clusters
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from synth_graph import synth_graph  # noqa: E402

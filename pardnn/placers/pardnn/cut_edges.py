@@ -9,14 +9,18 @@ candidate device is one (K x 4K) matrix-vector product. It is written as numpy's
 elementwise product and row sum, not BLAS (`@`): BLAS picks its kernel by CPU model
 and thread count, and the last bits it rounds differently changed which device won a
 tie on another machine (docs/benchmarks.md, "Determinism"). numpy sums a row
-pairwise (blocks of up to 128 terms in eight accumulators, halves added); `plan`
-spells that order out for the mapping's kernel, which sums the same way.
+pairwise (blocks of up to 128 terms in eight accumulators, halves added);
+`numpy_sum_plan` spells that order out for the kernels of mapping and cluster
+swapping, which sum the same way.
 """
 
 import functools
 from typing import NamedTuple
 
 import numpy as np
+
+BLOCK = 128         # numpy's pairwise summation sums runs of up to 128 terms in 8 accumulators
+ADD, ZERO = -1, -2  # the operations of a numpy_sum_plan besides pushing a term
 
 
 class Links(NamedTuple):
@@ -30,7 +34,7 @@ class Links(NamedTuple):
     member_nodes: np.ndarray    # ascending within a cluster
     cost: np.ndarray            # (K, 4K): Eq. 4.2's cost per count of `counts`
     with_cost: np.ndarray       # the mean link's latency and 1 / bandwidth
-    plan: np.ndarray            # (ops, 2): numpy's order of a 4K-term row sum
+    plan: np.ndarray            # numpy_sum_plan(4K): numpy's order of a 4K-term row sum
 
 
 class ClusterLinks:
@@ -55,7 +59,7 @@ class ClusterLinks:
             np.searchsorted(cid[members], clusters).astype(np.int64), members.astype(np.int64),
             np.hstack([lat, inv, lat.T, inv.T]).astype(np.float64),       # Eq. 4.2 comm term per device
             np.array([mean_lat, 1.0 / mean_bw], np.float64),
-            np.array(_pairwise_plan(0, 4 * k), np.int64).reshape(-1, 2))
+            numpy_sum_plan(4 * k))
         self.cdev = cdev
         self.dev = cdev[cid].astype(np.int64)
         self.k = k
@@ -94,10 +98,37 @@ def _matvec(matrix, vector) -> np.ndarray:
     return (matrix * vector).sum(axis=1)
 
 
-def _pairwise_plan(lo, n) -> list:
-    """numpy's pairwise summation of n terms from lo, in postfix: (start, length)
-    sums a block of at most 128 terms, (-1, -1) adds the last two partial sums."""
-    if n <= 128:
-        return [lo, n]
-    half = n // 2 - n // 2 % 8
-    return _pairwise_plan(lo, half) + _pairwise_plan(lo + half, n - half) + [-1, -1]
+def numpy_sum_plan(n: int) -> np.ndarray:
+    """The order in which numpy sums n float64 along a contiguous axis (np.add.reduce,
+    numpy's pairwise_sum) as a postfix program: an entry i >= 0 pushes term i, ADD
+    adds the top two, ZERO pushes 0.0. numpy adds the pairwise sum to 0.0; it halves
+    runs of more than BLOCK terms (the first half a multiple of 8); a shorter run of 8
+    or more goes to 8 accumulators (accumulator j takes terms j, j + 8, ...), added
+    as ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)), then the terms left over
+    one by one; a run of fewer than 8 is summed from 0.0."""
+    plan = [ZERO]
+
+    def add_each(first, stop, step=1):
+        for i in range(first, stop, step):
+            plan.extend((i, ADD))
+
+    def run(lo, length):
+        if length > BLOCK:
+            half = length // 2 - (length // 2) % 8
+            run(lo, half)
+            run(lo + half, length - half)
+            plan.append(ADD)
+        elif length < 8:
+            plan.append(ZERO)
+            add_each(lo, lo + length)
+        else:
+            end = lo + length - length % 8
+            for j in range(8):
+                plan.append(lo + j)
+                add_each(lo + j + 8, end, 8)
+                plan.extend([ADD] * (0, 1, 0, 2, 0, 1, 0, 3)[j])    # the pairs closed after r_j
+            add_each(end, lo + length)
+
+    run(0, n)
+    plan.append(ADD)
+    return np.array(plan, np.int64)

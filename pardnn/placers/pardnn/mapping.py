@@ -36,7 +36,7 @@ import numpy as np
 from pardnn.compiled import kernel
 from pardnn.graph.levels import top_levels
 from pardnn.placers.pardnn.fenwick import FenwickTree
-from pardnn.placers.pardnn.cut_edges import ClusterLinks
+from pardnn.placers.pardnn.cut_edges import ADD, ZERO, ClusterLinks
 
 
 @dataclass
@@ -86,7 +86,7 @@ def _map_in_order(clusters, lalb, links, dev, cdev, ok, tree, span, level, comp)
     merging: the allowed device it communicates with most, if any."""
     k = ok.shape[1]
     counts, terms, partial = np.zeros(4 * k), np.zeros(4 * k), np.zeros(len(links.plan))
-    cost, talk, acc = np.zeros(k), np.zeros(k), np.zeros(8)
+    cost, talk = np.zeros(k), np.zeros(k)
     up, down = np.zeros(64, np.int64), np.zeros(64, np.int64)
     mapped = np.zeros(len(clusters), np.bool_)
 
@@ -109,35 +109,17 @@ def _map_in_order(clusters, lalb, links, dev, cdev, ok, tree, span, level, comp)
             talk[d] = (links.with_cost[0] * (counts[d] + counts[2 * k + d])
                        + links.with_cost[1] * (counts[k + d] + counts[3 * k + d]))
 
-    def block_sum(lo, n):
-        """numpy's pairwise sum of terms[lo:lo + n], n <= 128: eight accumulators."""
-        if n < 8:
-            s = 0.0
-            for i in range(lo, lo + n):
-                s += terms[i]
-            return s
-        acc[:] = terms[lo:lo + 8]
-        i = 8
-        while i < n - n % 8:
-            for j in range(8):
-                acc[j] += terms[lo + i + j]
-            i += 8
-        s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
-        for r in range(i, n):
-            s += terms[lo + r]
-        return s
-
     def row_sum():
-        """terms.sum() as numpy adds: zero plus the pairwise sum in links.plan's order."""
+        """terms.sum() as numpy adds it: links.plan (cut_edges.numpy_sum_plan) run."""
         top = 0
-        for op in range(len(links.plan)):
-            if links.plan[op, 0] < 0:
+        for op in links.plan:
+            if op == ADD:
                 top -= 1
                 partial[top - 1] += partial[top]
             else:
-                partial[top] = block_sum(links.plan[op, 0], links.plan[op, 1])
+                partial[top] = 0.0 if op == ZERO else terms[op]
                 top += 1
-        return 0.0 + partial[0]
+        return partial[0]
 
     def chain(end, out):
         """FenwickTree's prefix positions of `end` into out, highest bit last; how many."""

@@ -20,10 +20,9 @@ from typing import NamedTuple
 import numpy as np
 
 from pardnn.compiled import kernel
+from pardnn.placers.pardnn.cut_edges import ADD, ZERO, numpy_sum_plan
 
 SCAN = 32
-BLOCK = 128         # numpy's pairwise summation sums runs of up to 128 terms in 8 accumulators
-ADD, ZERO = -1, -2  # the operations of a numpy_sum_plan besides pushing a term
 
 
 class Swapping(NamedTuple):
@@ -121,42 +120,6 @@ def _arrays(graph, slices, mapping) -> Swapping:
                     np.asarray(mapping.weight, np.float64), np.asarray(mapping.span, i64),
                     np.asarray(mapping.allowed, np.bool_), mapping.work.tree, cost,
                     numpy_sum_plan(cost.shape[1]))
-
-
-def numpy_sum_plan(n: int) -> np.ndarray:
-    """The order in which numpy sums n float64 along a contiguous axis (np.add.reduce,
-    numpy's pairwise_sum) as a postfix program: an entry i >= 0 pushes term i, ADD
-    adds the top two, ZERO pushes 0.0. numpy adds the pairwise sum to 0.0; it halves
-    runs of more than BLOCK terms (the first half a multiple of 8); a shorter run of 8
-    or more goes to 8 accumulators (accumulator j takes terms j, j + 8, ...), added
-    as ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)), then the terms left over
-    one by one; a run of fewer than 8 is summed from 0.0."""
-    plan = [ZERO]
-
-    def add_each(first, stop, step=1):
-        for i in range(first, stop, step):
-            plan.extend((i, ADD))
-
-    def run(lo, length):
-        if length > BLOCK:
-            half = length // 2 - (length // 2) % 8
-            run(lo, half)
-            run(lo + half, length - half)
-            plan.append(ADD)
-        elif length < 8:
-            plan.append(ZERO)
-            add_each(lo, lo + length)
-        else:
-            end = lo + length - length % 8
-            for j in range(8):
-                plan.append(lo + j)
-                add_each(lo + j + 8, end, 8)
-                plan.extend([ADD] * (0, 1, 0, 2, 0, 1, 0, 3)[j])    # the pairs closed after r_j
-            add_each(end, lo + length)
-
-    run(0, n)
-    plan.append(ADD)
-    return np.array(plan, np.int64)
 
 
 @kernel
