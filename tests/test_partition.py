@@ -17,7 +17,7 @@ from pardnn.placers.pardnn.mapping import map_clusters
 from pardnn.emulator.trial import emulate
 from pardnn.placers.pardnn.step1 import partition, place
 from pardnn.placers.pardnn.slicing import slice_graph
-from pardnn.placers.pardnn.switching import _Busy, _first_gap, unblock_moves
+from pardnn.placers.pardnn.switching import unblock_moves
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from synth_graph import synth_graph  # noqa: E402
@@ -201,15 +201,3 @@ def test_an_op_a_critical_chain_queues_behind_leaves_the_device():
     assert moves == [(pytest.approx(10.0), int(g.group[x]), 1)]
     device[x] = 1
     assert simulate(g, cluster, device).makespan == pytest.approx(10.0)
-
-
-@pytest.mark.parametrize("way", ["interpreted", "compiled"])
-def test_first_gap_finds_the_earliest_idle_slot_that_ends_by_the_deadline(way):
-    gap = getattr(_first_gap, way)
-    busy = _Busy(np.array([0, 1, 2]), np.array([0.0, 5.0, 8.0]), np.array([2.0, 7.0, 10.0]), gap)
-    assert busy.first_gap(0.0, 3.0, 20.0) == 2.0         # between the first two ops
-    assert busy.first_gap(0.0, 4.0, 20.0) == 10.0        # no gap of 4 before the last op
-    assert busy.first_gap(0.0, 4.0, 12.0) == np.inf      # ... and after it, too late
-    assert busy.first_gap(6.0, 1.0, 20.0) == 7.0         # asked while busy: from the op's end
-    assert busy.first_gap(9.0, 2.0, 11.0) == np.inf      # 10 + 2 > 11
-    assert _Busy(np.array([], int), np.array([]), np.array([]), gap).first_gap(3.0, 2.0, 10.0) == 3.0
