@@ -22,7 +22,9 @@ def comm_moves(graph, cluster, device, allowed) -> list:
     cut = placed_edge_costs(graph, cluster, device)
     n = graph.num_nodes
     heavy = np.bincount(graph.edge_src, cut, n) + np.bincount(graph.edge_dst, cut, n)
-    groups = np.unique(graph.group[heavy > graph.comp_us])
+    has = np.zeros(graph.num_groups, bool)
+    has[graph.group[heavy > graph.comp_us]] = True
+    groups = np.flatnonzero(has)
     if len(groups) == 0:
         return []
     cost = _cost_by_device(graph, cluster, device, groups)
@@ -47,11 +49,12 @@ def _cost_by_device(graph, cluster, device, groups) -> np.ndarray:
     row[groups] = np.arange(len(groups))
     gs, gd = row[graph.group[graph.edge_src]], row[graph.group[graph.edge_dst]]
     inside = graph.group[graph.edge_src] == graph.group[graph.edge_dst]
-    cost = np.zeros((len(groups), k))
     out = np.flatnonzero((gs >= 0) & ~inside)          # the group sends to device of dst
-    d = device[graph.edge_dst[out]]
-    np.add.at(cost, gs[out], lat[:, d].T + graph.edge_bytes[out, None] * inv[:, d].T)
     into = np.flatnonzero((gd >= 0) & ~inside)         # the group receives from device of src
-    d = device[graph.edge_src[into]]
-    np.add.at(cost, gd[into], lat[d] + graph.edge_bytes[into, None] * inv[d])
+    rows, nbytes = np.concatenate([gs[out], gd[into]]), graph.edge_bytes[np.concatenate([out, into])]
+    d_out, d_into = device[graph.edge_dst[out]], device[graph.edge_src[into]]
+    cost = np.empty((len(groups), k))
+    for j in range(k):      # bincount adds a cell's terms in edge order, those sent first
+        a, b = np.concatenate([lat[j, d_out], lat[d_into, j]]), np.concatenate([inv[j, d_out], inv[d_into, j]])
+        cost[:, j] = np.bincount(rows, a + nbytes * b, len(groups))
     return cost
