@@ -47,9 +47,9 @@ def critical_moves(graph, cluster, device, schedule, allowed) -> list:
     timing = _Timing(graph, cluster, device, schedule, allowed)
     u, v, _, _, _ = timing.critical_path()
     start, finish, du, dv = timing.times.start, timing.times.finish, timing.device[u], timing.device[v]
-    consumer = finish[v] - timing.moved_finish(v, du, finish[v])     # v joins u
+    consumer = finish[v] - timing.moved_finish(v, du, finish[v])     # v joins u: v finishes earlier
     producer = start[v] - np.maximum(timing.moved_finish(u, dv, start[v]), timing.other_inputs(u, v))
-    pick = (producer > consumer) | ((producer == consumer) & (u < v))   # u joins v; ties to the lower id
+    pick = (producer > consumer) | ((producer == consumer) & (u < v))   # u joins v (ties: the lower id)
     return _best_first(timing, np.where(pick, producer, consumer), np.where(pick, u, v),
                        np.where(pick, dv, du))
 
