@@ -201,3 +201,36 @@ def test_an_op_a_critical_chain_queues_behind_leaves_the_device():
     assert moves == [(pytest.approx(10.0), int(g.group[x]), 1)]
     device[x] = 1
     assert simulate(g, cluster, device).makespan == pytest.approx(10.0)
+
+
+def cost_by_device_reference(g, cluster, device, groups):
+    """Each listed group's transfer time to the rest were it on device j, summed edge
+    by edge: the edges it sends, then those it receives, each in edge order."""
+    k, inv = cluster.num_devices, (1.0 / cluster.bandwidth).tolist()
+    row = {group: i for i, group in enumerate(groups.tolist())}
+    cost = [[0.0] * k for _ in row]
+    for receiving in (False, True):
+        for e in range(g.num_edges):
+            src, dst = int(g.edge_src[e]), int(g.edge_dst[e])
+            mine, other = (dst, src) if receiving else (src, dst)
+            if int(g.group[mine]) not in row or g.group[src] == g.group[dst]:
+                continue
+            for j in range(k):
+                a, b = (int(device[other]), j) if receiving else (j, int(device[other]))
+                if a != b:
+                    cost[row[int(g.group[mine])]][j] += cluster.latency_us[a, b] + int(g.edge_bytes[e]) * inv[a][b]
+    return np.array(cost).reshape(len(row), k)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_communication_costs_by_device_on_uneven_links(seed):
+    """comm_moves' costs per group and device, to the bit, on links of several speeds
+    (the nodes of one DGX and the link between two)."""
+    from pardnn.placers.pardnn.volume import _cost_by_device
+    g = synth_graph(300, seed=seed, shape="chain" if seed % 2 else "dag")
+    cluster = parse_devices(["dgx1-v100:8", "2xdgx-h100:2", "cpu:3"][seed % 3])
+    rng = np.random.default_rng(seed)
+    device = rng.integers(0, cluster.num_devices, g.num_nodes)
+    groups = np.flatnonzero(rng.random(g.num_groups) < 0.5)
+    assert np.array_equal(_cost_by_device(g, cluster, device, groups),
+                          cost_by_device_reference(g, cluster, device, groups))

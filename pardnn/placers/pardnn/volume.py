@@ -43,8 +43,8 @@ def _cost_by_device(graph, cluster, device, groups) -> np.ndarray:
     """(groups x devices): transfer time of each group's edges to nodes outside
     it if the group ran on each device."""
     k = cluster.num_devices
-    lat = np.where(np.eye(k, dtype=bool), 0.0, cluster.latency_us)
-    inv = np.where(np.eye(k, dtype=bool), 0.0, 1.0 / cluster.bandwidth)
+    lat = np.where(np.eye(k, dtype=bool), 0.0, cluster.latency_us).ravel()
+    inv = np.where(np.eye(k, dtype=bool), 0.0, 1.0 / cluster.bandwidth).ravel()
     row = np.full(graph.num_groups, -1)
     row[groups] = np.arange(len(groups))
     gs, gd = row[graph.group[graph.edge_src]], row[graph.group[graph.edge_dst]]
@@ -52,9 +52,11 @@ def _cost_by_device(graph, cluster, device, groups) -> np.ndarray:
     out = np.flatnonzero((gs >= 0) & ~inside)          # the group sends to device of dst
     into = np.flatnonzero((gd >= 0) & ~inside)         # the group receives from device of src
     rows, nbytes = np.concatenate([gs[out], gd[into]]), graph.edge_bytes[np.concatenate([out, into])]
-    d_out, d_into = device[graph.edge_dst[out]], device[graph.edge_src[into]]
+    # link (j, device of dst) for a sent edge, (device of src, j) for a received one
+    link = np.concatenate([device[graph.edge_dst[out]], device[graph.edge_src[into]] * k])
+    step = np.concatenate([np.full(len(out), k), np.ones(len(into), np.int64)])
     cost = np.empty((len(groups), k))
     for j in range(k):      # bincount adds a cell's terms in edge order, those sent first
-        a, b = np.concatenate([lat[j, d_out], lat[d_into, j]]), np.concatenate([inv[j, d_out], inv[d_into, j]])
-        cost[:, j] = np.bincount(rows, a + nbytes * b, len(groups))
+        pair = link + j * step
+        cost[:, j] = np.bincount(rows, lat[pair] + nbytes * inv[pair], len(groups))
     return cost
