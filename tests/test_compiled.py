@@ -11,22 +11,21 @@ import pytest
 from pardnn import compiled
 from pardnn.compiled import INTERPRETED_BELOW, Kernel, kernel
 from pardnn.emulator.event_loop import event_loop
-from pardnn.emulator.scheduler import plan_transfers
+from pardnn.emulator.scheduler import plan_transfers, simulate
 from pardnn.graph.forced_levels import earliest_starts, input_pairs
 from pardnn.graph.levels import _bottom_levels, _top_levels
 from pardnn.hardware import parse_devices
-from pardnn.placers.baselines.common import graph_arrays
-from pardnn.placers.baselines.heft import _schedule as heft_schedule
-from pardnn.placers.pardnn.mapping import map_clusters
-from pardnn.placers.pardnn.slicing import slice_graph
-from pardnn.placers.pardnn.swapping import swap_clusters
 from pardnn.graph.constraints import allowed_devices
 from pardnn.graph.edge_costs import mean_edge_costs
 from pardnn.hardware import Cluster, Device
+from pardnn.placers.baselines.common import graph_arrays
+from pardnn.placers.baselines.heft import _schedule as heft_schedule
 from pardnn.placers.pardnn.cut_edges import ClusterLinks, Links, _matvec, numpy_sum_plan
 from pardnn.placers.pardnn.fenwick import FenwickTree
-from pardnn.placers.pardnn.mapping import _map_in_order, _timeline
-from pardnn.placers.pardnn.switching import _first_gap
+from pardnn.placers.pardnn.mapping import _map_in_order, _timeline, map_clusters
+from pardnn.placers.pardnn.slicing import slice_graph
+from pardnn.placers.pardnn.swapping import swap_clusters
+from pardnn.placers.pardnn.switching import _critical_path, _moved_finish, _Timing
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from synth_graph import synth_graph  # noqa: E402
@@ -83,16 +82,23 @@ def test_level_sweeps(seed):
 
 
 @pytest.mark.parametrize("seed", range(CASES))
-def test_first_gap(seed):
-    rng = np.random.default_rng(seed)
-    start = np.sort(rng.choice(np.arange(0.0, 60.0, 0.5), int(rng.integers(0, 30)), replace=False))
-    finish = start + rng.choice([0.5, 1.0, 2.0], len(start)) * (np.diff(np.append(start, np.inf)) > 2.0)
-    finish = np.maximum(finish, start)                              # zero-length ops too
-    for _ in range(60):
-        t, length = float(rng.choice(np.arange(0.0, 70.0, 0.5))), float(rng.choice([0.0, 0.5, 1.0, 3.0]))
-        deadline = t + float(rng.choice([0.0, 2.0, 10.0, 80.0]))
-        assert _first_gap.compiled(start, finish, t, length, deadline) == \
-            _first_gap.interpreted(start, finish, t, length, deadline)
+def test_move_finders(seed):
+    """The critical path and the moved-finish estimates of a random placement, some
+    groups kept off some devices, asked at deadlines that tie with the schedule's times."""
+    g, rng = random_graph(seed)
+    cluster = parse_devices(["cpu:3", "dgx1-v100:8", "2xdgx-h100:2", "cpu:2"][seed % 4])
+    k = cluster.num_devices
+    device = rng.integers(0, k, g.num_nodes).astype(np.int32)
+    allowed = rng.random((g.num_groups, k)) < 0.7
+    timing = _Timing(g, cluster, device, simulate(g, cluster, device), allowed)
+    arrays = (timing.edges, timing.times, timing.busy)
+    assert_same(_critical_path.compiled(*arrays), _critical_path.interpreted(*arrays))
+    x, d = rng.integers(0, g.num_nodes, 300), rng.integers(0, k, 300)
+    start, finish = timing.times.start[x], timing.times.finish[x]
+    deadline = np.choose(rng.integers(0, 4, 300), [start, finish, finish + rng.uniform(0, 50, 300),
+                                                   np.full(300, np.inf)])
+    queries = (timing.links, x, d, deadline)
+    assert_same([_moved_finish.compiled(*arrays, *queries)], [_moved_finish.interpreted(*arrays, *queries)])
 
 
 @pytest.mark.parametrize("seed", range(CASES))

@@ -13,7 +13,7 @@ from pardnn.hardware import parse_devices
 from pardnn.emulator import evaluate
 from pardnn.graph import CostGraph
 from pardnn.pipeline.portfolio import choose
-from pardnn.pipeline.refine_memory import judged_by_repair
+from pardnn.pipeline.refine_memory import fits_surely, judged_by_repair
 from pardnn.io.summary import print_summary
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
@@ -91,3 +91,41 @@ def test_the_summary_gives_each_finalists_refined_step_and_the_kept_one(capsys):
     from pardnn.io.summary import _candidates
     assert _candidates(report) == ("step1 2.000 ms, stages 1.500 ms (refined 1.400 ms), "
                                    "metis 1.600 ms (refined 1.200 ms, kept), etf infeasible")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_trial_surely_fits_only_where_the_tracked_peak_fits(seed):
+    """fits_surely's bound is never below a device's emulated peak: at one byte under
+    the highest peak it never says "fits"; with room for every byte it does."""
+    g = synth_graph(400, seed=seed, shape="chain" if seed % 2 else "dag")
+    rng = np.random.default_rng(seed)
+    g.temp_bytes[rng.random(g.num_nodes) < 0.2] = 1000
+    for _ in range(10):
+        k = int(rng.integers(1, 5))
+        device = rng.integers(0, k, g.num_nodes).astype(np.int32)
+        peak = evaluate(g, parse_devices(f"cpu:{k}").with_options(memory=UNLIMITED), device)["peak_memory_bytes"]
+        under = parse_devices(f"cpu:{k}").with_options(memory=max(peak) - 1, reserve=0.0)
+        assert not fits_surely(g, under)(device)
+        roomy = parse_devices(f"cpu:{k}").with_options(memory=UNLIMITED, reserve=0.0)
+        assert fits_surely(g, roomy)(device)
+
+
+def test_refining_with_memory_to_spare_tracks_memory_once_with_the_same_result(monkeypatch):
+    """Trials that surely fit are only emulated; the result, memory profile included, is
+    what judging every trial with its memory gives."""
+    import pardnn.pipeline.refine_memory as refine_memory
+    from pardnn.graph.constraints import allowed_devices
+    from pardnn.pipeline.judge import judge
+    g = synth_graph(1500, seed=1)
+    cluster = parse_devices("cpu:4").with_options(memory=UNLIMITED)
+    fixed = judge(g, cluster, np.arange(g.num_nodes, dtype=np.int32) % 4)
+    fast = refine_memory.refine_within_memory(g, cluster, fixed, allowed_devices(g, cluster), rounds=4)
+    monkeypatch.setattr(refine_memory, "fits_surely", lambda graph, cluster: lambda device: False)
+    full = refine_memory.refine_within_memory(g, cluster, fixed, allowed_devices(g, cluster), rounds=4)
+    assert fast.batches == full.batches > 0 and fast.refined_nodes == full.refined_nodes
+    a, b = fast.judged, full.judged
+    assert np.array_equal(a.device, b.device) and a.device.dtype == b.device.dtype
+    assert a.schedule.makespan == b.schedule.makespan and a.rounds == b.rounds
+    assert np.array_equal(a.moved, b.moved) and np.array_equal(a.peak_before, b.peak_before)
+    assert np.array_equal(a.profile.peak_bytes, b.profile.peak_bytes)
+    assert np.array_equal(a.profile.levels, b.profile.levels)

@@ -17,7 +17,7 @@ from pardnn.placers.pardnn.mapping import map_clusters
 from pardnn.emulator.trial import emulate
 from pardnn.placers.pardnn.step1 import partition, place
 from pardnn.placers.pardnn.slicing import slice_graph
-from pardnn.placers.pardnn.switching import _Busy, _first_gap, unblock_moves
+from pardnn.placers.pardnn.switching import unblock_moves
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from synth_graph import synth_graph  # noqa: E402
@@ -203,13 +203,34 @@ def test_an_op_a_critical_chain_queues_behind_leaves_the_device():
     assert simulate(g, cluster, device).makespan == pytest.approx(10.0)
 
 
-@pytest.mark.parametrize("way", ["interpreted", "compiled"])
-def test_first_gap_finds_the_earliest_idle_slot_that_ends_by_the_deadline(way):
-    gap = getattr(_first_gap, way)
-    busy = _Busy(np.array([0, 1, 2]), np.array([0.0, 5.0, 8.0]), np.array([2.0, 7.0, 10.0]), gap)
-    assert busy.first_gap(0.0, 3.0, 20.0) == 2.0         # between the first two ops
-    assert busy.first_gap(0.0, 4.0, 20.0) == 10.0        # no gap of 4 before the last op
-    assert busy.first_gap(0.0, 4.0, 12.0) == np.inf      # ... and after it, too late
-    assert busy.first_gap(6.0, 1.0, 20.0) == 7.0         # asked while busy: from the op's end
-    assert busy.first_gap(9.0, 2.0, 11.0) == np.inf      # 10 + 2 > 11
-    assert _Busy(np.array([], int), np.array([]), np.array([]), gap).first_gap(3.0, 2.0, 10.0) == 3.0
+def cost_by_device_reference(g, cluster, device, groups):
+    """Each listed group's transfer time to the rest were it on device j, summed edge
+    by edge: the edges it sends, then those it receives, each in edge order."""
+    k, inv = cluster.num_devices, (1.0 / cluster.bandwidth).tolist()
+    row = {group: i for i, group in enumerate(groups.tolist())}
+    cost = [[0.0] * k for _ in row]
+    for receiving in (False, True):
+        for e in range(g.num_edges):
+            src, dst = int(g.edge_src[e]), int(g.edge_dst[e])
+            mine, other = (dst, src) if receiving else (src, dst)
+            if int(g.group[mine]) not in row or g.group[src] == g.group[dst]:
+                continue
+            for j in range(k):
+                a, b = (int(device[other]), j) if receiving else (j, int(device[other]))
+                if a != b:
+                    cost[row[int(g.group[mine])]][j] += cluster.latency_us[a, b] + int(g.edge_bytes[e]) * inv[a][b]
+    return np.array(cost).reshape(len(row), k)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_communication_costs_by_device_on_uneven_links(seed):
+    """comm_moves' costs per group and device, to the bit, on links of several speeds
+    (the nodes of one DGX and the link between two)."""
+    from pardnn.placers.pardnn.volume import _cost_by_device
+    g = synth_graph(300, seed=seed, shape="chain" if seed % 2 else "dag")
+    cluster = parse_devices(["dgx1-v100:8", "2xdgx-h100:2", "cpu:3"][seed % 3])
+    rng = np.random.default_rng(seed)
+    device = rng.integers(0, cluster.num_devices, g.num_nodes)
+    groups = np.flatnonzero(rng.random(g.num_groups) < 0.5)
+    assert np.array_equal(_cost_by_device(g, cluster, device, groups),
+                          cost_by_device_reference(g, cluster, device, groups))

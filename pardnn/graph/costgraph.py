@@ -93,14 +93,6 @@ class CostGraph:
 
     # ------------------------------------------- other forms of the adjacency, cached
     @cached_property
-    def adjacency_lists(self) -> tuple:
-        """(succ_ptr, edge_dst, pred_ptr, pred_src, pred_eid) as Python lists, for the
-        interpreted loops of switching: they index one element at a time, where a list
-        is faster than a numpy array."""
-        return (self.succ_ptr.tolist(), self.edge_dst.tolist(), self.pred_ptr.tolist(),
-                self.pred_src.tolist(), self.pred_eid.tolist())
-
-    @cached_property
     def successor_arrays(self) -> tuple:
         """(succ_ptr, edge_dst) as int64 arrays, the dtype the compiled loops of levels.py
         and the emulator are compiled for."""

@@ -128,7 +128,7 @@ def _one_device_if_faster(graph, cluster, device, schedule, allowed, emulate):
 
 def first_improving(graph, device, makespan, batches, judge):
     """(device, result, nodes moved) for the first batch of moves [(gain, group,
-    device)] whose placement `judge` finds faster than `makespan`; None if none is.
+    device)], one per group, whose placement `judge` finds faster than `makespan`; None if none is.
 
     judge(trial, makespan) -> (device, makespan, result), or None when the trial is
     unusable or cannot beat `makespan`; the device it returns may differ from the trial
@@ -138,14 +138,21 @@ def first_improving(graph, device, makespan, batches, judge):
         if not batch or len(batch) in tried:
             continue
         tried.add(len(batch))
-        trial = device.copy()
-        for _, g, d in batch:
-            trial[graph.group_members(g)] = d
-        judged = judge(trial, makespan)
+        groups = np.fromiter((g for _, g, _ in batch), np.int64, len(batch))
+        judged = judge(_moved(graph, device, groups, [d for _, _, d in batch]), makespan)
         if judged is not None and judged[1] < makespan:
-            moved = int(sum(graph.group_ptr[g + 1] - graph.group_ptr[g] for _, g, _ in batch))
-            return judged[0], judged[2], moved
+            return judged[0], judged[2], int(np.diff(graph.group_ptr)[groups].sum())
     return None
+
+
+def _moved(graph, device, groups, targets) -> np.ndarray:
+    """`device` with each of `groups` (distinct) moved to its target device."""
+    target = np.full(graph.num_groups, -1, np.int64)
+    target[groups] = targets
+    to = target[graph.group]
+    trial = device.copy()
+    trial[to >= 0] = to[to >= 0]
+    return trial
 
 
 def _emulated(graph, cluster, emulate):

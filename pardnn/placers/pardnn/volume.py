@@ -22,7 +22,9 @@ def comm_moves(graph, cluster, device, allowed) -> list:
     cut = placed_edge_costs(graph, cluster, device)
     n = graph.num_nodes
     heavy = np.bincount(graph.edge_src, cut, n) + np.bincount(graph.edge_dst, cut, n)
-    groups = np.unique(graph.group[heavy > graph.comp_us])
+    has = np.zeros(graph.num_groups, bool)
+    has[graph.group[heavy > graph.comp_us]] = True
+    groups = np.flatnonzero(has)
     if len(groups) == 0:
         return []
     cost = _cost_by_device(graph, cluster, device, groups)
@@ -41,17 +43,20 @@ def _cost_by_device(graph, cluster, device, groups) -> np.ndarray:
     """(groups x devices): transfer time of each group's edges to nodes outside
     it if the group ran on each device."""
     k = cluster.num_devices
-    lat = np.where(np.eye(k, dtype=bool), 0.0, cluster.latency_us)
-    inv = np.where(np.eye(k, dtype=bool), 0.0, 1.0 / cluster.bandwidth)
+    lat = np.where(np.eye(k, dtype=bool), 0.0, cluster.latency_us).ravel()
+    inv = np.where(np.eye(k, dtype=bool), 0.0, 1.0 / cluster.bandwidth).ravel()
     row = np.full(graph.num_groups, -1)
     row[groups] = np.arange(len(groups))
     gs, gd = row[graph.group[graph.edge_src]], row[graph.group[graph.edge_dst]]
     inside = graph.group[graph.edge_src] == graph.group[graph.edge_dst]
-    cost = np.zeros((len(groups), k))
     out = np.flatnonzero((gs >= 0) & ~inside)          # the group sends to device of dst
-    d = device[graph.edge_dst[out]]
-    np.add.at(cost, gs[out], lat[:, d].T + graph.edge_bytes[out, None] * inv[:, d].T)
     into = np.flatnonzero((gd >= 0) & ~inside)         # the group receives from device of src
-    d = device[graph.edge_src[into]]
-    np.add.at(cost, gd[into], lat[d] + graph.edge_bytes[into, None] * inv[d])
+    rows, nbytes = np.concatenate([gs[out], gd[into]]), graph.edge_bytes[np.concatenate([out, into])]
+    # link (j, device of dst) for a sent edge, (device of src, j) for a received one
+    link = np.concatenate([device[graph.edge_dst[out]], device[graph.edge_src[into]] * k])
+    step = np.concatenate([np.full(len(out), k), np.ones(len(into), np.int64)])
+    cost = np.empty((len(groups), k))
+    for j in range(k):      # bincount adds a cell's terms in edge order, those sent first
+        pair = link + j * step
+        cost[:, j] = np.bincount(rows, lat[pair] + nbytes * inv[pair], len(groups))
     return cost
