@@ -2,6 +2,7 @@
 range-max timeline, and the per-group footprints read from an emulation."""
 
 import numpy as np
+import pytest
 from hypothesis import strategies as st
 
 from pardnn.hardware import parse_devices
@@ -167,3 +168,21 @@ def test_a_buffer_read_twice_is_freed_by_its_readers_in_turn():
     assert fp.next[row_b] == row_a and not fp.active[row_a]
     fp.active[row_a] = True                         # b has left: a's part is next
     assert freed_at(fp, grid, a, 1.0) == 51
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_levels_on_the_grid_are_those_of_the_latest_event_at_or_before_each_point(seed):
+    """repair_round._on_grid counts each device's events on the grid; the level it
+    reads is the one a search of every grid point among the events finds, including
+    grid points before the first event and events between grid points."""
+    from types import SimpleNamespace
+
+    from pardnn.repair.repair_round import _on_grid
+    rng = np.random.default_rng(seed)
+    times = np.unique(rng.integers(0, 100, rng.integers(1, 40)).astype(float))
+    levels = rng.integers(0, 1000, len(times))
+    extra = rng.integers(-5, 110, rng.integers(1, 60)).astype(float)
+    grid = np.unique(np.concatenate([times, extra]) if seed % 3 else extra)
+    profile = SimpleNamespace(timeline=lambda d: (times, levels))
+    want = levels[np.maximum(np.searchsorted(times, grid, side="right") - 1, 0)]
+    assert np.array_equal(_on_grid(profile, 0, grid), want)
