@@ -271,21 +271,22 @@ def _node_columns(n, ops, comp_us, out_bytes, persist_bytes, kind, pinned):
 
 
 def _edge_ids(names, edge_src, edge_dst):
-    edge_src, edge_dst = list(edge_src), list(edge_dst)
+    edge_src, edge_dst = (x if isinstance(x, np.ndarray) else list(x) for x in (edge_src, edge_dst))
     if len(edge_src) != len(edge_dst):
         raise GraphError("edge_src and edge_dst differ in length")
     n = len(names)
-    index = dict(zip(names, range(n)))
-    if len(index) < n:
+    named = any(len(x) and isinstance(x[0], str) for x in (edge_src, edge_dst))
+    index = dict(zip(names, range(n))) if named else None
+    if len(set(names) if index is None else index) < n:
         first = {}
         for i, name in enumerate(names):
             if first.setdefault(name, i) != i:
                 raise GraphError(f"duplicate node name {name!r}")
 
     def ids(column):
-        if column and isinstance(column[0], str):
+        if len(column) and isinstance(column[0], str):
             try:
-                return np.fromiter((index[x] for x in column), np.int64, len(column))
+                return np.fromiter(map(index.__getitem__, column), np.int64, len(column))
             except KeyError as exc:
                 raise GraphError(f"dangling edge: no node named {exc.args[0]!r}") from None
         arr = np.asarray(column, np.int64).reshape(-1)
@@ -329,7 +330,16 @@ def _ptr(sorted_keys, n):
 
 def _groups(labels):
     """Relabel groups 0..G-1 in order of first member; CSR of members."""
-    ids = {}
-    group = np.fromiter((ids.setdefault(x, len(ids)) for x in labels), np.int32, len(labels))
+    numbers = np.array(labels) if set(map(type, labels)) == {int} else None
+    if numbers is not None and numbers.dtype == np.int64:
+        # the same numbering by sorting: each label's rank among the first members
+        unique, first, inverse = np.unique(numbers, return_index=True, return_inverse=True)
+        rank = np.empty(len(unique), np.int64)
+        rank[np.argsort(first)] = np.arange(len(unique))
+        group, count = rank[inverse].astype(np.int32), len(unique)
+    else:
+        ids = {}
+        group = np.fromiter((ids.setdefault(x, len(ids)) for x in labels), np.int32, len(labels))
+        count = len(ids)
     order = np.argsort(group, kind="stable")
-    return group, _ptr(group[order], len(ids)), order.astype(np.int32)
+    return group, _ptr(group[order], count), order.astype(np.int32)
