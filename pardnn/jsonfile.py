@@ -36,7 +36,7 @@ class NotStreamable(Exception):
     which also gives the error message."""
 
 
-_CHUNK = 1 << 22          # characters read at a time
+_CHUNK = 1 << 19          # characters read at a time: small enough to stay in cache (docs/benchmarks.md)
 _MAX_PENDING = 1 << 26    # a value other than an array longer than this is read whole
 _TRIES = 8                # ends of a batch of elements tried before the file is read whole
 _BLANK = re.compile(r"[ \t\n\r]*")     # JSON's whitespace

@@ -119,7 +119,7 @@ class CostGraph:
         Raises GraphError on a duplicate name, a dangling edge, a negative cost or
         a cycle.
         """
-        names = [str(x) for x in names]
+        names = list(map(str, names))
         n = len(names)
         cols = _node_columns(n, ops, comp_us, out_bytes, persist_bytes, kind, pinned)
         cols["temp_bytes"] = _column(temp_bytes, n, np.int64, "temp bytes")
