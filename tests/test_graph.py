@@ -173,3 +173,14 @@ def test_absurd_costs_are_refused_not_wrapped(field, value, message):
     doc = _doc([{"name": "a"}, {"name": "b", field: value}], [])
     with pytest.raises(GraphError, match=message):
         CostGraph.from_dict(doc)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_integer_group_labels_number_groups_as_any_labels_do(seed):
+    # integer labels are numbered by sorting, others through a dict: the same numbers
+    rng = np.random.default_rng(seed)
+    labels = [int(x) for x in rng.integers(-3, [12, 10**15][seed % 2], 50)]
+    by_int = CostGraph.build(names=[f"n{i}" for i in range(50)], group=labels)
+    by_str = CostGraph.build(names=[f"n{i}" for i in range(50)], group=[str(x) for x in labels])
+    for attr in ("group", "group_ptr", "group_nodes"):
+        assert np.array_equal(getattr(by_int, attr), getattr(by_str, attr)), attr

@@ -14,7 +14,7 @@ from pardnn.emulator.critical_path import critical_path
 from pardnn.emulator.scheduler import simulate
 from pardnn.graph import NORMAL, CostGraph
 from pardnn.hardware import parse_devices
-from pardnn.io.tensorboard_graph import tf_record
+from pardnn.io.tensorboard_graph import write_record
 from trace_viewer import busy_us, names, read_trace, served_devices, tensorboard
 
 
@@ -51,9 +51,35 @@ def test_event_records_are_framed_as_the_tensorboard_package_frames_them(size):
     import io
     from tensorboard.summary.writer.record_writer import RecordWriter
     data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes()
-    buffer = io.BytesIO()
+    buffer, ours = io.BytesIO(), io.BytesIO()
     RecordWriter(buffer).write(data)
-    assert tf_record(data) == buffer.getvalue()
+    write_record(ours, data)
+    assert ours.getvalue() == buffer.getvalue()
+
+
+def test_written_in_pieces_the_views_are_the_bytes_written_whole(tmp_path, monkeypatch):
+    # trace.json a slice of events at a time, the GraphDef a batch of nodes at a time
+    from pardnn.io import tensorboard_graph, trace_events
+    from tensorboard.compat.proto import graph_pb2
+    rng = np.random.default_rng(3)
+    n = 57
+    pairs = sorted({(int(a), int(b)) for a, b in rng.integers(0, n, (120, 2)) if a < b})
+    g = CostGraph.build(names=[f"n{i}" for i in range(n)], ops=["MatMul", ""] * 28 + ["Add"],
+                        edge_src=[a for a, _ in pairs], edge_dst=[b for _, b in pairs],
+                        edge_slot=rng.integers(-1, 3, len(pairs)))
+    device = rng.integers(0, 3, n)
+    events = [json.dumps({"ph": "X", "name": f"e{i}"}) for i in range(n)]
+    whole = tensorboard_graph.graph_def_bytes(g, ["a", "b", "c"], device)
+    trace_events.write_trace(tmp_path / "whole.json", events)
+    monkeypatch.setattr(tensorboard_graph, "_NODES_AT_ONCE", 5)
+    monkeypatch.setattr(trace_events, "_WRITE_SLICE", 4)
+    assert tensorboard_graph.graph_def_bytes(g, ["a", "b", "c"], device) == whole
+    trace_events.write_trace(tmp_path / "pieces.json", events)
+    assert (tmp_path / "pieces.json").read_bytes() == (tmp_path / "whole.json").read_bytes()
+    assert [e["name"] for e in json.loads((tmp_path / "pieces.json").read_text())["traceEvents"]] == \
+        [f"e{i}" for i in range(n)]
+    nodes = graph_pb2.GraphDef.FromString(whole).node
+    assert [x.name for x in nodes] == list(g.names) and nodes[1].op == "NoOp"
 
 
 @pytest.fixture(scope="module")

@@ -102,9 +102,9 @@ def _write_views(args, graph, placement, placed_graph, out):
     and tensorboard/ with `placed_graph` (a placed_graph.pb) or, without one, a GraphDef
     made from the cost graph."""
     cluster, device = placement.cluster, placement.device
-    trace = emulated_step(graph, cluster, device, placement.schedule, placement.profile)
-    write_trace(out.temp("trace.json"), trace, {"pardnn": "emulated step", "algorithm": args.algorithm,
-                                               "devices": args.devices})
+    write_trace(out.temp("trace.json"), emulated_step(graph, cluster, device, placement.schedule,
+                                                      placement.profile),
+                {"pardnn": "emulated step", "algorithm": args.algorithm, "devices": args.devices})
     if placed_graph is None:
         graph_def = graph_def_bytes(graph, cluster.names, device)
     else:

@@ -28,13 +28,12 @@ from functools import cached_property
 import numpy as np
 
 from pardnn.errors import GraphError
-from pardnn.jsonfile import read_json
+from pardnn.graph.costgraph_json import (JSON_FORMAT, JSON_VERSION, KIND_NAMES, check_header,
+                                         columns_from_dict, columns_from_file, naming)
+from pardnn.jsonfile import NotStreamable, read_json
 from pardnn.units import MAX_SIZE, MAX_TIME_US
 
-NORMAL, RESIDUAL, REFERENCE = 0, 1, 2
-KIND_NAMES = ("normal", "residual", "reference")
-JSON_FORMAT = "pardnn-costgraph"
-JSON_VERSION = 1
+NORMAL, RESIDUAL, REFERENCE = 0, 1, 2       # the kinds; KIND_NAMES are their JSON names
 
 
 @dataclass(frozen=True, eq=False)
@@ -112,7 +111,7 @@ class CostGraph:
         Raises GraphError on a duplicate name, a dangling edge, a negative cost or
         a cycle.
         """
-        names = [str(x) for x in names]
+        names = list(map(str, names))
         n = len(names)
         cols = _node_columns(n, ops, comp_us, out_bytes, persist_bytes, kind, pinned)
         cols["temp_bytes"] = _column(temp_bytes, n, np.int64, "temp bytes")
@@ -136,9 +135,8 @@ class CostGraph:
         n = len(names)
         rank = np.empty(n, np.int64)
         rank[order] = np.arange(n)
-        names = tuple(names[i] for i in order)
-        ops = tuple(cols["ops"][i] for i in order)
-        pinned = tuple(cols["pinned"][i] for i in order)
+        at = order.tolist()
+        names, ops, pinned = (tuple(map(seq.__getitem__, at)) for seq in (names, cols["ops"], cols["pinned"]))
         src, dst = rank[src].astype(np.int32), rank[dst].astype(np.int32)
         # Merge duplicate (src, dst, slot) edges; keep the largest byte count.
         key = np.lexsort((eslot, dst, src))
@@ -151,7 +149,7 @@ class CostGraph:
             src, dst, eslot = src[starts], dst[starts], eslot[starts]
         succ_ptr = _ptr(src, n)
         pred_eid = np.lexsort((src, dst)).astype(np.int64)
-        group, group_ptr, group_nodes = _groups([glabels[i] for i in order])
+        group, group_ptr, group_nodes = _groups(list(map(glabels.__getitem__, at)))
         return cls(
             names=names, ops=ops,
             comp_us=cols["comp_us"][order], out_bytes=cols["out_bytes"][order],
@@ -211,64 +209,26 @@ class CostGraph:
 
     @classmethod
     def from_dict(cls, doc: dict, source: str = "cost graph") -> "CostGraph":
-        if not isinstance(doc, dict) or doc.get("format") != JSON_FORMAT:
-            raise GraphError(f"{source}: not a pardnn cost graph (missing format={JSON_FORMAT!r})")
-        if doc.get("version") != JSON_VERSION:
-            raise GraphError(f"{source}: unsupported cost graph version {doc.get('version')!r}"
-                             f" (this pardnn reads version {JSON_VERSION})")
-        try:
-            nodes, edges = _entries(doc, "nodes"), _entries(doc, "edges")
-            return cls.build(
-                names=[_field(x, "name") for x in nodes], ops=[_field(x, "op", "") for x in nodes],
-                comp_us=[_field(x, "comp_us", 0.0) for x in nodes],
-                out_bytes=[_field(x, "out_bytes", 0) for x in nodes],
-                persist_bytes=[_field(x, "persist_bytes", 0) for x in nodes],
-                temp_bytes=[_field(x, "temp_bytes", 0) for x in nodes],
-                kind=[KIND_NAMES.index(_field(x, "kind", "normal")) for x in nodes],
-                group=[_field(x, "group", ("node", x["name"])) for x in nodes],
-                pinned=[_field(x, "pinned", "") for x in nodes],
-                edge_src=[_field(e, "src") for e in edges], edge_dst=[_field(e, "dst") for e in edges],
-                edge_bytes=[_field(e, "bytes", 0) for e in edges],
-                edge_slot=[_field(e, "slot", 0) for e in edges])
-        except GraphError as exc:
-            raise GraphError(f"{source}: {exc}") from None
-        except (KeyError, TypeError, ValueError, OverflowError) as exc:
-            raise GraphError(f"{source}: malformed cost graph ({type(exc).__name__}: {exc})") from None
+        check_header(doc, source)
+        with naming(source):
+            return cls.build(**columns_from_dict(doc))
 
     @classmethod
     def from_json(cls, path) -> "CostGraph":
-        return cls.from_dict(read_json(path, GraphError), source=str(path))
+        """The graph in a JSON file, read in batches where it can be (a million-node
+        file is never held as a million dicts); else parsed whole, as from_dict reads
+        it, which gives the same graph or the error message."""
+        try:
+            columns = columns_from_file(path)
+        except NotStreamable:
+            columns = None              # read whole below, after this frame's batches are freed
+        if columns is None:
+            return cls.from_dict(read_json(path, GraphError), source=str(path))
+        with naming(str(path)):
+            return cls.build(**columns)
 
 
 # ---------------------------------------------------------------- helpers
-_REQUIRED = object()
-
-
-def _entries(doc, key) -> list:
-    """doc[key] as a list of JSON objects whose names, ends and pins are strings."""
-    entries = doc[key]
-    if not isinstance(entries, list):
-        raise GraphError(f"{key!r} must be a list, not {type(entries).__name__}")
-    for i, entry in enumerate(entries):
-        if not isinstance(entry, dict):
-            raise GraphError(f"{key}[{i}] must be an object, not {entry!r:.40}")
-        for field in ("name", "src", "dst", "pinned"):
-            if entry.get(field) is not None and not isinstance(entry[field], str):
-                raise GraphError(f"{key}[{i}].{field} must be a string, not {entry[field]!r:.40}")
-    return entries
-
-
-def _field(entry, key, default=_REQUIRED):
-    """entry[key], where a JSON null means the same as an absent key (the default);
-    KeyError when a required key is absent or null."""
-    value = entry.get(key)
-    if value is None:
-        if default is _REQUIRED:
-            raise KeyError(key)
-        return default
-    return value
-
-
 def _column(values, n, dtype, what):
     if values is None:
         return np.zeros(n, dtype)
@@ -303,19 +263,22 @@ def _node_columns(n, ops, comp_us, out_bytes, persist_bytes, kind, pinned):
 
 
 def _edge_ids(names, edge_src, edge_dst):
-    edge_src, edge_dst = list(edge_src), list(edge_dst)
+    edge_src, edge_dst = (x if isinstance(x, np.ndarray) else list(x) for x in (edge_src, edge_dst))
     if len(edge_src) != len(edge_dst):
         raise GraphError("edge_src and edge_dst differ in length")
-    index = {}
-    for i, name in enumerate(names):
-        if index.setdefault(name, i) != i:
-            raise GraphError(f"duplicate node name {name!r}")
     n = len(names)
+    named = any(len(x) and isinstance(x[0], str) for x in (edge_src, edge_dst))
+    index = dict(zip(names, range(n))) if named else None
+    if len(set(names) if index is None else index) < n:
+        first = {}
+        for i, name in enumerate(names):
+            if first.setdefault(name, i) != i:
+                raise GraphError(f"duplicate node name {name!r}")
 
     def ids(column):
-        if column and isinstance(column[0], str):
+        if len(column) and isinstance(column[0], str):
             try:
-                return np.fromiter((index[x] for x in column), np.int64, len(column))
+                return np.fromiter(map(index.__getitem__, column), np.int64, len(column))
             except KeyError as exc:
                 raise GraphError(f"dangling edge: no node named {exc.args[0]!r}") from None
         arr = np.asarray(column, np.int64).reshape(-1)
@@ -359,7 +322,16 @@ def _ptr(sorted_keys, n):
 
 def _groups(labels):
     """Relabel groups 0..G-1 in order of first member; CSR of members."""
-    ids = {}
-    group = np.fromiter((ids.setdefault(x, len(ids)) for x in labels), np.int32, len(labels))
+    numbers = np.array(labels) if set(map(type, labels)) == {int} else None
+    if numbers is not None and numbers.dtype == np.int64:
+        # the same numbering by sorting: each label's rank among the first members
+        unique, first, inverse = np.unique(numbers, return_index=True, return_inverse=True)
+        rank = np.empty(len(unique), np.int64)
+        rank[np.argsort(first)] = np.arange(len(unique))
+        group, count = rank[inverse].astype(np.int32), len(unique)
+    else:
+        ids = {}
+        group = np.fromiter((ids.setdefault(x, len(ids)) for x in labels), np.int32, len(labels))
+        count = len(ids)
     order = np.argsort(group, kind="stable")
-    return group, _ptr(group[order], len(ids)), order.astype(np.int32)
+    return group, _ptr(group[order], count), order.astype(np.int32)

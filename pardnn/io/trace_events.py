@@ -33,6 +33,7 @@ OPS_THREAD = "ops"
 LINKS_PROCESS = "links"
 MEMORY_COUNTER = "memory"
 MEMORY_POINTS = 5000
+_WRITE_SLICE = 10000      # events joined and written at once
 
 
 def short_names(names) -> list:
@@ -103,14 +104,17 @@ def flow_events(pid, start) -> list:
 
 def write_trace(path, events, about=None) -> None:
     """Write `events` (JSON strings) as a trace file, through a temporary file and a
-    rename; `about` goes into otherData (shown by the viewers as metadata)."""
+    rename; `about` goes into otherData (shown by the viewers as metadata). Written a
+    slice of events at a time: a million-node step's events joined whole would be
+    a second copy of them, and a third encoded."""
     tmp = f"{path}.tmp{os.getpid()}"
     try:
         with open(tmp, "w") as f:
             f.write('{"displayTimeUnit":"ns","otherData":')
             json.dump(about or {}, f)
             f.write(',"traceEvents":[\n')
-            f.write(",\n".join(events))
+            for i in range(0, len(events), _WRITE_SLICE):
+                f.write((",\n" if i else "") + ",\n".join(events[i:i + _WRITE_SLICE]))
             f.write("\n]}\n")
         os.replace(tmp, path)
     finally:
