@@ -52,11 +52,11 @@ def memory_bytes(graph_path: str, memory: str) -> str:
     return str(int(float(memory[:-1]) * peak))
 
 
-def place_once(graph: str, args, memory: str, algorithm: str) -> dict:
+def place_once(graph: str, args, devices: str, memory: str, algorithm: str) -> dict:
     """One `pardnn place` in a fresh process: wall seconds, peak RSS and its report."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out")
-        cmd = [sys.executable, "-m", "pardnn", "place", graph, "--devices", args.devices,
+        cmd = [sys.executable, "-m", "pardnn", "place", graph, "--devices", devices,
                "--memory", memory, "--algorithm", algorithm, "-o", out, *args.link]
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -77,14 +77,14 @@ def place_once(graph: str, args, memory: str, algorithm: str) -> dict:
             "nodes": report["num_nodes"]}
 
 
-def row(graph: str, args, memory: str) -> list:
+def row(graph: str, args, devices: str, memory: str) -> list:
     """Alternate pardnn and etf --repeat times; one dict per run."""
     given = memory_bytes(graph, memory)
     runs = []
     for i in range(args.repeat):
         for algorithm in ("pardnn", "etf"):
-            r = place_once(graph, args, given, algorithm)
-            runs.append({"graph": os.path.basename(graph), "devices": args.devices, "memory": memory,
+            r = place_once(graph, args, devices, given, algorithm)
+            runs.append({"graph": os.path.basename(graph.rstrip("/")), "devices": devices, "memory": memory,
                          "algorithm": algorithm, "run": i, **r})
     return runs
 
@@ -107,7 +107,7 @@ def _ms(run) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--graph", action="append", required=True, help="cost graph JSON or profile dir (repeatable)")
-    p.add_argument("--devices", default="cpu:16")
+    p.add_argument("--devices", default="cpu:16", help="comma-separated: each a --devices of pardnn place")
     p.add_argument("--memory", default="1PiB,0.3x", help="comma-separated: sizes, or FRACTIONx of one device's peak")
     p.add_argument("--bandwidth", default="")
     p.add_argument("--latency", default="")
@@ -123,8 +123,8 @@ def main(argv=None) -> int:
           f"{'ratio':>7s} {'RSS':>8s} {'pardnn ms':>11s} {'etf ms':>11s} {'winner':8s} load")
     every = []
     for graph in args.graph:
-        for memory in [m for m in args.memory.split(",") if m]:
-            runs = row(graph, args, memory)
+        for devices, memory in [(d, m) for d in args.devices.split(",") for m in args.memory.split(",") if m]:
+            runs = row(graph, args, devices, memory)
             every += runs
             print(summary(runs), flush=True)
     if args.out:
