@@ -51,7 +51,7 @@ def main(argv=None):
         t, profile = best_of(args.repeat, lambda: track_memory(graph, cluster, device, schedule))
         rows.append(("memory timeline", t))
         rows.append(("critical path", best_of(args.repeat, lambda: critical_path(graph, device, schedule))[0]))
-        t, events = best_of(args.repeat, lambda: emulated_step(graph, cluster, device, schedule, profile))
+        t, events = best_of(args.repeat, lambda: list(emulated_step(graph, cluster, device, schedule, profile)))
         rows.append((f"trace events ({len(events)}, incl. critical path)", t))
         rows.append(("write trace.json", best_of(args.repeat, lambda: write_trace(trace, events))[0]))
         t, graph_def = best_of(args.repeat, lambda: graph_def_bytes(graph, cluster.names, device))

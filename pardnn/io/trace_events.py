@@ -22,6 +22,7 @@ events of one thread never overlap after rounding. A memory timeline longer than
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from json.encoder import encode_basestring_ascii as _str
@@ -103,18 +104,21 @@ def flow_events(pid, start) -> list:
 
 
 def write_trace(path, events, about=None) -> None:
-    """Write `events` (JSON strings) as a trace file, through a temporary file and a
-    rename; `about` goes into otherData (shown by the viewers as metadata). Written a
-    slice of events at a time: a million-node step's events joined whole would be
-    a second copy of them, and a third encoded."""
+    """Write `events` (an iterable of JSON strings) as a trace file, through a temporary
+    file and a rename; `about` goes into otherData (shown by the viewers as metadata).
+    Written a slice of events at a time: a million-node step's events joined whole
+    would be a second copy of them, and a third encoded."""
     tmp = f"{path}.tmp{os.getpid()}"
+    events = iter(events)
     try:
         with open(tmp, "w") as f:
             f.write('{"displayTimeUnit":"ns","otherData":')
             json.dump(about or {}, f)
             f.write(',"traceEvents":[\n')
-            for i in range(0, len(events), _WRITE_SLICE):
-                f.write((",\n" if i else "") + ",\n".join(events[i:i + _WRITE_SLICE]))
+            first = True
+            while part := list(itertools.islice(events, _WRITE_SLICE)):
+                f.write(("" if first else ",\n") + ",\n".join(part))
+                first = False
             f.write("\n]}\n")
         os.replace(tmp, path)
     finally:
