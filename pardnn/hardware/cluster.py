@@ -81,7 +81,8 @@ class Cluster:
         if k < 2:
             return 0.0, float("inf")
         off = ~np.eye(k, dtype=bool)
-        return float(self.latency_us[off].mean()), float(1.0 / (1.0 / self.bandwidth[off]).mean())
+        with np.errstate(divide="ignore"):      # infinitely fast links: a mean of infinity
+            return float(self.latency_us[off].mean()), float(1.0 / (1.0 / self.bandwidth[off]).mean())
 
     def cheapest_transfer_us(self, nbytes):
         """A floor on moving `nbytes` between any two distinct devices: the least latency
