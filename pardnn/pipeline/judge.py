@@ -10,12 +10,13 @@ UserError says whether no placement fits or none was found (docs/repair.md).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
+from pardnn.graph import NORMAL, REFERENCE, RESIDUAL
 from pardnn.repair.overflow_repair import OverflowRepair
 
 
@@ -39,10 +40,15 @@ class Judged:
                 "repair_rounds": self.rounds}
 
 
-def judge(graph, cluster, device, schedule=None) -> Judged:
+def judge(graph, cluster, device, schedule=None, fits=None) -> Judged:
     """`device` repaired until every device fits, and emulated (module docstring).
-    `schedule`, when given, is the emulation of `device` already at hand."""
+    `schedule`, when given, is the emulation of `device` already at hand. `fits`, when
+    given (`fits_surely`), skips tracking the memory of a placement it shows cannot
+    overflow: such a Judged has no profile and no peaks (None) until `with_memory`."""
     device = np.array(device, np.int32)
+    if fits is not None and fits(device):
+        schedule = simulate(graph, cluster, device) if schedule is None else schedule
+        return Judged(device, np.zeros(graph.num_nodes, bool), None, schedule, None, 0)
     schedule, profile = _emulate(graph, cluster, device, schedule)
     before = profile.peak_bytes.copy()
     repair, rounds = None, 0
@@ -56,6 +62,36 @@ def judge(graph, cluster, device, schedule=None) -> Judged:
     return Judged(device, moved, before, schedule, profile, rounds)
 
 
+def with_memory(graph, cluster, judged) -> Judged:
+    """`judged` with its memory profile and peaks, tracked now if `judge` skipped them
+    (the same numbers judge would have given: nothing was repaired)."""
+    if judged.profile is not None:
+        return judged
+    profile = track_memory(graph, cluster, judged.device, judged.schedule)
+    return replace(judged, profile=profile, peak_before=profile.peak_bytes.copy())
+
+
 def _emulate(graph, cluster, device, schedule=None):
     schedule = simulate(graph, cluster, device) if schedule is None else schedule
     return schedule, track_memory(graph, cluster, device, schedule)
+
+
+def fits_surely(graph, cluster):
+    """fits(device): True when every device's capacity holds all the bytes
+    pardnn.emulator.memory could ever count there at once under `device`: its resident
+    state, its ops' outputs and scratch, and a copy of every tensor an edge brings in
+    from another device."""
+    held = (np.where(graph.kind == RESIDUAL, graph.out_bytes, 0)
+            + np.where(graph.kind == REFERENCE, 0, graph.persist_bytes)
+            + np.where(graph.kind == NORMAL, graph.out_bytes, 0) + graph.temp_bytes)
+    data = graph.edge_slot >= 0
+
+    def fits(device) -> bool:
+        device = np.asarray(device)
+        into = device[graph.edge_dst]
+        received = (device[graph.edge_src] != into) & data
+        most = np.zeros(cluster.num_devices, np.int64)          # exact sums of bytes
+        np.add.at(most, device, held)
+        np.add.at(most, into[received], graph.edge_bytes[received])
+        return bool(np.all(most <= cluster.capacity))
+    return fits

@@ -40,7 +40,7 @@ import numpy as np
 from pardnn.emulator.trial import emulate
 from pardnn.errors import UserError
 from pardnn.graph.constraints import allowed_devices
-from pardnn.pipeline.judge import judge
+from pardnn.pipeline.judge import fits_surely, judge, with_memory
 from pardnn.pipeline.refine_memory import refine_within_memory
 from pardnn.placers import registry
 from pardnn.placers.pardnn import step1
@@ -172,13 +172,14 @@ def _pick(graph, cluster, results, step1_output, timings, deadline, pool) -> Cho
     for name in fitted:
         report[name]["refined_makespan_us"] = final[name].schedule.makespan
     winner = min(finalists, key=lambda n: (final[n].schedule.makespan, finalists.index(n)))
-    return Chosen(winner, results[winner].device, final[winner], fitted.get(winner), step1_output, report)
+    return Chosen(winner, results[winner].device, with_memory(graph, cluster, final[winner]),
+                  fitted.get(winner), step1_output, report)
 
 
 def _refined(graph, cluster, judged, deadline):
     """`judged` refined within memory (refine_memory.py), at most K rounds."""
-    return refine_within_memory(graph, cluster, judged, allowed_devices(graph, cluster),
-                                rounds=cluster.num_devices, deadline=deadline)
+    return refine_within_memory(graph, cluster, with_memory(graph, cluster, judged),
+                                allowed_devices(graph, cluster), rounds=cluster.num_devices, deadline=deadline)
 
 
 def _refinable(name, judged) -> bool:
@@ -204,7 +205,7 @@ def _judged(graph, cluster, device, build_s, schedule=None) -> Candidate:
     """The candidate `device` judged (`schedule`: its emulation, if known)."""
     t0 = time.perf_counter()
     try:
-        fixed, error = judge(graph, cluster, device, schedule), None
+        fixed, error = judge(graph, cluster, device, schedule, fits_surely(graph, cluster)), None
     except UserError as exc:
         fixed, error = None, exc
     repair_s = time.perf_counter() - t0

@@ -25,12 +25,8 @@ import math
 import time
 from dataclasses import dataclass, replace
 
-import numpy as np
-
-from pardnn.emulator.scheduler import simulate
 from pardnn.errors import UserError
-from pardnn.graph import NORMAL, REFERENCE, RESIDUAL
-from pardnn.pipeline.judge import Judged, judge
+from pardnn.pipeline.judge import Judged, fits_surely, judge, with_memory
 from pardnn.placers.pardnn.refinement import MIN_ROUND_GAIN, MOVE_FINDERS, batches_of, first_improving
 
 
@@ -69,8 +65,7 @@ def refine_within_memory(graph, cluster, fixed: Judged, allowed, rounds: int,
                 repair_rounds += current.rounds
         if late or current.schedule.makespan > begin * (1.0 - MIN_ROUND_GAIN):
             break
-    if current.profile is None:     # kept by emulation alone (judged_by_repair): its memory, once
-        current = judge(graph, cluster, current.device, current.schedule)
+    current = with_memory(graph, cluster, current)     # kept by emulation alone: its memory, once
     result = replace(current, moved=moved, peak_before=fixed.peak_before,
                      rounds=fixed.rounds + repair_rounds)
     return Fitted(result, fixed.schedule.makespan, refined, batches, late)
@@ -90,39 +85,15 @@ def judged_by_repair(graph, cluster):
     cannot be repaired. No bound prunes here: the repair may move the trial anywhere.
 
     A trial that no device's memory can overflow (`fits_surely`) needs no repair and is
-    only emulated: its Judged has no memory profile (None) until refine_within_memory
-    tracks the one it keeps. With memory to spare, that saves tracking the memory of
-    every trial, with the same decisions."""
+    only emulated (pardnn.pipeline.judge's `fits`): its Judged has no memory profile
+    (None) until refine_within_memory tracks the one it keeps. With memory to spare, that
+    saves tracking the memory of every trial, with the same decisions."""
     fits = fits_surely(graph, cluster)
 
     def judged(trial, beat=None):
-        if fits(trial):
-            schedule = simulate(graph, cluster, trial)
-            return trial, schedule.makespan, Judged(trial, np.zeros(graph.num_nodes, bool), None, schedule, None, 0)
         try:
-            fixed = judge(graph, cluster, trial)
+            fixed = judge(graph, cluster, trial, fits=fits)
         except UserError:
             return None
         return fixed.device, fixed.schedule.makespan, fixed
     return judged
-
-
-def fits_surely(graph, cluster):
-    """fits(device): True when every device's capacity holds all the bytes
-    pardnn.emulator.memory could ever count there at once under `device`: its resident
-    state, its ops' outputs and scratch, and a copy of every tensor an edge brings in
-    from another device."""
-    held = (np.where(graph.kind == RESIDUAL, graph.out_bytes, 0)
-            + np.where(graph.kind == REFERENCE, 0, graph.persist_bytes)
-            + np.where(graph.kind == NORMAL, graph.out_bytes, 0) + graph.temp_bytes)
-    data = graph.edge_slot >= 0
-
-    def fits(device) -> bool:
-        device = np.asarray(device)
-        into = device[graph.edge_dst]
-        received = (device[graph.edge_src] != into) & data
-        most = np.zeros(cluster.num_devices, np.int64)          # exact sums of bytes
-        np.add.at(most, device, held)
-        np.add.at(most, into[received], graph.edge_bytes[received])
-        return bool(np.all(most <= cluster.capacity))
-    return fits
