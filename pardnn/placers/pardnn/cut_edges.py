@@ -39,7 +39,9 @@ class Links(NamedTuple):
 
 class ClusterLinks:
     """Each cluster's cut edges and members (`arrays`), the device of every cluster
-    (`cdev`) and node (`dev`, -1 while unmapped), and communication costs."""
+    (`cdev`) and node (`dev`, -1 while unmapped), and communication costs. Placement
+    reads `arrays` in the kernels of mapping and swapping; `counts`, `comm_cost` and
+    `members` are the numpy definition those kernels are tested against."""
 
     def __init__(self, graph, cluster, slices, cdev):
         cid, src, dst = slices.cluster, graph.edge_src, graph.edge_dst
