@@ -13,7 +13,8 @@ from pardnn.hardware import parse_devices
 from pardnn.emulator import evaluate
 from pardnn.graph import CostGraph
 from pardnn.pipeline.portfolio import choose
-from pardnn.pipeline.refine_memory import fits_surely, judged_by_repair
+from pardnn.pipeline.judge import fits_surely
+from pardnn.pipeline.refine_memory import judged_by_repair
 from pardnn.io.summary import print_summary
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
@@ -113,6 +114,7 @@ def test_a_trial_surely_fits_only_where_the_tracked_peak_fits(seed):
 def test_refining_with_memory_to_spare_tracks_memory_once_with_the_same_result(monkeypatch):
     """Trials that surely fit are only emulated; the result, memory profile included, is
     what judging every trial with its memory gives."""
+    import pardnn.pipeline.judge as judge_module
     import pardnn.pipeline.refine_memory as refine_memory
     from pardnn.graph.constraints import allowed_devices
     from pardnn.pipeline.judge import judge
@@ -120,7 +122,7 @@ def test_refining_with_memory_to_spare_tracks_memory_once_with_the_same_result(m
     cluster = parse_devices("cpu:4").with_options(memory=UNLIMITED)
     fixed = judge(g, cluster, np.arange(g.num_nodes, dtype=np.int32) % 4)
     fast = refine_memory.refine_within_memory(g, cluster, fixed, allowed_devices(g, cluster), rounds=4)
-    monkeypatch.setattr(refine_memory, "fits_surely", lambda graph, cluster: lambda device: False)
+    monkeypatch.setattr(judge_module, "fits_surely", lambda graph, cluster: lambda device: False)
     full = refine_memory.refine_within_memory(g, cluster, fixed, allowed_devices(g, cluster), rounds=4)
     assert fast.batches == full.batches > 0 and fast.refined_nodes == full.refined_nodes
     a, b = fast.judged, full.judged

@@ -234,3 +234,31 @@ def test_communication_costs_by_device_on_uneven_links(seed):
     groups = np.flatnonzero(rng.random(g.num_groups) < 0.5)
     assert np.array_equal(_cost_by_device(g, cluster, device, groups),
                           cost_by_device_reference(g, cluster, device, groups))
+
+
+def test_a_finder_that_found_nothing_is_asked_again_only_after_a_batch_is_kept(monkeypatch):
+    """move_rounds: the first finder's first batch wins once; afterwards nothing wins. The
+    other finders, fruitless on that placement, are not asked again in the next round
+    (it is the same placement), and the first is asked again once (it is not)."""
+    from types import SimpleNamespace
+
+    from pardnn.placers.pardnn import refinement
+    g = build({"a": 1.0, "b": 1.0, "c": 1.0}, [("a", "b", 1), ("b", "c", 1)])
+    asked = []
+
+    def finder(name):
+        def find(graph, cluster, device, schedule, allowed):
+            asked.append(name)
+            return [(1.0, 0, 1)]
+        return find
+    monkeypatch.setattr(refinement, "MOVE_FINDERS", (finder("critical"), finder("unblock"), finder("follow")))
+    wins = iter([True])
+
+    def judge(trial, beat):
+        return (trial, 50.0, SimpleNamespace(makespan=50.0)) if next(wins, False) else None
+    kept = []
+    device, result, late = refinement.move_rounds(
+        g, None, np.zeros(3, np.int32), SimpleNamespace(makespan=100.0), None, judge, rounds=5,
+        kept=lambda f, r, nodes: kept.append(nodes))
+    assert asked == ["critical", "unblock", "follow", "critical"]
+    assert kept == [1] and list(device) == [1, 0, 0] and result.makespan == 50.0 and not late

@@ -17,7 +17,7 @@ import numpy as np
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
 from pardnn.graph import NORMAL, REFERENCE, RESIDUAL
-from pardnn.repair.overflow_repair import OverflowRepair
+from pardnn.repair.overflow_repair import OverflowRepair, RepairSetup
 
 
 @dataclass(frozen=True, eq=False)
@@ -40,21 +40,43 @@ class Judged:
                 "repair_rounds": self.rounds}
 
 
-def judge(graph, cluster, device, schedule=None, fits=None) -> Judged:
+class Judging:
+    """What judging many placements of `graph` on `cluster` shares, each part built when
+    first needed (so a forked worker builds its own): `fits_surely`'s test and the
+    repair's fixed part (pardnn.repair.overflow_repair.RepairSetup)."""
+
+    def __init__(self, graph, cluster):
+        self.graph, self.cluster = graph, cluster
+        self._fits = self._setup = None
+
+    def fits(self, device) -> bool:
+        if self._fits is None:
+            self._fits = fits_surely(self.graph, self.cluster)
+        return self._fits(device)
+
+    def setup(self) -> RepairSetup:
+        if self._setup is None:
+            self._setup = RepairSetup(self.graph, self.cluster)
+        return self._setup
+
+
+def judge(graph, cluster, device, schedule=None, judging=None) -> Judged:
     """`device` repaired until every device fits, and emulated (module docstring).
-    `schedule`, when given, is the emulation of `device` already at hand. `fits`, when
-    given (`fits_surely`), skips tracking the memory of a placement it shows cannot
-    overflow: such a Judged has no profile and no peaks (None) until `with_memory`."""
+    `schedule`, when given, is the emulation of `device` already at hand. With
+    `judging` (a Judging of this graph and cluster), a placement that `fits_surely`
+    shows cannot overflow is only emulated: such a Judged has no profile and no peaks
+    (None) until `with_memory`; without it, every placement's memory is tracked."""
     device = np.array(device, np.int32)
-    if fits is not None and fits(device):
+    if judging is not None and judging.fits(device):
         schedule = simulate(graph, cluster, device) if schedule is None else schedule
         return Judged(device, np.zeros(graph.num_nodes, bool), None, schedule, None, 0)
     schedule, profile = _emulate(graph, cluster, device, schedule)
     before = profile.peak_bytes.copy()
     repair, rounds = None, 0
     while np.any(profile.peak_bytes > cluster.capacity):
-        repair = repair or OverflowRepair(graph, cluster, profile,
-                                          lambda trial: _emulate(graph, cluster, trial)[1].peak_bytes)
+        if repair is None:
+            setup = RepairSetup(graph, cluster) if judging is None else judging.setup()
+            repair = OverflowRepair(setup, profile, lambda trial: _emulate(graph, cluster, trial)[1].peak_bytes)
         device = repair.round(device, schedule, profile)
         schedule, profile = _emulate(graph, cluster, device)
         rounds += 1

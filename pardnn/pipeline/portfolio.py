@@ -40,7 +40,7 @@ import numpy as np
 from pardnn.emulator.trial import emulate
 from pardnn.errors import UserError
 from pardnn.graph.constraints import allowed_devices
-from pardnn.pipeline.judge import fits_surely, judge, with_memory
+from pardnn.pipeline.judge import Judging, judge, with_memory
 from pardnn.pipeline.refine_memory import refine_within_memory
 from pardnn.placers import registry
 from pardnn.placers.pardnn import step1
@@ -116,40 +116,43 @@ def choose(graph, cluster, algorithm, timings=None, budget_s=None) -> Chosen:
               or (role == registry.HOSTS and len(cluster.hosts) > 1)
               or (role == registry.EXTRA and graph.num_nodes < EXTRAS_MAX_NODES)]
     beside.sort(key=lambda name: -registry.PLACERS[name].build_rank)      # the slowest first
-    with _workers(graph, cluster, beside) as pool:
+    judging = Judging(graph, cluster)
+    with _workers(judging, beside) as pool:
         pending = {name: pool.submit(name) for name in beside}
-        results, step1_output = _first(graph, cluster, first[0], timings)
+        results, step1_output = _first(judging, first[0], timings)
         for name in reversed(beside):           # help with those no worker has started yet
             if pool.claim(name):
-                results[name] = _collect(_Inline(graph, cluster).submit(name), deadline)
+                results[name] = _collect(_Inline(judging).submit(name), deadline)
         results.update({name: _collect(pending[name], deadline) for name in roles
                         if name in pending and name not in results})
         if all(r.judged is None for r in results.values()):      # nothing fits yet: the rest
-            inline = _Inline(graph, cluster)
+            inline = _Inline(judging)
             results.update({name: _collect(inline.submit(name), deadline)
                             for name in extra if name not in results})
         ordered = {name: results[name] for name in roles if name in results}
-        return _pick(graph, cluster, ordered, step1_output, timings, deadline, pool)
+        return _pick(judging, ordered, step1_output, timings, deadline, pool)
 
 
-def _first(graph, cluster, name, timings):
+def _first(judging, name, timings):
     """({name: Candidate}, step1_output) for the FIRST candidate, built here with the
     stage timings: Step 1 through `partition`, which says what it returned and gives
     the emulation of its result."""
+    graph, cluster = judging.graph, judging.cluster
     if name != "step1":
-        return {name: _candidate(graph, cluster, name, timings)}, None
+        return {name: _candidate(judging, name, timings)}, None
     first = step1.partition(graph, cluster, timings, emulate=emulate)
     output = "one-device" if first.one_device else "affinity" if first.affinity else "thesis"
-    return {name: _judged(graph, cluster, first.device, 0.0, first.schedule)}, output
+    return {name: _judged(judging, first.device, 0.0, first.schedule)}, output
 
 
-def _pick(graph, cluster, results, step1_output, timings, deadline, pool) -> Chosen:
+def _pick(judging, results, step1_output, timings, deadline, pool) -> Chosen:
     """The faster of the two best candidates once each is refined within memory: the
     first here, the second by a worker beside it (or after it, without workers), as a
     runner-up can refine past the winner (docs/algorithm.md, "Candidates"). When Step 1
     wins without the repair moving anything, nothing is refined: refining the runner-up
     alone would cost time that nothing runs beside; except on graphs of at most
     RUNNER_UP_MAX_NODES nodes, where it costs little. A portfolio of one is not refined."""
+    graph, cluster = judging.graph, judging.cluster
     report = {name: r.entry for name, r in results.items()}
     judged = {name: r.judged for name, r in results.items() if r.judged is not None}
     if not judged:
@@ -164,7 +167,7 @@ def _pick(graph, cluster, results, step1_output, timings, deadline, pool) -> Cho
     refined = [name for name in finalists if refine and _refinable(name, judged)]
     t0 = time.perf_counter()
     jobs = {name: pool.refine(judged[name], deadline) for name in refined[1:]}
-    fitted = {name: _refined(graph, cluster, judged[name], deadline) for name in refined[:1]}
+    fitted = {name: _refined(judging, judged[name], deadline) for name in refined[:1]}
     fitted.update({name: _collect_refined(job, deadline) for name, job in jobs.items()})
     if fitted:
         timings["refine_memory"] = time.perf_counter() - t0
@@ -176,10 +179,11 @@ def _pick(graph, cluster, results, step1_output, timings, deadline, pool) -> Cho
                   fitted.get(winner), step1_output, report)
 
 
-def _refined(graph, cluster, judged, deadline):
+def _refined(judging, judged, deadline):
     """`judged` refined within memory (refine_memory.py), at most K rounds."""
-    return refine_within_memory(graph, cluster, with_memory(graph, cluster, judged),
-                                allowed_devices(graph, cluster), rounds=cluster.num_devices, deadline=deadline)
+    graph, cluster = judging.graph, judging.cluster
+    return refine_within_memory(graph, cluster, with_memory(graph, cluster, judged), allowed_devices(graph, cluster),
+                                rounds=cluster.num_devices, deadline=deadline, judging=judging)
 
 
 def _refinable(name, judged) -> bool:
@@ -194,18 +198,18 @@ def _finalists(judged, num_nodes, order) -> list:
     return sorted(few or judged, key=lambda n: (judged[n].schedule.makespan, order.index(n)))[:2]
 
 
-def _candidate(graph, cluster, name, timings=None):
+def _candidate(judging, name, timings=None):
     """Build candidate `name` and judge it (runs in a worker process when there are any)."""
     t0 = time.perf_counter()
-    device = build(graph, cluster, name, timings)
-    return _judged(graph, cluster, device, time.perf_counter() - t0)
+    device = build(judging.graph, judging.cluster, name, timings)
+    return _judged(judging, device, time.perf_counter() - t0)
 
 
-def _judged(graph, cluster, device, build_s, schedule=None) -> Candidate:
+def _judged(judging, device, build_s, schedule=None) -> Candidate:
     """The candidate `device` judged (`schedule`: its emulation, if known)."""
     t0 = time.perf_counter()
     try:
-        fixed, error = judge(graph, cluster, device, schedule, fits_surely(graph, cluster)), None
+        fixed, error = judge(judging.graph, judging.cluster, device, schedule, judging), None
     except UserError as exc:
         fixed, error = None, exc
     repair_s = time.perf_counter() - t0
@@ -247,14 +251,14 @@ _SHARED = {}    # what the forked workers inherit (never pickled to them)
 
 def _shared_refine(judged, deadline):
     """A worker's job: refine the judged placement within memory."""
-    return _refined(_SHARED["graph"], _SHARED["cluster"], judged, deadline)
+    return _refined(_SHARED["judging"], judged, deadline)
 
 
 def _shared_candidate(name):
     """A worker's job: candidate `name`, or None when the main process claimed it first."""
     if not _claimed(_SHARED["claims"], _SHARED["names"].index(name)):
         return None
-    return _candidate(_SHARED["graph"], _SHARED["cluster"], name)
+    return _candidate(_SHARED["judging"], name)
 
 
 def _claimed(claims, index) -> bool:
@@ -266,17 +270,17 @@ def _claimed(claims, index) -> bool:
 
 
 @contextlib.contextmanager
-def _workers(graph, cluster, names):
+def _workers(judging, names):
     """Worker processes for the candidates `names`, which run beside the first: one fewer
     than the CPUs this process may use, none for graphs under PARALLEL_MIN_NODES (a fork
     costs more than they take) or on one CPU. Without workers the candidates run in
     turn. Workers still running when the placement moves on are killed."""
     count = min(len(names), _usable_cpus() - 1)
-    if graph.num_nodes < PARALLEL_MIN_NODES or count < 1 or "fork" not in multiprocessing.get_all_start_methods():
-        yield _Inline(graph, cluster)
+    if judging.graph.num_nodes < PARALLEL_MIN_NODES or count < 1 or "fork" not in multiprocessing.get_all_start_methods():
+        yield _Inline(judging)
         return
     context = multiprocessing.get_context("fork")
-    _SHARED.update(graph=graph, cluster=cluster, names=list(names), claims=context.Array("b", len(names)))
+    _SHARED.update(judging=judging, names=list(names), claims=context.Array("b", len(names)))
     pool = futures.ProcessPoolExecutor(count, mp_context=context)
     try:
         yield _Forked(pool)
@@ -315,14 +319,14 @@ class _Forked:
 class _Inline:
     """Candidates built in this process, each when its result is asked for."""
 
-    def __init__(self, graph, cluster):
-        self.graph, self.cluster = graph, cluster
+    def __init__(self, judging):
+        self.judging = judging
 
     def submit(self, name):
-        return _Deferred(lambda: _candidate(self.graph, self.cluster, name))
+        return _Deferred(lambda: _candidate(self.judging, name))
 
     def refine(self, judged, deadline):
-        return _Deferred(lambda: _refined(self.graph, self.cluster, judged, deadline))
+        return _Deferred(lambda: _refined(self.judging, judged, deadline))
 
     @staticmethod
     def claim(name) -> bool:

@@ -26,8 +26,8 @@ import time
 from dataclasses import dataclass, replace
 
 from pardnn.errors import UserError
-from pardnn.pipeline.judge import Judged, fits_surely, judge, with_memory
-from pardnn.placers.pardnn.refinement import MIN_ROUND_GAIN, MOVE_FINDERS, batches_of, first_improving
+from pardnn.pipeline.judge import Judged, Judging, judge, with_memory
+from pardnn.placers.pardnn.refinement import move_rounds
 
 
 @dataclass(frozen=True)
@@ -42,33 +42,25 @@ class Fitted:
 
 
 def refine_within_memory(graph, cluster, fixed: Judged, allowed, rounds: int,
-                         deadline: float = math.inf) -> Fitted:
+                         deadline: float = math.inf, judging=None) -> Fitted:
     """Refine the repaired placement `fixed` under the cluster's capacities, stopping
-    at `deadline` (time.perf_counter() seconds) between batches."""
-    current, moved = fixed, fixed.moved.copy()
-    refined = batches = repair_rounds = 0
-    judged = _until(deadline, judged_by_repair(graph, cluster))
-    late = False
-    for _ in range(rounds):
-        begin = current.schedule.makespan
-        for finder in MOVE_FINDERS:
-            late = time.perf_counter() > deadline
-            if late:
-                break
-            moves = finder(graph, cluster, current.device, current.schedule, allowed)
-            kept = first_improving(graph, current.device, current.schedule.makespan,
-                                   batches_of(moves), judged)
-            if kept is not None:
-                _, current, count = kept
-                moved |= current.moved
-                refined, batches = refined + count, batches + 1
-                repair_rounds += current.rounds
-        if late or current.schedule.makespan > begin * (1.0 - MIN_ROUND_GAIN):
-            break
+    at `deadline` (time.perf_counter() seconds) between batches; `judging`, the
+    pardnn.pipeline.judge.Judging to share (else a new one)."""
+    moved = fixed.moved.copy()
+    tally = {"nodes": 0, "batches": 0, "rounds": 0}
+
+    def kept(finder, judged, nodes):
+        moved[:] |= judged.moved
+        tally["nodes"] += nodes
+        tally["batches"] += 1
+        tally["rounds"] += judged.rounds
+    _, current, late = move_rounds(graph, cluster, fixed.device, fixed, allowed,
+                                   _until(deadline, judged_by_repair(graph, cluster, judging)), rounds, kept,
+                                   late=lambda: time.perf_counter() > deadline)
     current = with_memory(graph, cluster, current)     # kept by emulation alone: its memory, once
     result = replace(current, moved=moved, peak_before=fixed.peak_before,
-                     rounds=fixed.rounds + repair_rounds)
-    return Fitted(result, fixed.schedule.makespan, refined, batches, late)
+                     rounds=fixed.rounds + tally["rounds"])
+    return Fitted(result, fixed.schedule.makespan, tally["nodes"], tally["batches"], late)
 
 
 def _until(deadline, judged):
@@ -79,7 +71,7 @@ def _until(deadline, judged):
     return bounded
 
 
-def judged_by_repair(graph, cluster):
+def judged_by_repair(graph, cluster, judging=None):
     """A refinement judge (pardnn.placers.pardnn.refinement.first_improving) that repairs the
     trial first: (repaired device, its makespan, the Judged), or None when the trial
     cannot be repaired. No bound prunes here: the repair may move the trial anywhere.
@@ -88,11 +80,11 @@ def judged_by_repair(graph, cluster):
     only emulated (pardnn.pipeline.judge's `fits`): its Judged has no memory profile
     (None) until refine_within_memory tracks the one it keeps. With memory to spare, that
     saves tracking the memory of every trial, with the same decisions."""
-    fits = fits_surely(graph, cluster)
+    judging = Judging(graph, cluster) if judging is None else judging
 
     def judged(trial, beat=None):
         try:
-            fixed = judge(graph, cluster, trial, fits=fits)
+            fixed = judge(graph, cluster, trial, judging=judging)
         except UserError:
             return None
         return fixed.device, fixed.schedule.makespan, fixed

@@ -24,15 +24,22 @@ from __future__ import annotations
 import numpy as np
 
 
-def buffer_rows(graph, profile, k):
+def buffer_rows(graph, profile, k, on=None):
     """Rows (group, device, start, end, bytes, active, next row) freed by moves: the
-    producers' rows, then the consumer chains; `next` is -1 at a chain's end."""
+    producers' rows, then the consumer chains; `next` is -1 at a chain's end. `on`
+    (bool per device), when given, keeps only the buffers on those devices: the rows
+    there are the same, in the same order."""
     p = profile
-    keys, starts, cgroup, cfin = _consumers(graph, p, k)
-    bkey = p.buf_node * k + p.buf_device
-    at = np.minimum(np.searchsorted(keys, bkey), max(len(keys) - 1, 0))
-    found = (keys[at] == bkey) if len(keys) else np.zeros(len(bkey), bool)
-    own = np.flatnonzero(p.buf_device == p.node_device[p.buf_node])
+    on = np.ones(k, bool) if on is None else on
+    keys, starts, cgroup, cfin = _consumers(graph, p, k, on)
+    bufs = np.flatnonzero(on[p.buf_device])
+    bkey = p.buf_node[bufs] * k + p.buf_device[bufs]
+    at = np.zeros(p.buf_node.shape, np.int64)
+    at[bufs] = np.minimum(np.searchsorted(keys, bkey), max(len(keys) - 1, 0))
+    found = np.zeros(p.buf_node.shape, bool)
+    if len(keys):
+        found[bufs] = keys[at[bufs]] == bkey
+    own = bufs[p.buf_device[bufs] == p.node_device[p.buf_node[bufs]]]
     run = (graph.group[p.buf_node[own]].astype(np.int64), p.buf_device[own], p.buf_alloc[own],
            np.where(found[own], p.buf_ready[own], p.buf_free[own]), p.buf_bytes[own],
            np.ones(len(own), bool), np.full(len(own), -1, np.int64))
@@ -41,11 +48,12 @@ def buffer_rows(graph, profile, k):
     return tuple(np.concatenate([a, b]) for a, b in zip(run, (*chain[:6], shift)))
 
 
-def _consumers(graph, p, k):
-    """Per (producer, device) key with a data consumer there: the consumer groups, one
-    entry each with its latest finish, latest first. Returns (keys, block starts,
-    groups, finishes); the block of keys[i] is starts[i]:starts[i + 1]."""
+def _consumers(graph, p, k, on):
+    """Per (producer, device) key with a data consumer there, on the devices `on`: the
+    consumer groups, one entry each with its latest finish, latest first. Returns (keys,
+    block starts, groups, finishes); the block of keys[i] is starts[i]:starts[i + 1]."""
     data = np.flatnonzero(graph.edge_slot >= 0)
+    data = data[on[p.node_device[graph.edge_dst[data]]]]
     v = graph.edge_dst[data]
     ekey = graph.edge_src[data].astype(np.int64) * k + p.node_device[v]
     grp, fin = graph.group[v].astype(np.int64), p.node_running[1][v]

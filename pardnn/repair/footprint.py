@@ -104,11 +104,15 @@ class GroupLinks:
 class Footprints:
     """Per group, from one emulation: the intervals of memory it frees on its device
     (signed: a copy that must come back costs bytes) and of the buffers it needs on
-    another (see the module docstring), each in CSR by group."""
+    another (see the module docstring), each in CSR by group. With `on` (bool per
+    device), only the groups on those devices have rows: the repair moves groups off
+    the devices that overflow, and reads nothing of the others' (their rows would be
+    the same, so the round's moves are too)."""
 
-    def __init__(self, graph, profile, k, grid):
-        returned = _returned_rows(graph, profile)
-        rows = [buffer_rows(graph, profile, k),
+    def __init__(self, graph, profile, k, grid, on=None):
+        on = np.ones(k, bool) if on is None else on
+        returned = _returned_rows(graph, profile, on)
+        rows = [buffer_rows(graph, profile, k, on),
                 (*returned, np.ones(len(returned[0]), bool), np.full(len(returned[0]), -1, np.int64))]
         g, dev, lo, hi, nbytes, active, nxt = (np.concatenate(col) for col in zip(*rows))
         order = np.argsort(g, kind="stable")
@@ -122,7 +126,7 @@ class Footprints:
         self.ptr = _csr_ptr(self.group, graph.num_groups)
         self.i0 = np.searchsorted(grid, lo[order], side="left")
         self.i1 = np.searchsorted(grid, hi[order], side="left")
-        self._index_needed(graph, profile, _buffer_pairs(graph, profile))
+        self._index_needed(graph, profile, _buffer_pairs(graph, profile, on))
 
     def _index_needed(self, graph, profile, pairs):
         p, (g, b, produced, tail) = profile, pairs
@@ -151,13 +155,15 @@ class Footprints:
         return np.flatnonzero(self.dev == d)
 
 
-def _buffer_pairs(graph, profile):
-    """(group, buffer) pairs: each group's members' own outputs and the buffers a member
-    frees last; flags `produced` (a member wrote it) and `tail` (a member reads it last)."""
+def _buffer_pairs(graph, profile, on):
+    """(group, buffer) pairs of the buffers on devices `on`: each group's members' own
+    outputs and the buffers a member frees last; flags `produced` (a member wrote it)
+    and `tail` (a member reads it last)."""
     p = profile
     nbuf = len(p.buf_bytes)
-    own = p.buf_device == p.node_device[p.buf_node]      # received copies live elsewhere
-    has_owner = p.buf_owner >= 0
+    here = on[p.buf_device]
+    own = here & (p.buf_device == p.node_device[p.buf_node])     # received copies live elsewhere
+    has_owner = here & (p.buf_owner >= 0)
     group = graph.group.astype(np.int64)
     owner_group = np.where(has_owner, group[np.maximum(p.buf_owner, 0)], -1)
     buf = np.arange(nbuf, dtype=np.int64)
@@ -168,14 +174,14 @@ def _buffer_pairs(graph, profile):
     return g, b, own[b] & (group[p.buf_node[b]] == g), owner_group[b] == g
 
 
-def _returned_rows(graph, profile):
+def _returned_rows(graph, profile, on):
     """(group, device, start, end, -bytes): a variable or reference member read by a
     node outside the group on the same device holds no buffer there (the variable is
     resident); once the group leaves, that node needs a received copy, from the
-    producer's finish to the last such reader's finish."""
+    producer's finish to the last such reader's finish. Only readers on devices `on`."""
     p = profile
     u, v = graph.edge_src, graph.edge_dst
-    m = np.flatnonzero((graph.edge_slot >= 0) & (graph.kind[u] != NORMAL)
+    m = np.flatnonzero((graph.edge_slot >= 0) & (graph.kind[u] != NORMAL) & on[p.node_device[v]]
                        & (graph.group[u] != graph.group[v]) & (p.node_device[u] == p.node_device[v]))
     tensor = u[m].astype(np.int64) * (int(graph.edge_slot.max(initial=0)) + 1) + graph.edge_slot[m]
     order = np.argsort(tensor, kind="stable")

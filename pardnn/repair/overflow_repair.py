@@ -34,16 +34,34 @@ from pardnn.repair.repair_round import RepairRound
 from pardnn.units import format_size, format_time
 
 
+class RepairSetup:
+    """What the repair of any placement of `graph` on `cluster` reads that no placement
+    changes: the groups' links and resident state, the devices each may use, and whether
+    `least_memory` rules the cluster out. Built once, it serves every repair there."""
+
+    def __init__(self, graph, cluster):
+        self.graph, self.cluster = graph, cluster
+        self.links, self.allowed = GroupLinks(graph, cluster), allowed_devices(graph, cluster)
+        need = least_memory(graph, cluster.num_devices)
+        cap = cluster.capacity
+        self.hopeless = (max(need["largest colocation group"], need["largest op working set"]) > cap.max()
+                         or int(group_resident(graph).sum()) > cap.sum())
+
+
 class OverflowRepair:
     """The repair of one placement, round by round; `moved` marks the groups moved so far."""
 
-    def __init__(self, graph, cluster, profile, peaks):
+    def __init__(self, setup: RepairSetup, profile, peaks):
         """Starts on the emulated memory `profile` of a placement that overflows; UserError
         at once when `least_memory` rules the cluster out. `peaks(device)` gives the
         emulated peak per device of a placement (int per node), for the complete search."""
-        _fail_if_hopeless(graph, cluster, profile)
+        graph, cluster = setup.graph, setup.cluster
+        if setup.hopeless:
+            d = int(np.argmax(profile.peak_bytes - cluster.capacity))
+            raise UserError(_message(graph, cluster, d, float(profile.peak_time_us[d]),
+                                     int(profile.peak_bytes[d] - cluster.capacity[d]), proved=True))
         self.graph, self.cluster, self.peaks = graph, cluster, peaks
-        self.links, self.allowed = GroupLinks(graph, cluster), allowed_devices(graph, cluster)
+        self.links, self.allowed = setup.links, setup.allowed
         self.moved = np.zeros(graph.num_groups, bool)
 
     def round(self, device, schedule, profile) -> np.ndarray:
@@ -65,18 +83,6 @@ class OverflowRepair:
             self.moved |= found.group_device != group_dev
             group_dev = found.group_device
         return group_dev[graph.group].astype(np.int32)
-
-
-def _fail_if_hopeless(graph, cluster, profile):
-    """UserError before any move when `least_memory` rules the cluster out: a group or
-    an op's working set fits no device, or the resident state exceeds all of them."""
-    need = least_memory(graph, cluster.num_devices)
-    cap = cluster.capacity
-    if max(need["largest colocation group"], need["largest op working set"]) > cap.max() \
-            or int(group_resident(graph).sum()) > cap.sum():
-        d = int(np.argmax(profile.peak_bytes - cap))
-        raise UserError(_message(graph, cluster, d, float(profile.peak_time_us[d]),
-                                 int(profile.peak_bytes[d] - cap[d]), proved=True))
 
 
 def _holder_clause(graph, cluster, group, held) -> str:

@@ -56,7 +56,7 @@ class RepairRound:
         self.group_dev = self.node_dev[graph.group_nodes[graph.group_ptr[:-1]]]
         self.cost = links.move_cost(self.group_dev, self.node_dev)
         self.times = _grid(profile.times)
-        self.fp = Footprints(graph, profile, self.k, self.times)
+        self.fp = Footprints(graph, profile, self.k, self.times, on=profile.peak_bytes > self.cap)
         self.tl = [RangeMax(_on_grid(profile, d, self.times)) for d in range(self.k)]
         self.peak = profile.peak_bytes
         self.busy = np.array(schedule.busy_us, float)

@@ -61,21 +61,13 @@ def refine(graph, cluster, slices, mapping, allowed, rounds: int, emulate) -> Re
         else:
             swaps = 0
     device, schedule, affine = _affinity_if_faster(graph, cluster, device, schedule, allowed, emulate)
-    switches = followed = 0
-    judge = _emulated(graph, cluster, emulate)
-    for _ in range(rounds):
-        begin = schedule.makespan
-        for finder in MOVE_FINDERS:
-            moves = finder(graph, cluster, device, schedule, allowed)
-            kept = first_improving(graph, device, schedule.makespan, batches_of(moves), judge)
-            if kept is not None:
-                device, schedule, moved = kept
-                if finder is follow_data:
-                    followed += moved
-                else:
-                    switches += moved
-        if schedule.makespan > begin * (1.0 - MIN_ROUND_GAIN):
-            break
+    moved = {finder: 0 for finder in MOVE_FINDERS}
+
+    def count(finder, result, nodes):
+        moved[finder] += nodes
+    device, schedule, _ = move_rounds(graph, cluster, device, schedule, allowed,
+                                      _emulated(graph, cluster, emulate), rounds, count)
+    switches, followed = moved[critical_moves] + moved[unblock_moves], moved[follow_data]
     device, schedule, merged = _one_device_if_faster(graph, cluster, device, schedule, allowed, emulate)
     return Refined(device, start, schedule.makespan, swaps, switches, followed, merged, affine, schedule)
 
@@ -87,6 +79,41 @@ def follow_data(graph, cluster, device, schedule, allowed) -> list:
 
 # The move finders of a refinement round, in order.
 MOVE_FINDERS = (critical_moves, unblock_moves, follow_data)
+
+
+def move_rounds(graph, cluster, device, result, allowed, judge, rounds, kept, late=None):
+    """At most `rounds` rounds of the MOVE_FINDERS' batches from placement `device`, whose
+    judged `result` has the emulated `.schedule` (or is the Schedule itself), each batch
+    judged by `judge` (see first_improving); rounds stop when one gains less than
+    MIN_ROUND_GAIN of the makespan, or before a finder once `late()` is true.
+    kept(finder, result, nodes) hears of each batch kept. Returns (device, result, late).
+
+    A finder that found nothing is not asked again until a batch is kept: it would be
+    given the same placement and schedule, and find the same moves, which lose again."""
+    fruitless = set()
+    for _ in range(rounds):
+        begin = _schedule(result).makespan
+        for finder in MOVE_FINDERS:
+            if late is not None and late():
+                return device, result, True
+            if finder in fruitless:
+                continue
+            schedule = _schedule(result)
+            moves = finder(graph, cluster, device, schedule, allowed)
+            found = first_improving(graph, device, schedule.makespan, batches_of(moves), judge)
+            if found is None:
+                fruitless.add(finder)
+                continue
+            device, result, nodes = found
+            fruitless.clear()
+            kept(finder, result, nodes)
+        if _schedule(result).makespan > begin * (1.0 - MIN_ROUND_GAIN):
+            break
+    return device, result, False
+
+
+def _schedule(result):
+    return getattr(result, "schedule", result)
 
 
 def batches_of(moves) -> list:
