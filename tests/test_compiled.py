@@ -262,3 +262,48 @@ def test_mapping_sums_as_numpy_does(k):
                 np.zeros(e + 1, np.int64), np.zeros(e + 1))
             assert cdev[0] == -expect
     assert ties >= 10
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_communication_costs_by_device(seed):
+    """The communication moves' cost table: compiled, interpreted and numpy's bincount,
+    column by column, give the same doubles."""
+    from pardnn.placers.pardnn import volume
+    g, rng = random_graph(seed)
+    cluster = parse_devices(["cpu:3", "dgx1-v100:8", "2xdgx-h100:2", "cpu:2"][seed % 4])
+    k = cluster.num_devices
+    device = rng.integers(0, k, g.num_nodes).astype(np.int32)
+    groups = np.flatnonzero(rng.random(g.num_groups) < 0.5)
+    calls = []
+    real = volume._cost_sums
+
+    def spy(rows, link, step, nbytes, lat, inv, n_rows, k):
+        calls.append((rows, link, step, nbytes, lat, inv, n_rows, k))
+        return real.interpreted(rows, link, step, nbytes, lat, inv, n_rows, k)
+    volume._cost_sums = Kernel(spy)
+    try:
+        interpreted = volume._cost_by_device(g, cluster, device, groups)
+    finally:
+        volume._cost_sums = real
+    rows, link, step, nbytes, lat, inv, n_rows, k = calls[0]
+    by_numpy = np.empty((n_rows, k))
+    for j in range(k):
+        pair = link + j * step
+        by_numpy[:, j] = np.bincount(rows, lat[pair] + nbytes * inv[pair], n_rows)
+    compiled = real.compiled(*calls[0])
+    assert np.array_equal(interpreted, by_numpy) and np.array_equal(compiled, by_numpy)
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_transfer_numbering(seed):
+    """The emulator's transfers, one per (producer, slot, destination): numbered by the
+    kernel, compiled and interpreted, as numpy's sort numbers them."""
+    from pardnn.emulator.scheduler import _numbered, _numbered_by_sort
+    g, rng = random_graph(seed)
+    g.edge_slot[rng.random(g.num_edges) < 0.2] = -1                 # control edges too
+    k = int(rng.integers(1, 9))
+    device = rng.integers(0, k, g.num_nodes).astype(np.int64)
+    args = (*g.successor_arrays, np.asarray(g.edge_slot, np.int64), device, k)
+    expected = _numbered_by_sort(g, device, k)
+    assert_same(_numbered.compiled(*args), expected)
+    assert_same(_numbered.interpreted(*args), expected)

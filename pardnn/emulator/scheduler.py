@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pardnn.compiled import INTERPRETED_BELOW, kernel
 from pardnn.emulator.event_loop import event_loop
 
 
@@ -65,23 +66,72 @@ def plan_transfers(graph, cluster, device):
 
     Returns (edge_transfer, transfer_edge, link, occupancy_us, latency_us) where link is
     src_device * K + dst_device. Transfers are numbered by (producer, slot, destination);
-    each takes its bytes from its first edge, as pardnn.graph.edge_costs.transfers does."""
+    each takes its bytes from its first edge, as pardnn.graph.edge_costs.transfers does.
+    Graphs of INTERPRETED_BELOW nodes or more number them with the compiled kernel
+    `_numbered`, smaller ones with numpy (`_numbered_by_sort`): the same numbers."""
     k = cluster.num_devices
+    device = np.asarray(device, np.int64)
+    if graph.num_nodes < INTERPRETED_BELOW:
+        edge_transfer, transfer_edge = _numbered_by_sort(graph, device, k)
+    else:
+        edge_transfer, transfer_edge = _numbered.compiled(
+            *graph.successor_arrays, np.asarray(graph.edge_slot, np.int64), device, k)
+    link = device[graph.edge_src[transfer_edge]] * k + device[graph.edge_dst[transfer_edge]]
+    occupancy = graph.edge_bytes[transfer_edge] / cluster.bandwidth.ravel()[link]
+    return edge_transfer, transfer_edge, link, occupancy, cluster.latency_us.ravel()[link].astype(float)
+
+
+def _numbered_by_sort(graph, device, k):
+    """(edge_transfer, transfer_edge): each cross-device edge's transfer, -1 for the
+    others, and each transfer's first edge, transfers in (producer, slot, destination) order."""
     ds, dd = device[graph.edge_src], device[graph.edge_dst]
     cross = np.flatnonzero(ds != dd)
     edge_transfer = np.full(graph.num_edges, -1, np.int64)
     if len(cross) == 0:
-        empty = np.zeros(0)
-        return edge_transfer, cross.astype(np.int64), cross.astype(np.int64), empty, empty
+        return edge_transfer, cross.astype(np.int64)
     slot = graph.edge_slot[cross].astype(np.int64, copy=False) + 1
     key = (graph.edge_src[cross].astype(np.int64, copy=False) * (int(slot.max()) + 1) + slot) * k + dd[cross]
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    edge_transfer[cross] = inverse
-    transfer_edge = cross[first]
-    src_dev, dst_dev = ds[transfer_edge], dd[transfer_edge]
-    occupancy = graph.edge_bytes[transfer_edge] / cluster.bandwidth[src_dev, dst_dev]
-    return (edge_transfer, transfer_edge, src_dev.astype(np.int64, copy=False) * k + dst_dev,
-            occupancy, cluster.latency_us[src_dev, dst_dev].astype(float))
+    order = np.argsort(key, kind="stable")
+    first = np.ones(len(order), bool)
+    first[1:] = key[order[1:]] != key[order[:-1]]
+    edge_transfer[cross[order]] = np.cumsum(first) - 1
+    return edge_transfer, cross[order[first]].astype(np.int64)
+
+
+@kernel
+def _numbered(succ_ptr, edge_dst, edge_slot, device, k):
+    """`_numbered_by_sort`'s numbers in one pass over the CSR edges (sorted by producer):
+    each producer's cross-device edges sorted by (slot, destination, edge id)."""
+    n, m = succ_ptr.shape[0] - 1, edge_dst.shape[0]
+    edge_transfer = np.full(m, -1, np.int64)
+    transfer_edge = np.empty(m, np.int64)
+    keys = np.empty(m, np.int64)
+    count = 0
+    for u in range(n):
+        c = 0
+        for e in range(succ_ptr[u], succ_ptr[u + 1]):
+            dst_device = device[edge_dst[e]]
+            if dst_device != device[u]:
+                keys[c] = ((edge_slot[e] + 1) * k + dst_device) * m + e
+                c += 1
+        if c > 16:
+            keys[:c].sort()
+        else:                                   # insertion sort: most producers have few
+            for i in range(1, c):
+                key, j = keys[i], i - 1
+                while j >= 0 and keys[j] > key:
+                    keys[j + 1] = keys[j]
+                    j -= 1
+                keys[j + 1] = key
+        previous = -1
+        for i in range(c):
+            e = keys[i] % m
+            if keys[i] // m != previous:
+                previous = keys[i] // m
+                transfer_edge[count] = e
+                count += 1
+            edge_transfer[e] = count - 1
+    return edge_transfer, transfer_edge[:count].copy()
 
 
 def simulate(graph, cluster, device) -> Schedule:

@@ -98,6 +98,9 @@ def _emulate(graph, cluster, device, schedule=None):
     return schedule, track_memory(graph, cluster, device, schedule)
 
 
+EXACT_FLOAT_SUMS = 2.0**53     # float64 sums of whole bytes are exact below this (8 PiB)
+
+
 def fits_surely(graph, cluster):
     """fits(device): True when every device's capacity holds all the bytes
     pardnn.emulator.memory could ever count there at once under `device`: its resident
@@ -106,14 +109,14 @@ def fits_surely(graph, cluster):
     held = (np.where(graph.kind == RESIDUAL, graph.out_bytes, 0)
             + np.where(graph.kind == REFERENCE, 0, graph.persist_bytes)
             + np.where(graph.kind == NORMAL, graph.out_bytes, 0) + graph.temp_bytes)
-    data = graph.edge_slot >= 0
+    data = np.flatnonzero(graph.edge_slot >= 0)
+    src, dst, nbytes = graph.edge_src[data], graph.edge_dst[data], graph.edge_bytes[data]
 
     def fits(device) -> bool:
         device = np.asarray(device)
-        into = device[graph.edge_dst]
-        received = (device[graph.edge_src] != into) & data
-        most = np.zeros(cluster.num_devices, np.int64)          # exact sums of bytes
-        np.add.at(most, device, held)
-        np.add.at(most, into[received], graph.edge_bytes[received])
-        return bool(np.all(most <= cluster.capacity))
+        into = device[dst]
+        received = device[src] != into
+        most = (np.bincount(device, held, cluster.num_devices)
+                + np.bincount(into[received], nbytes[received], cluster.num_devices))
+        return bool(np.all((most <= cluster.capacity) & (most < EXACT_FLOAT_SUMS)))
     return fits

@@ -14,6 +14,7 @@ work. The caller emulates the moves and keeps them only if the step gets faster.
 
 import numpy as np
 
+from pardnn.compiled import kernel
 from pardnn.graph.edge_costs import placed_edge_costs
 
 
@@ -55,8 +56,18 @@ def _cost_by_device(graph, cluster, device, groups) -> np.ndarray:
     # link (j, device of dst) for a sent edge, (device of src, j) for a received one
     link = np.concatenate([device[graph.edge_dst[out]], device[graph.edge_src[into]] * k])
     step = np.concatenate([np.full(len(out), k), np.ones(len(into), np.int64)])
-    cost = np.empty((len(groups), k))
-    for j in range(k):      # bincount adds a cell's terms in edge order, those sent first
-        pair = link + j * step
-        cost[:, j] = np.bincount(rows, lat[pair] + nbytes * inv[pair], len(groups))
+    return _cost_sums.for_size(graph.num_nodes)(rows, link, step, nbytes, lat, inv, len(groups), k)
+
+
+@kernel
+def _cost_sums(rows, link, step, nbytes, lat, inv, n_rows, k):
+    """cost[r, j]: over the edges e of row r in order (those sent first), the sum of
+    lat + bytes * inv on link link[e] + j * step[e] (the link e would take with its
+    group on device j). The sums of numpy.bincount, column by column, to the bit."""
+    cost = np.zeros((n_rows, k))
+    for e in range(len(rows)):
+        r = rows[e]
+        for j in range(k):
+            pair = link[e] + j * step[e]
+            cost[r, j] += lat[pair] + nbytes[e] * inv[pair]
     return cost
