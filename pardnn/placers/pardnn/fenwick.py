@@ -26,11 +26,9 @@ class FenwickTree:
         tree = np.zeros((self.size + 1, self.k))
         tree[1:] = values.T
         step = 1
-        while step <= self.size:                  # linear-time build, one bit at a time
-            child = np.arange(step, self.size + 1, 2 * step)
-            parent = child + step
-            ok = parent <= self.size
-            tree[parent[ok]] += tree[child[ok]]
+        while step <= self.size:                  # linear-time build, one bit at a time:
+            parent = tree[2 * step::2 * step]     # positions 2s, 4s, ... each gets its
+            parent += tree[step::2 * step][:len(parent)]    # child 2s - s, 4s - s, ...
             step *= 2
         self.tree = tree                          # (L+1, K): row i is position i
         self._flat = tree.reshape(-1)

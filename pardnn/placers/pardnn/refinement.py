@@ -186,6 +186,6 @@ def _emulated(graph, cluster, emulate):
     """The judge of refinement without memory limits: the emulated schedule, or None
     when the trial's lower bound shows it cannot beat the makespan to beat."""
     def judge(trial, beat):
-        schedule = emulate(graph, cluster, trial, beat)
+        schedule = emulate(graph, cluster, trial, beat, paths=False)
         return None if schedule is None else (trial, schedule.makespan, schedule)
     return judge
