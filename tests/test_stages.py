@@ -285,3 +285,21 @@ def test_refinement_within_memory_starts_no_batch_after_its_deadline():
     assert np.array_equal(late.judged.device, fixed.device)
     free = refine_within_memory(g, cluster, fixed, allowed_devices(g, cluster), rounds=4)
     assert not free.stopped_by_budget and free.batches > 0
+
+
+@pytest.mark.parametrize("cpus", [1, 2])
+def test_the_peaks_before_repair_of_a_refined_winner_are_its_candidates_wherever_tracked(monkeypatch, cpus):
+    """With memory to spare the winner (HEFT here) is judged without tracking its memory
+    and refined; its peaks before repair, tracked by an idle worker beside the
+    refinement or here after it, are the emulated peaks of the candidate as built."""
+    from pardnn.emulator.memory import track_memory
+    from pardnn.emulator.scheduler import simulate
+    g = synth_graph(1500, seed=0, shape="chain")
+    cluster = parse_devices("cpu:4").with_options(memory=2**50, bandwidth=12000.0, latency=25.0)
+    monkeypatch.setattr(portfolio, "PARALLEL_MIN_NODES", 0)
+    monkeypatch.setattr(portfolio, "_usable_cpus", lambda: cpus)
+    chosen = portfolio.choose(g, cluster, "pardnn")
+    assert chosen.winner == "heft" and chosen.fitted.batches > 0
+    assert not np.array_equal(chosen.judged.device, chosen.raw)
+    peaks = track_memory(g, cluster, chosen.raw, simulate(g, cluster, chosen.raw)).peak_bytes
+    assert chosen.judged.peak_before.dtype == np.int64 and np.array_equal(chosen.judged.peak_before, peaks)

@@ -105,12 +105,15 @@ def fits_surely(graph, cluster):
     """fits(device): True when every device's capacity holds all the bytes
     pardnn.emulator.memory could ever count there at once under `device`: its resident
     state, its ops' outputs and scratch, and a copy of every tensor an edge brings in
-    from another device."""
+    from another device. When all of those bytes together fit the smallest device,
+    every placement does, and fits asks nothing of the placement."""
     held = (np.where(graph.kind == RESIDUAL, graph.out_bytes, 0)
             + np.where(graph.kind == REFERENCE, 0, graph.persist_bytes)
             + np.where(graph.kind == NORMAL, graph.out_bytes, 0) + graph.temp_bytes)
     data = np.flatnonzero(graph.edge_slot >= 0)
     src, dst, nbytes = graph.edge_src[data], graph.edge_dst[data], graph.edge_bytes[data]
+    if int(held.sum()) + int(nbytes.sum()) <= int(cluster.capacity.min(initial=0)):
+        return lambda device: True      # every byte fits on any one device: any placement fits
 
     def fits(device) -> bool:
         device = np.asarray(device)

@@ -17,7 +17,8 @@ refined already), and only on graphs of at most RUNNER_UP_MAX_NODES nodes is the
 runner-up refined to challenge it.
 
 On graphs of PARALLEL_MIN_NODES or more, the candidates after the FIRST one are built
-and judged in worker processes while it runs. The answer never depends on a wall
+and judged in worker processes while it runs; when only the winner is refined, a
+worker tracks its memory peaks (its peaks before repair, for the report) meanwhile. The answer never depends on a wall
 clock: with no `budget_s` every candidate is built and every refinement runs to its
 end. `budget_s` (`--time-budget`) is a cap a user sets: candidates not ready when it
 ends are skipped and the refinement stops, and report.json says so.
@@ -32,11 +33,13 @@ import os
 import time
 from concurrent import futures
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import numpy as np
 
+from pardnn.emulator.memory import track_memory
+from pardnn.emulator.scheduler import simulate
 from pardnn.emulator.trial import emulate
 from pardnn.errors import UserError
 from pardnn.graph.constraints import allowed_devices
@@ -167,7 +170,8 @@ def _pick(judging, results, step1_output, timings, deadline, pool) -> Chosen:
     refined = [name for name in finalists if refine and _refinable(name, judged)]
     t0 = time.perf_counter()
     jobs = {name: pool.refine(judged[name], deadline) for name in refined[1:]}
-    fitted = {name: _refined(judging, judged[name], deadline) for name in refined[:1]}
+    beside = _peaks_beside(pool, judged, refined, jobs, deadline)
+    fitted = {name: _refined(judging, judged[name], deadline, beside) for name in refined[:1]}
     fitted.update({name: _collect_refined(job, deadline) for name, job in jobs.items()})
     if fitted:
         timings["refine_memory"] = time.perf_counter() - t0
@@ -179,11 +183,39 @@ def _pick(judging, results, step1_output, timings, deadline, pool) -> Chosen:
                   fitted.get(winner), step1_output, report)
 
 
-def _refined(judging, judged, deadline):
-    """`judged` refined within memory (refine_memory.py), at most K rounds."""
+def _refined(judging, judged, deadline, peaks=None):
+    """`judged` refined within memory (refine_memory.py), at most K rounds. `peaks`, a
+    job giving the emulated peaks of `judged` when it has no memory profile yet
+    (`_shared_peaks`), stands in for tracking them here: they are the result's
+    peaks before repair, unless refinement kept nothing and tracked them itself."""
     graph, cluster = judging.graph, judging.cluster
-    return refine_within_memory(graph, cluster, with_memory(graph, cluster, judged), allowed_devices(graph, cluster),
-                                rounds=cluster.num_devices, deadline=deadline, judging=judging)
+    if peaks is None:
+        judged = with_memory(graph, cluster, judged)
+    fitted = refine_within_memory(graph, cluster, judged, allowed_devices(graph, cluster),
+                                  rounds=cluster.num_devices, deadline=deadline, judging=judging)
+    result = fitted.judged
+    if result.peak_before is None:
+        same = np.array_equal(result.device, judged.device)
+        before = result.profile.peak_bytes if same else _peaks_of(peaks, judging, judged)
+        fitted = replace(fitted, judged=replace(result, peak_before=before.copy()))
+    return fitted
+
+
+def _peaks_beside(pool, judged, refined, jobs, deadline):
+    """A worker's job tracking the peaks of the one candidate to refine, when it has no
+    memory profile, no runner-up is refined beside it, and no budget is set (a worker
+    may still be busy with a skipped candidate then); else None."""
+    if refined and not jobs and judged[refined[0]].profile is None and deadline == math.inf:
+        return pool.peaks(judged[refined[0]].device)
+    return None
+
+
+def _peaks_of(job, judging, judged):
+    """The peaks job's answer; tracked here if its worker died."""
+    try:
+        return job.result(timeout=None)
+    except BrokenProcessPool:
+        return _shared_peaks(judged.device, judging)
 
 
 def _refinable(name, judged) -> bool:
@@ -254,6 +286,13 @@ def _shared_refine(judged, deadline):
     return _refined(_SHARED["judging"], judged, deadline)
 
 
+def _shared_peaks(device, judging=None):
+    """A worker's job: the emulated peak memory per device of placement `device`."""
+    judging = judging or _SHARED["judging"]
+    graph, cluster = judging.graph, judging.cluster
+    return track_memory(graph, cluster, device, simulate(graph, cluster, device)).peak_bytes
+
+
 def _shared_candidate(name):
     """A worker's job: candidate `name`, or None when the main process claimed it first."""
     if not _claimed(_SHARED["claims"], _SHARED["names"].index(name)):
@@ -310,6 +349,9 @@ class _Forked:
     def refine(self, judged, deadline):
         return self.pool.submit(_shared_refine, judged, deadline)
 
+    def peaks(self, device):
+        return self.pool.submit(_shared_peaks, device)
+
     @staticmethod
     def claim(name) -> bool:
         """Take candidate `name` for this process if no worker has started it."""
@@ -327,6 +369,9 @@ class _Inline:
 
     def refine(self, judged, deadline):
         return _Deferred(lambda: _refined(self.judging, judged, deadline))
+
+    def peaks(self, device):
+        return _Deferred(lambda: _shared_peaks(device, self.judging))
 
     @staticmethod
     def claim(name) -> bool:
