@@ -307,3 +307,36 @@ def test_transfer_numbering(seed):
     expected = _numbered_by_sort(g, device, k)
     assert_same(_numbered.compiled(*args), expected)
     assert_same(_numbered.interpreted(*args), expected)
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_absorbing_a_groups_buffers(seed):
+    """pardnn.repair.absorb, compiled and interpreted, against its definition: the grid
+    segments of each interval, and no segment the group adds bytes to passing the
+    capacity, read from a RangeMax after random edits."""
+    from pardnn.repair.absorb import absorbs
+    from pardnn.repair.rangemax import BLOCK, RangeMax
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 3 * BLOCK))
+    times = np.unique(rng.integers(0, 4 * n, n).astype(float))
+    n = len(times)
+    tl = RangeMax(rng.integers(0, 1000, n))
+    for _ in range(int(rng.integers(0, 20))):
+        a = int(rng.integers(0, n))
+        tl.add(a, int(rng.integers(a, n + 1)), int(rng.integers(-300, 300)))
+    m = int(rng.integers(0, 8))
+    lo = rng.choice(np.r_[times, rng.uniform(-5, 4 * n + 5, n)], m)
+    hi = lo + rng.choice([0.0, 0.5, 3.0, float(n)], m)
+    nbytes = rng.integers(0, 400, m)
+    resident, cap = int(rng.integers(0, 100)), int(rng.integers(800, 1800))
+    j0 = np.maximum(np.searchsorted(times, lo, side="right") - 1, 0)
+    j1 = np.maximum(np.searchsorted(times, hi, side="left"), j0 + 1)
+    added = np.zeros(n + 1, np.int64)
+    for a, b, x in zip(j0, j1, nbytes):
+        added[a:b] += x
+    levels, added = tl.levels(), added[:n]
+    expected = not np.any((added > 0) & (levels + added + resident > cap))
+    args = (tl.vals, tl.lazy, tl.bmax, tl.n, BLOCK, times, lo, hi, nbytes, resident, cap)
+    for run in (absorbs.compiled, absorbs.interpreted):
+        ok, got0, got1 = run(*args)
+        assert ok == expected and np.array_equal(got0, j0) and np.array_equal(got1, j1)

@@ -40,7 +40,8 @@ import numpy as np
 
 from pardnn.repair.footprint import Footprints, distinct, sum_by_key
 from pardnn.repair.knapsack import TwoHeaps
-from pardnn.repair.rangemax import RangeMax
+from pardnn.repair.absorb import absorbs
+from pardnn.repair.rangemax import BLOCK, RangeMax
 
 
 class RepairRound:
@@ -56,13 +57,14 @@ class RepairRound:
         self.group_dev = self.node_dev[graph.group_nodes[graph.group_ptr[:-1]]]
         self.cost = links.move_cost(self.group_dev, self.node_dev)
         self.times = _grid(profile.times)
+        self.absorbs = absorbs.for_size(graph.num_nodes)
         self.fp = Footprints(graph, profile, self.k, self.times, on=profile.peak_bytes > self.cap)
         self.tl = [RangeMax(_on_grid(profile, d, self.times)) for d in range(self.k)]
         self.peak = profile.peak_bytes
         self.busy = np.array(schedule.busy_us, float)
         self.taken = np.array(frozen, bool)
         self.moves, self.stuck = [], []
-        self.copies = set()         # (buffer, device): copies this round added to a device
+        self.copies = [set() for _ in range(self.k)]    # per device: buffers this round copied there
         self.gone = np.zeros(graph.num_groups, bool)    # groups moved this round
 
     def run(self):
@@ -175,32 +177,24 @@ class RepairRound:
         lo, hi, nbytes, prod, buf, ready = self.fp.needed(g)
         copy = prod >= 0
         keep = ~copy | (self.node_dev[np.maximum(prod, 0)] != e)
-        hi = hi.copy()
-        for r in np.flatnonzero(~copy).tolist():
-            if (int(buf[r]), e) in self.copies:
-                hi[r] = ready[r]
+        if self.copies[e]:
+            hi = hi.copy()
+            for r in np.flatnonzero(~copy).tolist():
+                if int(buf[r]) in self.copies[e]:
+                    hi[r] = ready[r]
         keep &= hi > lo
         return lo[keep], hi[keep], nbytes[keep], buf[keep], copy[keep]
 
     def _fit(self, g, e, resident):
-        """Segment ranges and bytes group g would add on device e, or None if e cannot take them."""
+        """Segment ranges and bytes group g would add on device e, or None if e cannot
+        take them (pardnn.repair.absorb)."""
         tl, cap = self.tl[e], int(self.cap[e])
         if resident and tl.max() + resident > cap:
             return None
         lo, hi, nbytes, buf, copy = self._need(g, e)
-        times = self.times
-        j0 = np.maximum(np.searchsorted(times, lo, side="right") - 1, 0)
-        j1 = np.maximum(np.searchsorted(times, hi, side="left"), j0 + 1)
-        cuts = np.sort(np.concatenate([j0, j1]))
-        cuts = cuts[distinct(cuts)]
-        step = np.zeros(len(cuts), np.int64)
-        np.add.at(step, np.searchsorted(cuts, j0), nbytes)
-        np.add.at(step, np.searchsorted(cuts, j1), -nbytes)
-        level = np.cumsum(step)
-        for a, b, x in zip(cuts[:-1].tolist(), cuts[1:].tolist(), level[:-1].tolist()):
-            if x > 0 and tl.max(a, b) + x + resident > cap:
-                return None
-        return j0, j1, nbytes, buf[copy]
+        absorbed, j0, j1 = self.absorbs(tl.vals, tl.lazy, tl.bmax, tl.n, BLOCK, self.times,
+                                        lo, hi, nbytes, resident, cap)
+        return (j0, j1, nbytes, buf[copy]) if absorbed else None
 
     def _apply(self, g, d, e, resident, need):
         j0, j1, nbytes, copied = need
@@ -210,7 +204,7 @@ class RepairRound:
                 self._free(d, r)
         for a, b, x in zip(j0.tolist(), j1.tolist(), nbytes.tolist()):
             self.tl[e].add(a, b, x)
-        self.copies.update((int(b), e) for b in copied)
+        self.copies[e].update(copied.tolist())
         self.tl[d].add(0, self.tl[d].n, -resident)
         self.tl[e].add(0, self.tl[e].n, resident)
         self.busy[d] -= self.links.comp[g]
