@@ -109,6 +109,7 @@ def test_a_trial_surely_fits_only_where_the_tracked_peak_fits(seed):
         assert not fits_surely(g, under)(device)
         roomy = parse_devices(f"cpu:{k}").with_options(memory=UNLIMITED, reserve=0.0)
         assert fits_surely(g, roomy)(device)
+        assert fits_surely(g, roomy)(np.zeros(0, np.int32))     # room for all: no placement read
         if k > 1:       # a byte short of holding everything: each device's own bound decides
             every = int(g.out_bytes.sum() + g.persist_bytes.sum() + g.temp_bytes.sum() + g.edge_bytes.sum())
             most = parse_devices(f"cpu:{k}").with_options(memory=every - 1, reserve=0.0)

@@ -112,7 +112,7 @@ def fits_surely(graph, cluster):
             + np.where(graph.kind == NORMAL, graph.out_bytes, 0) + graph.temp_bytes)
     data = np.flatnonzero(graph.edge_slot >= 0)
     src, dst, nbytes = graph.edge_src[data], graph.edge_dst[data], graph.edge_bytes[data]
-    if int(held.sum()) + int(nbytes.sum()) <= int(cluster.capacity.min(initial=0)):
+    if cluster.num_devices and int(held.sum()) + int(nbytes.sum()) <= int(cluster.capacity.min()):
         return lambda device: True      # every byte fits on any one device: any placement fits
 
     def fits(device) -> bool:
