@@ -172,17 +172,20 @@ def test_a_buffer_read_twice_is_freed_by_its_readers_in_turn():
 
 @pytest.mark.parametrize("seed", range(20))
 def test_levels_on_the_grid_are_those_of_the_latest_event_at_or_before_each_point(seed):
-    """repair_round._on_grid counts each device's events on the grid; the level it
-    reads is the one a search of every grid point among the events finds, including
-    grid points before the first event and events between grid points."""
+    """repair_round._grid merges every device's event times; _on_grid's level for each
+    device on each grid point is the one a search of the point among that device's
+    events finds, including points before its first event and points of other devices."""
     from types import SimpleNamespace
 
-    from pardnn.repair.repair_round import _on_grid
+    from pardnn.repair.repair_round import _grid, _on_grid
     rng = np.random.default_rng(seed)
-    times = np.unique(rng.integers(0, 100, rng.integers(1, 40)).astype(float))
-    levels = rng.integers(0, 1000, len(times))
-    extra = rng.integers(-5, 110, rng.integers(1, 60)).astype(float)
-    grid = np.unique(np.concatenate([times, extra]) if seed % 3 else extra)
-    profile = SimpleNamespace(timeline=lambda d: (times, levels))
-    want = levels[np.maximum(np.searchsorted(times, grid, side="right") - 1, 0)]
-    assert np.array_equal(_on_grid(profile, 0, grid), want)
+    k = int(rng.integers(1, 5))
+    per_device = [np.unique(rng.integers(0, 100, rng.integers(1, 40)).astype(float)) for _ in range(k)]
+    levels = [rng.integers(0, 1000, len(t)) for t in per_device]
+    ptr = np.concatenate([[0], np.cumsum([len(t) for t in per_device])])
+    profile = SimpleNamespace(times=np.concatenate(per_device), levels=np.concatenate(levels), time_ptr=ptr)
+    grid, at = _grid(profile.times)
+    assert np.array_equal(grid, np.unique(profile.times)) and np.array_equal(grid[at], profile.times)
+    for d in range(k):
+        want = levels[d][np.maximum(np.searchsorted(per_device[d], grid, side="right") - 1, 0)]
+        assert np.array_equal(_on_grid(profile, d, at, len(grid)), want)
