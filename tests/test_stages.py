@@ -303,3 +303,28 @@ def test_the_peaks_before_repair_of_a_refined_winner_are_its_candidates_wherever
     assert not np.array_equal(chosen.judged.device, chosen.raw)
     peaks = track_memory(g, cluster, chosen.raw, simulate(g, cluster, chosen.raw)).peak_bytes
     assert chosen.judged.peak_before.dtype == np.int64 and np.array_equal(chosen.judged.peak_before, peaks)
+
+
+def test_a_worker_that_dies_leaves_its_candidate_out_and_the_placement_goes_on(monkeypatch):
+    """A worker that dies building a candidate breaks the pool: that candidate is marked
+    as died, the refinement's jobs (here the winner's peaks beside it) fall back to this
+    process, and the placement is the one a portfolio without that candidate gives."""
+    import os
+    g = synth_graph(1500, seed=0, shape="chain")
+    cluster = parse_devices("cpu:4").with_options(memory=2**50, bandwidth=12000.0, latency=25.0)
+    monkeypatch.setattr(portfolio, "PARALLEL_MIN_NODES", 0)
+    monkeypatch.setattr(portfolio, "_usable_cpus", lambda: 3)
+    parent, build = os.getpid(), portfolio._candidate
+
+    def dies_building_stages(judging, name, timings=None):
+        if os.getpid() != parent and name == "stages":
+            os._exit(3)
+        return build(judging, name, timings)
+    monkeypatch.setattr(portfolio, "_candidate", dies_building_stages)
+    chosen = portfolio.choose(g, cluster, "pardnn")
+    assert chosen.candidates["stages"]["reason"] == "its worker process died"
+    assert chosen.winner == "heft" and chosen.fitted.batches > 0
+    from pardnn.emulator.memory import track_memory
+    from pardnn.emulator.scheduler import simulate
+    peaks = track_memory(g, cluster, chosen.raw, simulate(g, cluster, chosen.raw)).peak_bytes
+    assert np.array_equal(chosen.judged.peak_before, peaks)

@@ -344,13 +344,21 @@ class _Forked:
         self.pool = pool
 
     def submit(self, name):
-        return self.pool.submit(_shared_candidate, name)
+        return self._submit(_shared_candidate, name)
 
     def refine(self, judged, deadline):
-        return self.pool.submit(_shared_refine, judged, deadline)
+        return self._submit(_shared_refine, judged, deadline)
 
     def peaks(self, device):
-        return self.pool.submit(_shared_peaks, device)
+        return self._submit(_shared_peaks, device)
+
+    def _submit(self, job, *args):
+        """The job's future; once a worker has died the pool takes no more, and the job
+        reports that death when asked for its result, as one that died running would."""
+        try:
+            return self.pool.submit(job, *args)
+        except BrokenProcessPool as exc:
+            return _Failed(exc)
 
     @staticmethod
     def claim(name) -> bool:
@@ -376,6 +384,16 @@ class _Inline:
     @staticmethod
     def claim(name) -> bool:
         return False            # nothing runs elsewhere: every candidate is built when collected
+
+
+class _Failed:
+    """A job a broken pool refused: its result is the pool's error."""
+
+    def __init__(self, error):
+        self.error = error
+
+    def result(self, timeout):
+        raise self.error
 
 
 class _Deferred:

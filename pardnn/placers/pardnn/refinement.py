@@ -48,7 +48,8 @@ class Refined:
 
 def refine(graph, cluster, slices, mapping, allowed, rounds: int, emulate) -> Refined:
     """Refine `mapping` (from map_clusters); `allowed` is (groups x devices);
-    emulate(graph, cluster, device, beat=inf) -> Schedule, or None when it cannot beat `beat`."""
+    emulate(graph, cluster, device, beat=inf, paths=True) -> Schedule, or None when a
+    lower bound (with `paths`, the longest-path bound too) shows it cannot beat `beat`."""
     device = mapping.device
     schedule = emulate(graph, cluster, device)
     start = schedule.makespan
