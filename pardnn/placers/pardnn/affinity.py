@@ -35,10 +35,11 @@ mapping, so they can never make Step 1 worse. It is skipped when some group may 
 
 import numpy as np
 
+from pardnn.compiled import INTERPRETED_BELOW, kernel
 from pardnn.graph.levels import top_levels
 
 MIN_HEAVY = 2
-WINDOWS = 32    # time windows of the pipeline candidate's queue model
+WINDOWS = 32    # time windows of the pipeline candidate's queue model (a multiple of 8, <= 128)
 
 
 def affinity_candidates(graph, cluster, allowed) -> list:
@@ -136,11 +137,53 @@ def _devices_in_time_order(graph, cluster, label, num_labels) -> np.ndarray:
     np.add.at(work, (label, window), graph.comp_us)
     first = np.full(num_labels, np.inf)
     np.minimum.at(first, label, start)
-    load, device = np.zeros((k, WINDOWS)), np.zeros(num_labels, np.int64)
-    for lab in np.lexsort((np.arange(num_labels), first)).tolist():
-        excess = np.cumsum(load + (work[lab] - span / WINDOWS), axis=1)
+    order = np.lexsort((np.arange(num_labels), first))
+    if graph.num_nodes >= INTERPRETED_BELOW:
+        return _queued.compiled(order, work, k, span / WINDOWS)
+    return _queued_by_numpy(order, work, k, span / WINDOWS)
+
+
+def _queued_by_numpy(order, work, k, per_window) -> np.ndarray:
+    """Device per label, labels taken in `order`, each where its queue ends with the least
+    backlog (see `_devices_in_time_order`); `per_window`, the work a device serves in one
+    window. The definition `_queued` is tested against."""
+    load, device = np.zeros((k, WINDOWS)), np.zeros(len(work), np.int64)
+    for lab in order.tolist():
+        excess = np.cumsum(load + (work[lab] - per_window), axis=1)
         backlog = excess[:, -1] - np.minimum(excess.min(axis=1), 0.0)
         d = int(np.lexsort((np.arange(k), load.sum(axis=1), backlog))[0])
         device[lab] = d
         load[d] += work[lab]
+    return device
+
+
+@kernel
+def _queued(order, work, k, per_window):
+    """`_queued_by_numpy` in one compiled loop, with the same float operations in the same
+    order: the cumulative excess is summed left to right as np.cumsum does, and each
+    device's load as numpy sums a row of WINDOWS (a multiple of 8, at most 128) terms:
+    eight accumulators, accumulator j taking terms j, j + 8, ..., added in pairs."""
+    windows = work.shape[1]
+    load, device = np.zeros((k, windows)), np.zeros(work.shape[0], np.int64)
+    held, acc = np.zeros(k), np.zeros(8)
+    for lab in order:
+        best, best_backlog, best_held = -1, 0.0, 0.0
+        for d in range(k):
+            excess = load[d, 0] + (work[lab, 0] - per_window)
+            low = excess
+            for w in range(1, windows):
+                excess = excess + (load[d, w] + (work[lab, w] - per_window))
+                low = min(low, excess)
+            backlog = excess - min(low, 0.0)
+            if best < 0 or backlog < best_backlog or (backlog == best_backlog and held[d] < best_held):
+                best, best_backlog, best_held = d, backlog, held[d]
+        device[lab] = best
+        for w in range(windows):
+            load[best, w] += work[lab, w]
+        for j in range(8):
+            acc[j] = load[best, j]
+        for w in range(8, windows, 8):
+            for j in range(8):
+                acc[j] += load[best, w + j]
+        held[best] = 0.0 + (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])))
     return device
