@@ -32,7 +32,8 @@ freed, plus n's own output while n runs (st(n) <= t < ft(n); the table's strict
 buffer still being written counts for its producer only, never twice.
 
 Cost: the buffers come from vectorised passes over nodes and edges, O(V + E); the
-per-device timelines need one sort of the 2(V + E) events, done by numpy.
+per-device timelines need one sort of the 2(V + E) events by time (numpy's), then one
+pass that gathers each device's events (a counting sort).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pardnn.compiled import INTERPRETED_BELOW, kernel
 from pardnn.graph import NORMAL, REFERENCE, RESIDUAL
 
 
@@ -122,12 +124,32 @@ def _resident(graph, device, k):
 
 def _last_consumer(n_groups, group, finish, consumer):
     """Per group: the latest consumer finish and who (ties: highest node id); -inf and
-    -1 if none. Two scatter-maxima, not a sort (40x faster at 200k nodes)."""
+    -1 if none. INTERPRETED_BELOW entries or more run the kernel `_latest`, fewer
+    numpy's scatter-maxima (`_latest_by_numpy`): the same answer."""
+    if len(finish) < INTERPRETED_BELOW:
+        return _latest_by_numpy(n_groups, group, finish, consumer)
+    return _latest.compiled(n_groups, group, finish, consumer)
+
+
+def _latest_by_numpy(n_groups, group, finish, consumer):
+    """`_last_consumer` by two scatter-maxima, not a sort (40x faster at 200k nodes)."""
     free = np.full(n_groups, -np.inf)
     np.maximum.at(free, group, finish)
     latest = np.flatnonzero(finish == free[group])
     who = np.full(n_groups, -1, np.int64)
     np.maximum.at(who, group[latest], consumer[latest])
+    return free, who
+
+
+@kernel
+def _latest(n_groups, group, finish, consumer):
+    """`_last_consumer` in one pass over the entries."""
+    free = np.full(n_groups, -np.inf)
+    who = np.full(n_groups, -1, np.int64)
+    for i in range(group.shape[0]):
+        g = group[i]
+        if finish[i] > free[g] or (finish[i] == free[g] and consumer[i] > who[g]):
+            free[g], who[g] = finish[i], consumer[i]
     return free, who
 
 
@@ -139,10 +161,10 @@ def _own_outputs(graph, device, schedule):
     local = np.flatnonzero(data & (device[src] == device[dst]))
     consumer_free, owner = _last_consumer(n, src[local].astype(np.int64),
                                           schedule.finish[dst[local]], dst[local].astype(np.int64))
-    sent_free = np.full(n, -np.inf)
     moved = np.flatnonzero(schedule.edge_transfer >= 0)
     moved = moved[data[moved]]
-    np.maximum.at(sent_free, src[moved], schedule.transfer_arrival[schedule.edge_transfer[moved]])
+    sent_free, _ = _last_consumer(n, src[moved].astype(np.int64),
+                                  schedule.transfer_arrival[schedule.edge_transfer[moved]], moved)
     other = np.maximum(schedule.finish, sent_free)
     owner = np.where(consumer_free > other, owner, -1)
     free = np.maximum(consumer_free, other)
@@ -164,11 +186,27 @@ def _received_copies(graph, schedule):
 
 
 def _timelines(k, resident, dev, alloc, free, nbytes):
-    """Per-device step functions of bytes in use, one point per distinct event time."""
+    """Per-device step functions of bytes in use, one point per distinct event time:
+    (time_ptr, times, levels). The events sorted by time, INTERPRETED_BELOW of them or
+    more are sorted by device and summed by the kernel `_levels`, fewer by numpy
+    (`_levels_by_numpy`): the same step functions."""
     ev_dev = np.concatenate([np.arange(k), dev, dev])
     ev_time = np.concatenate([np.zeros(k), alloc, free])
     ev_delta = np.concatenate([resident, nbytes, -nbytes])
-    order = _by_device_and_time(ev_dev, ev_time, k)
+    by_time = np.argsort(ev_time)
+    if len(by_time) < INTERPRETED_BELOW:
+        return _levels_by_numpy(k, by_time, ev_dev, ev_time, ev_delta)
+    return _levels.compiled(k, by_time, ev_dev, ev_time, ev_delta)
+
+
+def _levels_by_numpy(k, by_time, ev_dev, ev_time, ev_delta):
+    """`_timelines` from the events in time order `by_time`: a stable sort by device
+    (numpy's radix sort of 16-bit ids), one cumulative sum across all devices, and
+    each device's start taken off its own. Within one device and time any order
+    does: only the last cumulative level of each such run is kept, and integer sums do
+    not depend on their order."""
+    small = np.int16 if k < 2**15 else np.int64
+    order = by_time[np.argsort(ev_dev[by_time].astype(small), kind="stable")]
     ev_dev, ev_time = ev_dev[order], ev_time[order]
     level = np.cumsum(ev_delta[order])
     last = np.ones(len(order), bool)                        # last event of each (device, time)
@@ -182,14 +220,34 @@ def _timelines(k, resident, dev, alloc, free, nbytes):
     return time_ptr, ev_time, level.astype(np.int64)
 
 
-def _by_device_and_time(ev_dev, ev_time, k):
-    """An order of the events by (device, time). Within one device and time any order
-    does: only the last cumulative level of each such run is kept, and integer sums do
-    not depend on their order. A quicksort by time, then numpy's stable radix sort of
-    16-bit device ids: half the time of a lexsort at 200k nodes."""
-    by_time = np.argsort(ev_time)
-    small = np.int16 if k < 2**15 else np.int64
-    return by_time[np.argsort(ev_dev[by_time].astype(small), kind="stable")]
+@kernel
+def _levels(k, by_time, ev_dev, ev_time, ev_delta):
+    """`_levels_by_numpy` in two passes: the events of each device gathered in time
+    order (a counting sort), then each device's levels summed from zero, one point
+    kept per distinct time."""
+    n = by_time.shape[0]
+    start = np.zeros(k + 1, np.int64)
+    for i in range(n):
+        start[ev_dev[i] + 1] += 1
+    for d in range(k):
+        start[d + 1] += start[d]
+    order, fill = np.empty(n, np.int64), start[:k].copy()
+    for i in by_time:
+        order[fill[ev_dev[i]]] = i
+        fill[ev_dev[i]] += 1
+    time_ptr = np.zeros(k + 1, np.int64)
+    times, levels = np.empty(n), np.empty(n, np.int64)
+    out = 0
+    for d in range(k):
+        level = 0
+        for j in range(start[d], start[d + 1]):
+            i = order[j]
+            level += ev_delta[i]
+            if j + 1 == start[d + 1] or ev_time[order[j + 1]] != ev_time[i]:
+                times[out], levels[out] = ev_time[i], level
+                out += 1
+        time_ptr[d + 1] = out
+    return time_ptr, times[:out].copy(), levels[:out].copy()
 
 
 def _peaks(k, time_ptr, times, levels):
