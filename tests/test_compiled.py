@@ -335,3 +335,81 @@ def test_absorbing_a_groups_buffers(seed):
     for run in (absorbs.compiled, absorbs.interpreted):
         ok, got0, got1 = run(*args)
         assert ok == expected and np.array_equal(got0, j0) and np.array_equal(got1, j1)
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_pipeline_candidate_queues(seed):
+    """The affinity pipeline candidate's device per label: the kernel, compiled and
+    interpreted, as the numpy loop (what small graphs run) chooses, ties included."""
+    from pardnn.placers.pardnn.affinity import WINDOWS, _queued, _queued_by_numpy
+    rng = np.random.default_rng(seed)
+    labels, k = int(rng.integers(1, 300)), int(rng.integers(1, 17))
+    work = rng.choice([0.0, 0.0, 1.0, 2.5, 0.1, 0.7], (labels, WINDOWS)) * rng.choice([1.0, 3.3, 1e5])
+    work[rng.random(labels) < 0.2] = 0.0                            # idle labels tie everywhere
+    order = rng.permutation(labels)
+    per_window = float(rng.choice([0.0, 0.3, 1.7, 40.0]))
+    expected = _queued_by_numpy(order, work, k, per_window)
+    assert np.array_equal(_queued.compiled(order, work, k, per_window), expected)
+    assert np.array_equal(_queued.interpreted(order, work, k, per_window), expected)
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_latest_consumers(seed):
+    """The memory tracker's latest consumer per buffer: the kernel, compiled and
+    interpreted, as numpy's scatter-maxima find it, ties to the highest consumer."""
+    from pardnn.emulator.memory import _latest, _latest_by_numpy
+    rng = np.random.default_rng(seed)
+    groups, m = int(rng.integers(1, 50)), int(rng.integers(0, 400))
+    group = rng.integers(0, groups, m)
+    finish = rng.choice([0.0, 1.5, 2.0, 7.25, 1e6], m)                # ties
+    consumer = rng.integers(0, 100, m)
+    expected = _latest_by_numpy(groups, group, finish, consumer)
+    assert_same(_latest.compiled(groups, group, finish, consumer), expected)
+    assert_same(_latest.interpreted(groups, group, finish, consumer), expected)
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_memory_timelines(seed):
+    """Each device's bytes in use over the step, from events in time order: the kernel,
+    compiled and interpreted, as numpy's device sort and cumulative sum give them, on
+    the events of a real emulation with ties in time."""
+    from pardnn.emulator import memory
+    g, rng = random_graph(seed)
+    cluster = parse_devices(f"cpu:{int(rng.integers(1, 6))}")
+    device = rng.integers(0, cluster.num_devices, g.num_nodes).astype(np.int32)
+    calls = []
+    real = memory._levels_by_numpy
+
+    def spy(*args):
+        calls.append(args)
+        return real(*args)
+    memory._levels_by_numpy = spy
+    try:
+        profile = memory.track_memory(g, cluster, device, simulate(g, cluster, device))
+    finally:
+        memory._levels_by_numpy = real
+    assert len(calls) == 1 and len(profile.times) < len(calls[0][1])      # times repeat
+    expected = (profile.time_ptr, profile.times, profile.levels)
+    assert_same(memory._levels.compiled(*calls[0]), expected)
+    assert_same(memory._levels.interpreted(*calls[0]), expected)
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_consumer_chains(seed):
+    """The repair's consumer groups per (producer, device), latest finish first: the
+    kernel, compiled and interpreted, as numpy's two lexsorts give them, on a real
+    emulation with tied finishes, on a random set of devices."""
+    from pardnn.emulator.memory import track_memory
+    from pardnn.repair.chains import _consumer_blocks, _consumers_by_sort
+    g, rng = random_graph(seed)
+    g.edge_slot[rng.random(g.num_edges) < 0.2] = -1                 # control edges too
+    k = int(rng.integers(1, 6))
+    cluster = parse_devices(f"cpu:{k}")
+    device = rng.integers(0, k, g.num_nodes).astype(np.int32)
+    p = track_memory(g, cluster, device, simulate(g, cluster, device))
+    on = rng.random(k) < 0.7
+    expected = _consumers_by_sort(g, p, k, on)
+    args = (*g.successor_arrays, np.asarray(g.edge_slot, np.int64), p.node_device,
+            g.group.astype(np.int64), p.node_running[1], on, g.num_groups)
+    assert_same(_consumer_blocks.compiled(*args), expected)
+    assert_same(_consumer_blocks.interpreted(*args), expected)
