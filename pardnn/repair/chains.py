@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from pardnn.compiled import INTERPRETED_BELOW, kernel
+
 
 def buffer_rows(graph, profile, k, on=None):
     """Rows (group, device, start, end, bytes, active, next row) freed by moves: the
@@ -50,8 +52,19 @@ def buffer_rows(graph, profile, k, on=None):
 
 def _consumers(graph, p, k, on):
     """Per (producer, device) key with a data consumer there, on the devices `on`: the
-    consumer groups, one entry each with its latest finish, latest first. Returns (keys,
-    block starts, groups, finishes); the block of keys[i] is starts[i]:starts[i + 1]."""
+    consumer groups, one entry each with its latest finish, latest first (ties: the
+    higher group first). Returns (keys, block starts, groups, finishes); the block of
+    keys[i] is starts[i]:starts[i + 1]. Graphs of INTERPRETED_BELOW nodes or more run
+    the kernel `_consumer_blocks`, smaller ones numpy's sorts (`_consumers_by_sort`)."""
+    if graph.num_nodes < INTERPRETED_BELOW:
+        return _consumers_by_sort(graph, p, k, on)
+    return _consumer_blocks.compiled(*graph.successor_arrays, np.asarray(graph.edge_slot, np.int64),
+                                     p.node_device, graph.group.astype(np.int64), p.node_running[1],
+                                     on, graph.num_groups)
+
+
+def _consumers_by_sort(graph, p, k, on):
+    """`_consumers` by two lexsorts of the data edges."""
     data = np.flatnonzero(graph.edge_slot >= 0)
     data = data[on[p.node_device[graph.edge_dst[data]]]]
     v = graph.edge_dst[data]
@@ -68,6 +81,59 @@ def _consumers(graph, p, k, on):
     first[1:] = ekey[1:] != ekey[:-1]
     starts = np.append(np.flatnonzero(first), len(ekey))
     return ekey[first], starts, grp, fin
+
+
+@kernel
+def _consumer_blocks(succ_ptr, edge_dst, edge_slot, node_device, group, finish, on, num_groups):
+    """`_consumers` in one pass over the producers (the CSR edges are sorted by
+    producer, so keys come in order): each producer's data consumers on devices `on`
+    sorted by (device, latest finish first, higher group first) with a Shell sort, and
+    a group kept at its first entry of each device, its latest finish."""
+    n, m, k = succ_ptr.shape[0] - 1, edge_dst.shape[0], on.shape[0]
+    keys, starts = np.empty(m, np.int64), np.empty(m + 1, np.int64)
+    grp, fin = np.empty(m, np.int64), np.empty(m)
+    dev_s, grp_s, fin_s, idx = np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m), np.empty(m, np.int64)
+    seen = np.full(num_groups, -1, np.int64)        # the key a group was last kept under
+
+    def before(a, b):
+        if dev_s[a] != dev_s[b]:
+            return dev_s[a] < dev_s[b]
+        if fin_s[a] != fin_s[b]:
+            return fin_s[a] > fin_s[b]
+        return grp_s[a] > grp_s[b]
+
+    blocks, out = 0, 0
+    for u in range(n):
+        c = 0
+        for e in range(succ_ptr[u], succ_ptr[u + 1]):
+            v = edge_dst[e]
+            if edge_slot[e] >= 0 and on[node_device[v]]:
+                dev_s[c], grp_s[c], fin_s[c], idx[c] = node_device[v], group[v], finish[v], c
+                c += 1
+        gap = 1
+        while gap * 3 + 1 < c:
+            gap = gap * 3 + 1
+        while gap > 0:
+            for i in range(gap, c):
+                x, j = idx[i], i
+                while j >= gap and before(x, idx[j - gap]):
+                    idx[j] = idx[j - gap]
+                    j -= gap
+                idx[j] = x
+            gap //= 3
+        for i in range(c):
+            a = idx[i]
+            key = u * k + dev_s[a]
+            if seen[grp_s[a]] == key:
+                continue
+            seen[grp_s[a]] = key
+            if blocks == 0 or keys[blocks - 1] != key:
+                keys[blocks], starts[blocks] = key, out
+                blocks += 1
+            grp[out], fin[out] = grp_s[a], fin_s[a]
+            out += 1
+    starts[blocks] = out
+    return keys[:blocks].copy(), starts[:blocks + 1].copy(), grp[:out].copy(), fin[:out].copy()
 
 
 def _chains(p, bufs, at, starts, cgroup, cfin):
