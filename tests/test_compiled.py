@@ -306,35 +306,74 @@ def test_transfer_numbering(seed):
 
 @pytest.mark.parametrize("seed", range(CASES))
 def test_absorbing_a_groups_buffers(seed):
-    """pardnn.repair.absorb, compiled and interpreted, against its definition: the grid
-    segments of each interval, and no segment the group adds bytes to passing the
-    capacity, read from a RangeMax after random edits."""
-    from pardnn.repair.absorb import absorbs
-    from pardnn.repair.rangemax import BLOCK, RangeMax
+    """pardnn.repair.absorb, compiled and interpreted, against its definition, on one
+    device to go to: the buffers kept (no copy where the producer runs, a copy made
+    earlier this round held only until ready, empty intervals dropped), the grid
+    segments of each, and no segment the group adds bytes to passing the capacity,
+    read from a RangeMax after random edits."""
+    from pardnn.repair.absorb import first_absorbing
+    from pardnn.repair.rangemax import BLOCK, stacked
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 3 * BLOCK))
     times = np.unique(rng.integers(0, 4 * n, n).astype(float))
     n = len(times)
-    tl = RangeMax(rng.integers(0, 1000, n))
+    tls, store = stacked([np.zeros(n, np.int64), rng.integers(0, 1000, n)], 2, n)
     for _ in range(int(rng.integers(0, 20))):
         a = int(rng.integers(0, n))
-        tl.add(a, int(rng.integers(a, n + 1)), int(rng.integers(-300, 300)))
+        tls[1].add(a, int(rng.integers(a, n + 1)), int(rng.integers(-300, 300)))
     m = int(rng.integers(0, 8))
     lo = rng.choice(np.r_[times, rng.uniform(-5, 4 * n + 5, n)], m)
     hi = lo + rng.choice([0.0, 0.5, 3.0, float(n)], m)
-    nbytes = rng.integers(0, 400, m)
-    resident, cap = int(rng.integers(0, 100)), int(rng.integers(800, 1800))
-    j0 = np.maximum(np.searchsorted(times, lo, side="right") - 1, 0)
-    j1 = np.maximum(np.searchsorted(times, hi, side="left"), j0 + 1)
+    ready = lo + rng.choice([0.0, 0.5, 1.0], m)
+    nbytes, buf = rng.integers(0, 400, m), rng.permutation(m).astype(np.int64)
+    node_dev = rng.integers(0, 2, 4)
+    prod = rng.choice([-1, 0, 1, 2, 3], m).astype(np.int64)
+    copied = rng.random((2, m)) < 0.5
+    resident, cap = int(rng.integers(0, 100)), np.array([0, int(rng.integers(800, 1800))])
+    end = np.where((prod < 0) & copied[1, buf], ready, hi)
+    keep = ((prod < 0) | (node_dev[np.maximum(prod, 0)] != 1)) & (end > lo)
+    j0 = np.maximum(np.searchsorted(times, lo[keep], side="right") - 1, 0)
+    j1 = np.maximum(np.searchsorted(times, end[keep], side="left"), j0 + 1)
     added = np.zeros(n + 1, np.int64)
-    for a, b, x in zip(j0, j1, nbytes):
+    for a, b, x in zip(j0, j1, nbytes[keep]):
         added[a:b] += x
-    levels, added = tl.levels(), added[:n]
-    expected = not np.any((added > 0) & (levels + added + resident > cap))
-    args = (tl.vals, tl.lazy, tl.bmax, tl.n, BLOCK, times, lo, hi, nbytes, resident, cap)
-    for run in (absorbs.compiled, absorbs.interpreted):
-        ok, got0, got1 = run(*args)
-        assert ok == expected and np.array_equal(got0, j0) and np.array_equal(got1, j1)
+    levels, added = tls[1].levels(), added[:n]
+    fits = levels.max() + resident <= cap[1] or not resident
+    fits = fits and not np.any((added > 0) & (levels + added + resident > cap[1]))
+    args = (0, 0, np.ones(2, bool), np.zeros(2, np.int64), np.zeros(0, np.int64), np.zeros(0), node_dev,
+            np.zeros(2), resident, cap, *store, n, BLOCK, times, np.array([0, m]), lo, hi, nbytes, prod,
+            buf, ready, copied)
+    for run in (first_absorbing.compiled, first_absorbing.interpreted):
+        e, got0, got1, got_bytes, got_copies = run(*args)
+        assert e == (1 if fits else -1)
+        if fits:
+            assert np.array_equal(got0, j0) and np.array_equal(got1, j1)
+            assert np.array_equal(got_bytes, nbytes[keep]) and np.array_equal(got_copies, buf[keep & (prod >= 0)])
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_target_preference(seed):
+    """Where a moved group goes when every device could take it: the allowed device,
+    other than its own, it communicates with most (summed edge by edge), then the
+    least busy, then the lowest index; compiled and interpreted alike."""
+    from pardnn.repair.absorb import first_absorbing
+    from pardnn.repair.rangemax import BLOCK, stacked
+    rng = np.random.default_rng(seed)
+    k, edges = int(rng.integers(1, 9)), int(rng.integers(0, 12))
+    node_dev = rng.integers(0, k, 20)
+    nbr, ecost = rng.integers(0, 20, edges), rng.choice([0.0, 0.1, 0.2, 0.3, 1.0], edges)
+    busy = rng.choice([0.0, 5.0, 5.0, 7.5], k)
+    allowed, d = rng.random(k) < 0.8, int(rng.integers(0, k))
+    talk = np.bincount(node_dev[nbr], ecost, minlength=k)
+    options = np.flatnonzero(allowed & (np.arange(k) != d))
+    expected = options[np.lexsort((options, busy[options], -talk[options]))][0] if len(options) else -1
+    tls, store = stacked((np.zeros(3, np.int64) for _ in range(k)), k, 3)
+    none = np.zeros(0, np.int64)
+    args = (0, d, allowed, np.array([0, edges]), nbr, ecost, node_dev, busy, 5, np.full(k, 10), *store, 3,
+            BLOCK, np.arange(3.0), np.zeros(2, np.int64), np.zeros(0), np.zeros(0), none, none, none,
+            np.zeros(0), np.zeros((k, 1), bool))
+    assert first_absorbing.compiled(*args)[0] == expected
+    assert first_absorbing.interpreted(*args)[0] == expected
 
 
 @pytest.mark.parametrize("seed", range(CASES))

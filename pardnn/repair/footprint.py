@@ -95,11 +95,6 @@ class GroupLinks:
         local = node_dev[self.nbr] == group_dev[self.owner]
         return self.comp + np.bincount(self.owner[local], self.ecost[local], minlength=len(self.comp))
 
-    def affinity(self, g: int, node_dev, k: int) -> np.ndarray:
-        """Communication time between group g and the nodes on each device."""
-        lo, hi = self.ptr[g], self.ptr[g + 1]
-        return np.bincount(node_dev[self.nbr[lo:hi]], self.ecost[lo:hi], minlength=k)
-
 
 class Footprints:
     """Per group, from one emulation: the intervals of memory it frees on its device
@@ -129,6 +124,10 @@ class Footprints:
         self._index_needed(graph, profile, _buffer_pairs(graph, profile, on))
 
     def _index_needed(self, graph, profile, pairs):
+        """The rows of the buffers each group would need on another device, in CSR by
+        group (`need_ptr`): start, end, bytes, producer (-1 for a member's own output,
+        else the node whose output it is: no copy is needed where that node already
+        runs), buffer, and when it is complete (pardnn.repair.absorb reads them)."""
         p, (g, b, produced, tail) = profile, pairs
         needed = np.flatnonzero(produced | tail)
         self.need_group, self.need_buf = g[needed], b[needed]
@@ -141,14 +140,6 @@ class Footprints:
     def rows(self, g: int) -> range:
         """Ids of the rows group g's leaving may free (see `active` and `next`)."""
         return range(self.ptr[g], self.ptr[g + 1])
-
-    def needed(self, g: int):
-        """Rows (start, end, bytes, producer, buffer, ready) of the buffers group g would
-        need on another device; producer is -1 for a member's own output, else the node
-        whose output it is (no copy is needed where that node already runs)."""
-        s = slice(self.need_ptr[g], self.need_ptr[g + 1])
-        return (self.need_lo[s], self.need_hi[s], self.need_bytes[s], self.need_prod[s],
-                self.need_buf[s], self.need_ready[s])
 
     def on_device(self, d: int) -> np.ndarray:
         """Ids of the rows on device d."""

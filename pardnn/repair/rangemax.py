@@ -1,5 +1,6 @@
-"""A device's memory timeline that the overflow repair edits move by move: range add,
-range max and the first position of the maximum, each in O(sqrt n) numpy work.
+"""A device's memory timeline that the overflow repair edits move by move: range add and
+the first position of the maximum, each in O(sqrt n) numpy work; pardnn.repair.absorb
+reads range maxima from the same arrays.
 
 Why: the repair (pardnn.repair.overflow_repair) moves thousands of colocation groups per
 round between two emulations, and each move changes a device's memory over long
@@ -19,17 +20,36 @@ BLOCK = 256
 _PAD = np.iinfo(np.int64).min // 4      # below any level, and safe to add bytes to
 
 
+def blocks(n: int) -> int:
+    """How many blocks hold n positions (at least one)."""
+    return max(-(-n // BLOCK), 1)
+
+
+def stacked(levels, rows: int, n: int) -> tuple:
+    """(timelines, (vals, lazy, bmax)): a RangeMax for each of the `rows` arrays of n
+    levels that `levels` yields, kept in rows of three shared arrays, so that a kernel
+    can read every timeline at once."""
+    nb = blocks(n)
+    store = (np.empty((rows, nb * BLOCK), np.int64), np.empty((rows, nb), np.int64),
+             np.empty((rows, nb), np.int64))
+    return [RangeMax(row, tuple(a[d] for a in store)) for d, row in enumerate(levels)], store
+
+
 class RangeMax:
     """Integer levels over positions 0..n-1 with range add and range max."""
 
-    def __init__(self, levels):
+    def __init__(self, levels, store=None):
+        """`store`, when given, is (vals, lazy, bmax): rows of shared arrays to keep
+        the structure in (see `stacked`)."""
         levels = np.asarray(levels, np.int64)
         self.n = len(levels)
-        nb = max(-(-self.n // BLOCK), 1)
-        self.vals = np.full(nb * BLOCK, _PAD, np.int64)
+        nb = blocks(self.n)
+        self.vals, self.lazy, self.bmax = (np.empty(nb * BLOCK, np.int64), np.empty(nb, np.int64),
+                                           np.empty(nb, np.int64)) if store is None else store
+        self.vals[:] = _PAD
         self.vals[:self.n] = levels
-        self.lazy = np.zeros(nb, np.int64)
-        self.bmax = self.vals.reshape(nb, BLOCK).max(axis=1)
+        self.lazy[:] = 0
+        self.bmax[:] = self.vals.reshape(nb, BLOCK).max(axis=1)
 
     def _fix(self, b):
         self.bmax[b] = self.vals[b * BLOCK:(b + 1) * BLOCK].max()
@@ -49,21 +69,6 @@ class RangeMax:
         self.lazy[bl + 1:br] += x
         self.vals[br * BLOCK:hi] += x
         self._fix(br)
-
-    def max(self, lo: int = 0, hi: int | None = None) -> int:
-        """Largest level over positions lo..hi-1 (the whole range by default)."""
-        hi = self.n if hi is None else min(hi, self.n)
-        lo = max(lo, 0)
-        if lo >= hi:
-            return int(_PAD)
-        bl, br = lo // BLOCK, (hi - 1) // BLOCK
-        if bl == br:
-            return int(self.vals[lo:hi].max() + self.lazy[bl])
-        best = max(self.vals[lo:(bl + 1) * BLOCK].max() + self.lazy[bl],
-                   self.vals[br * BLOCK:hi].max() + self.lazy[br])
-        if br > bl + 1:
-            best = max(best, (self.bmax[bl + 1:br] + self.lazy[bl + 1:br]).max())
-        return int(best)
 
     def argmax(self) -> tuple:
         """(first position of the largest level, that level)."""

@@ -40,8 +40,8 @@ import numpy as np
 
 from pardnn.repair.footprint import Footprints, distinct, sum_by_key
 from pardnn.repair.knapsack import TwoHeaps
-from pardnn.repair.absorb import absorbs
-from pardnn.repair.rangemax import BLOCK, RangeMax
+from pardnn.repair.absorb import first_absorbing
+from pardnn.repair.rangemax import BLOCK, stacked
 
 
 class RepairRound:
@@ -57,14 +57,15 @@ class RepairRound:
         self.group_dev = self.node_dev[graph.group_nodes[graph.group_ptr[:-1]]]
         self.cost = links.move_cost(self.group_dev, self.node_dev)
         self.times, at = _grid(profile.times)
-        self.absorbs = absorbs.for_size(graph.num_nodes)
+        self.first_absorbing = first_absorbing.for_size(graph.num_nodes)
         self.fp = Footprints(graph, profile, self.k, self.times, on=profile.peak_bytes > self.cap)
-        self.tl = [RangeMax(_on_grid(profile, d, at, len(self.times))) for d in range(self.k)]
+        n = len(self.times)
+        self.tl, self.levels = stacked((_on_grid(profile, d, at, n) for d in range(self.k)), self.k, n)
         self.peak = profile.peak_bytes
         self.busy = np.array(schedule.busy_us, float)
         self.taken = np.array(frozen, bool)
         self.moves, self.stuck = [], []
-        self.copies = [set() for _ in range(self.k)]    # per device: buffers this round copied there
+        self.copied = np.zeros((self.k, len(profile.buf_bytes)), bool)     # buffers this round copied there
         self.gone = np.zeros(graph.num_groups, bool)    # groups moved this round
 
     def run(self):
@@ -154,57 +155,27 @@ class RepairRound:
         return cand[pot > 0], pot[pot > 0]
 
     def _move(self, g, d) -> bool:
-        """Move group g off device d to the best device that can absorb it."""
-        options = np.flatnonzero(self.allowed[g])
-        options = options[options != d]
-        if len(options) == 0:
+        """Move group g off device d to the best device that can absorb it
+        (pardnn.repair.absorb)."""
+        fp, links, tl = self.fp, self.links, self.tl[0]
+        resident = int(links.resident[g])
+        e, j0, j1, nbytes, copied = self.first_absorbing(
+            g, d, self.allowed[g], links.ptr, links.nbr, links.ecost, self.node_dev, self.busy, resident,
+            self.cap, *self.levels, tl.n, BLOCK, self.times, fp.need_ptr, fp.need_lo, fp.need_hi,
+            fp.need_bytes, fp.need_prod, fp.need_buf, fp.need_ready, self.copied)
+        if e < 0:
             return False
-        talk = self.links.affinity(g, self.node_dev, self.k)[options]
-        resident = int(self.links.resident[g])
-        for e in options[np.lexsort((options, self.busy[options], -talk))]:
-            need = self._fit(g, int(e), resident)
-            if need is not None:
-                self._apply(g, d, int(e), resident, need)
-                return True
-        return False
+        self._apply(g, d, int(e), resident, j0, j1, nbytes, copied)
+        return True
 
-    def _need(self, g, e):
-        """(start, end, bytes, buffer, is copy) of what group g would add on device e.
-
-        An input whose producer already runs on e needs no copy. A member's output
-        that an earlier move of this round already copied to e (for a consumer that
-        went there first) is only added for the part before the copy: while it runs."""
-        lo, hi, nbytes, prod, buf, ready = self.fp.needed(g)
-        copy = prod >= 0
-        keep = ~copy | (self.node_dev[np.maximum(prod, 0)] != e)
-        if self.copies[e]:
-            hi = hi.copy()
-            for r in np.flatnonzero(~copy).tolist():
-                if int(buf[r]) in self.copies[e]:
-                    hi[r] = ready[r]
-        keep &= hi > lo
-        return lo[keep], hi[keep], nbytes[keep], buf[keep], copy[keep]
-
-    def _fit(self, g, e, resident):
-        """Segment ranges and bytes group g would add on device e, or None if e cannot
-        take them (pardnn.repair.absorb)."""
-        tl, cap = self.tl[e], int(self.cap[e])
-        if resident and tl.max() + resident > cap:
-            return None
-        lo, hi, nbytes, buf, copy = self._need(g, e)
-        absorbed, j0, j1 = self.absorbs(tl.vals, tl.lazy, tl.bmax, tl.n, BLOCK, self.times,
-                                        lo, hi, nbytes, resident, cap)
-        return (j0, j1, nbytes, buf[copy]) if absorbed else None
-
-    def _apply(self, g, d, e, resident, need):
-        j0, j1, nbytes, copied = need
+    def _apply(self, g, d, e, resident, j0, j1, nbytes, copied):
         self.gone[g] = True
         for r in self.fp.rows(g):
             if self.fp.active[r]:
                 self._free(d, r)
         for a, b, x in zip(j0.tolist(), j1.tolist(), nbytes.tolist()):
             self.tl[e].add(a, b, x)
-        self.copies[e].update(copied.tolist())
+        self.copied[e, copied] = True
         self.tl[d].add(0, self.tl[d].n, -resident)
         self.tl[e].add(0, self.tl[e].n, resident)
         self.busy[d] -= self.links.comp[g]
