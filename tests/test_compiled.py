@@ -2,6 +2,7 @@
 twin gives, on random graphs with ties; and the size rule picks the twin on small
 graphs, the compiled kernel on large ones."""
 
+import copy
 import sys
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from pardnn.placers.pardnn.mapping import _map_in_order, _timeline, map_clusters
 from pardnn.placers.pardnn.slicing import slice_graph
 from pardnn.placers.pardnn.swapping import swap_clusters
 from pardnn.placers.pardnn.switching import _critical_path, _moved_finish, _Timing
+from pardnn.repair.rangemax import BLOCK, RangeMax
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from synth_graph import synth_graph  # noqa: E402
@@ -304,32 +306,62 @@ def test_transfer_numbering(seed):
     assert_same(_numbered.interpreted(*args), expected)
 
 
+def random_timelines(rng, rows, n):
+    """A RangeMax of `rows` timelines of n random levels, with random block offsets
+    (`lazy`) that leave the levels as they are."""
+    tl = RangeMax(rows, n)
+    for d in range(rows):
+        tl.fill(d, rng.integers(0, 1000, n))
+        shift = rng.integers(-300, 300, tl.lazy.shape[1])
+        tl.lazy[d] += shift
+        tl.vals[d] -= np.repeat(shift, BLOCK)
+        tl.bmax[d] -= shift
+    return tl
+
+
+def move_args(g, d, tl, times, node_dev, busy, allowed=None, talk=(), resident=0, cap=None, need=(),
+              copied=None, rows=(), own_rows=None, gone=None, members=None):
+    """move_group's arguments for group g (of 2) leaving device d: its edges `talk`
+    (node, cost), need rows (lo, hi, bytes, producer, buffer, ready) and footprint rows
+    (i0, i1, bytes, active, next, group), the first `own_rows` of them group g's (all
+    by default), the rest the other group's; `members`, its nodes."""
+    k = tl.vals.shape[0]
+    nbr, ecost = (np.array(col, t) for col, t in zip(zip(*talk) if talk else ([], []), (np.int64, float)))
+    need = [np.array(col, t) for col, t in zip(zip(*need) if need else [[]] * 6,
+                                                 (float, float, np.int64, np.int64, np.int64, float))]
+    rows = [np.array(col, t) for col, t in zip(zip(*rows) if rows else [[]] * 6,
+                                                 (np.int64, np.int64, np.int64, bool, np.int64, np.int64))]
+    members = np.arange(len(node_dev)) if members is None else np.asarray(members, np.int64)
+    span = lambda count: np.array([0, count, count] if g == 0 else [0, 0, count], np.int64)   # noqa: E731
+    return (g, d, np.ones(k, bool) if allowed is None else allowed, span(len(nbr)), nbr, ecost, node_dev,
+            busy, np.ones(2), resident, np.full(k, 10**6) if cap is None else cap, tl.vals, tl.lazy,
+            tl.bmax, tl.n, BLOCK, times, span(len(need[0])), *need,
+            np.zeros((k, 1 + int(need[4].max(initial=0))), bool) if copied is None else copied,
+            span(len(rows[0])) if own_rows is None else np.array([0, own_rows, len(rows[0])]), *rows,
+            np.zeros(2, bool) if gone is None else gone,
+            span(len(members)), members)
+
+
 @pytest.mark.parametrize("seed", range(CASES))
 def test_absorbing_a_groups_buffers(seed):
-    """pardnn.repair.absorb, compiled and interpreted, against its definition, on one
-    device to go to: the buffers kept (no copy where the producer runs, a copy made
-    earlier this round held only until ready, empty intervals dropped), the grid
-    segments of each, and no segment the group adds bytes to passing the capacity,
-    read from a RangeMax after random edits."""
-    from pardnn.repair.absorb import first_absorbing
-    from pardnn.repair.rangemax import BLOCK, stacked
+    """pardnn.repair.move's test of a target, compiled and interpreted, against its
+    definition: the buffers kept (no copy where the producer runs, a copy made earlier
+    this round held only until ready, empty intervals dropped), the grid segments of
+    each, and no segment the group adds bytes to passing the capacity; and when it
+    fits, exactly those bytes added to the target's levels."""
+    from pardnn.repair.move import move_group
     rng = np.random.default_rng(seed)
-    n = int(rng.integers(1, 3 * BLOCK))
-    times = np.unique(rng.integers(0, 4 * n, n).astype(float))
+    times = np.unique(rng.integers(0, 12 * BLOCK, int(rng.integers(1, 3 * BLOCK))).astype(float))
     n = len(times)
-    tls, store = stacked([np.zeros(n, np.int64), rng.integers(0, 1000, n)], 2, n)
-    for _ in range(int(rng.integers(0, 20))):
-        a = int(rng.integers(0, n))
-        tls[1].add(a, int(rng.integers(a, n + 1)), int(rng.integers(-300, 300)))
     m = int(rng.integers(0, 8))
     lo = rng.choice(np.r_[times, rng.uniform(-5, 4 * n + 5, n)], m)
     hi = lo + rng.choice([0.0, 0.5, 3.0, float(n)], m)
     ready = lo + rng.choice([0.0, 0.5, 1.0], m)
-    nbytes, buf = rng.integers(0, 400, m), rng.permutation(m).astype(np.int64)
+    nbytes, buf = rng.integers(0, 400, m), rng.permutation(m)
     node_dev = rng.integers(0, 2, 4)
-    prod = rng.choice([-1, 0, 1, 2, 3], m).astype(np.int64)
+    prod = rng.choice([-1, 0, 1, 2, 3], m)
     copied = rng.random((2, m)) < 0.5
-    resident, cap = int(rng.integers(0, 100)), np.array([0, int(rng.integers(800, 1800))])
+    resident, cap = int(rng.integers(0, 100)), np.array([10**6, int(rng.integers(800, 1800))])
     end = np.where((prod < 0) & copied[1, buf], ready, hi)
     keep = ((prod < 0) | (node_dev[np.maximum(prod, 0)] != 1)) & (end > lo)
     j0 = np.maximum(np.searchsorted(times, lo[keep], side="right") - 1, 0)
@@ -337,18 +369,61 @@ def test_absorbing_a_groups_buffers(seed):
     added = np.zeros(n + 1, np.int64)
     for a, b, x in zip(j0, j1, nbytes[keep]):
         added[a:b] += x
-    levels, added = tls[1].levels(), added[:n]
-    fits = levels.max() + resident <= cap[1] or not resident
-    fits = fits and not np.any((added > 0) & (levels + added + resident > cap[1]))
-    args = (0, 0, np.ones(2, bool), np.zeros(2, np.int64), np.zeros(0, np.int64), np.zeros(0), node_dev,
-            np.zeros(2), resident, cap, *store, n, BLOCK, times, np.array([0, m]), lo, hi, nbytes, prod,
-            buf, ready, copied)
-    for run in (first_absorbing.compiled, first_absorbing.interpreted):
-        e, got0, got1, got_bytes, got_copies = run(*args)
+    tl = random_timelines(rng, 2, n)
+    levels, added = tl.levels(1), added[:n]
+    fits = (levels.max() + resident <= cap[1] or not resident) and not np.any(
+        (added > 0) & (levels + added + resident > cap[1]))
+    for run in (move_group.compiled, move_group.interpreted):
+        moved = copy.deepcopy(tl)
+        flags = copied.copy()
+        e = run(*move_args(0, 0, moved, times, node_dev.copy(), np.zeros(2), resident=resident, cap=cap,
+                           need=list(zip(lo, hi, nbytes, prod, buf, ready)), copied=flags))
         assert e == (1 if fits else -1)
-        if fits:
-            assert np.array_equal(got0, j0) and np.array_equal(got1, j1)
-            assert np.array_equal(got_bytes, nbytes[keep]) and np.array_equal(got_copies, buf[keep & (prod >= 0)])
+        assert np.array_equal(moved.levels(1), levels + (added + resident if fits else 0))
+        assert np.array_equal(moved.levels(0), tl.levels(0) - (resident if fits else 0))
+        assert np.array_equal(flags[1], copied[1] | (fits & np.isin(np.arange(m), buf[keep & (prod >= 0)])))
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_a_move_frees_its_rows_down_their_chains(seed):
+    """A move frees the group's active footprint rows on its device and passes each
+    buffer down its chain: the next row becomes active, and is freed at once if its
+    group has left already (pardnn.repair.chains); then its nodes and compute time
+    go to the target. Compiled and interpreted, against plain arrays."""
+    from pardnn.repair.move import move_group
+    rng = np.random.default_rng(seed)
+    n, own, rows = int(rng.integers(1, 3 * BLOCK)), int(rng.integers(0, 6)), int(rng.integers(0, 10))
+    total = own + rows
+    i0 = rng.integers(-3, n + 3, total)
+    i1 = i0 + rng.integers(0, n + 1, total)
+    nbytes, active = rng.integers(-50, 400, total), rng.random(total) < 0.5
+    nxt = np.array([int(rng.integers(max(r + 1, own), total + 1)) if rng.random() < 0.7 else total
+                    for r in range(total)])
+    nxt = np.where(nxt >= total, -1, nxt)
+    group = np.r_[np.zeros(own, np.int64), np.ones(rows, np.int64)]
+    gone = np.array([False, bool(rng.random() < 0.5)])
+    tl = random_timelines(rng, 2, n)
+    expected, flags, left = tl.levels(0), active.copy(), gone.copy()
+    left[0] = True
+    for r in range(own):
+        h = r if flags[r] else -1
+        while h >= 0:
+            expected[max(i0[h], 0):min(i1[h], n)] -= nbytes[h]
+            h = nxt[h]
+            if h < 0 or flags[h]:
+                break
+            flags[h] = True
+            if not left[group[h]]:
+                break
+    for run in (move_group.compiled, move_group.interpreted):
+        moved, state = copy.deepcopy(tl), active.copy()
+        node_dev, busy, left = np.array([0, 0, 1]), np.array([3.0, 4.0]), gone.copy()
+        e = run(*move_args(0, 0, moved, np.arange(float(n)), node_dev, busy, rows=list(
+            zip(i0, i1, nbytes, state, nxt, group)), own_rows=own, gone=left, members=[0, 2]))
+        assert e == 1 and left[0] and np.array_equal(moved.levels(0), expected)
+        assert np.array_equal(moved.levels(1), tl.levels(1))
+        assert node_dev.tolist() == [1, 0, 1] and busy.tolist() == [2.0, 5.0]
+        assert moved.argmax(0) == (int(np.argmax(expected)), int(expected.max()))
 
 
 @pytest.mark.parametrize("seed", range(CASES))
@@ -356,8 +431,7 @@ def test_target_preference(seed):
     """Where a moved group goes when every device could take it: the allowed device,
     other than its own, it communicates with most (summed edge by edge), then the
     least busy, then the lowest index; compiled and interpreted alike."""
-    from pardnn.repair.absorb import first_absorbing
-    from pardnn.repair.rangemax import BLOCK, stacked
+    from pardnn.repair.move import move_group
     rng = np.random.default_rng(seed)
     k, edges = int(rng.integers(1, 9)), int(rng.integers(0, 12))
     node_dev = rng.integers(0, k, 20)
@@ -367,13 +441,13 @@ def test_target_preference(seed):
     talk = np.bincount(node_dev[nbr], ecost, minlength=k)
     options = np.flatnonzero(allowed & (np.arange(k) != d))
     expected = options[np.lexsort((options, busy[options], -talk[options]))][0] if len(options) else -1
-    tls, store = stacked((np.zeros(3, np.int64) for _ in range(k)), k, 3)
-    none = np.zeros(0, np.int64)
-    args = (0, d, allowed, np.array([0, edges]), nbr, ecost, node_dev, busy, 5, np.full(k, 10), *store, 3,
-            BLOCK, np.arange(3.0), np.zeros(2, np.int64), np.zeros(0), np.zeros(0), none, none, none,
-            np.zeros(0), np.zeros((k, 1), bool))
-    assert first_absorbing.compiled(*args)[0] == expected
-    assert first_absorbing.interpreted(*args)[0] == expected
+    for run in (move_group.compiled, move_group.interpreted):
+        tl = RangeMax(k, 3)
+        for e in range(k):
+            tl.fill(e, np.zeros(3, np.int64))
+        args = move_args(0, d, tl, np.arange(3.0), node_dev.copy(), busy.copy(), allowed=allowed,
+                         talk=list(zip(nbr, ecost)), members=[])
+        assert run(*args) == expected
 
 
 @pytest.mark.parametrize("seed", range(CASES))

@@ -1,15 +1,14 @@
-"""A device's memory timeline that the overflow repair edits move by move: range add and
-the first position of the maximum, each in O(sqrt n) numpy work; pardnn.repair.absorb
-reads range maxima from the same arrays.
+"""The devices' memory timelines that the overflow repair edits move by move: range add,
+range maximum and the first position of the maximum, each in O(sqrt n) work.
 
 Why: the repair (pardnn.repair.overflow_repair) moves thousands of colocation groups per
 round between two emulations, and each move changes a device's memory over long
 stretches of the step (an activation lives from the forward to the backward pass).
-Updating the level array slice by slice would cost O(n) per move; square-root
+Updating the level array entry by entry would cost O(n) per move; square-root
 decomposition keeps a lazy offset and the maximum per block of `BLOCK` entries, so
-an update or a query touches at most two partial blocks plus one slice of the block
-arrays. A segment tree would be O(log n) but needs a Python loop per level; the
-blocks stay inside numpy calls.
+an update or a query touches at most two partial blocks plus the block arrays between.
+The edits and range maxima run in pardnn.repair.move's kernel; this module holds the
+arrays and the queries the repair makes between moves.
 """
 
 from __future__ import annotations
@@ -25,58 +24,34 @@ def blocks(n: int) -> int:
     return max(-(-n // BLOCK), 1)
 
 
-def stacked(levels, rows: int, n: int) -> tuple:
-    """(timelines, (vals, lazy, bmax)): a RangeMax for each of the `rows` arrays of n
-    levels that `levels` yields, kept in rows of three shared arrays, so that a kernel
-    can read every timeline at once."""
-    nb = blocks(n)
-    store = (np.empty((rows, nb * BLOCK), np.int64), np.empty((rows, nb), np.int64),
-             np.empty((rows, nb), np.int64))
-    return [RangeMax(row, tuple(a[d] for a in store)) for d, row in enumerate(levels)], store
-
-
 class RangeMax:
-    """Integer levels over positions 0..n-1 with range add and range max."""
+    """The integer levels of K timelines over positions 0..n-1, one row each, in blocks
+    of BLOCK positions: a position's level is its `vals` entry plus its block's `lazy`
+    offset, and `bmax` holds each block's highest `vals` entry. Adding x to a range
+    adds it entry by entry in the two partial blocks at its ends (then re-takes their
+    maxima) and to `lazy` in the blocks between; pardnn.repair.move does that, and reads
+    range maxima, in its kernel."""
 
-    def __init__(self, levels, store=None):
-        """`store`, when given, is (vals, lazy, bmax): rows of shared arrays to keep
-        the structure in (see `stacked`)."""
-        levels = np.asarray(levels, np.int64)
-        self.n = len(levels)
-        nb = blocks(self.n)
-        self.vals, self.lazy, self.bmax = (np.empty(nb * BLOCK, np.int64), np.empty(nb, np.int64),
-                                           np.empty(nb, np.int64)) if store is None else store
-        self.vals[:] = _PAD
-        self.vals[:self.n] = levels
-        self.lazy[:] = 0
-        self.bmax[:] = self.vals.reshape(nb, BLOCK).max(axis=1)
+    def __init__(self, rows: int, n: int):
+        nb = blocks(n)
+        self.n = n
+        self.vals = np.full((rows, nb * BLOCK), _PAD, np.int64)
+        self.lazy = np.zeros((rows, nb), np.int64)
+        self.bmax = np.full((rows, nb), _PAD, np.int64)
 
-    def _fix(self, b):
-        self.bmax[b] = self.vals[b * BLOCK:(b + 1) * BLOCK].max()
+    def fill(self, d: int, levels) -> None:
+        """Set row d's levels (n of them), with no offsets."""
+        self.vals[d, :self.n] = levels
+        self.lazy[d] = 0
+        self.bmax[d] = self.vals[d].reshape(-1, BLOCK).max(axis=1)
 
-    def add(self, lo: int, hi: int, x: int) -> None:
-        """Add x to positions lo..hi-1 (nothing when the range is empty)."""
-        lo, hi = max(lo, 0), min(hi, self.n)
-        if lo >= hi:
-            return
-        bl, br = lo // BLOCK, (hi - 1) // BLOCK
-        if bl == br:
-            self.vals[lo:hi] += x
-            self._fix(bl)
-            return
-        self.vals[lo:(bl + 1) * BLOCK] += x
-        self._fix(bl)
-        self.lazy[bl + 1:br] += x
-        self.vals[br * BLOCK:hi] += x
-        self._fix(br)
-
-    def argmax(self) -> tuple:
-        """(first position of the largest level, that level)."""
-        tops = self.bmax + self.lazy
+    def argmax(self, d: int) -> tuple:
+        """(first position of row d's largest level, that level)."""
+        tops = self.bmax[d] + self.lazy[d]
         b = int(np.argmax(tops))
-        i = b * BLOCK + int(np.argmax(self.vals[b * BLOCK:(b + 1) * BLOCK]))
+        i = b * BLOCK + int(np.argmax(self.vals[d, b * BLOCK:(b + 1) * BLOCK]))
         return i, int(tops[b])
 
-    def levels(self) -> np.ndarray:
-        """The current levels as a plain array (for tests and checks)."""
-        return self.vals[:self.n] + np.repeat(self.lazy, BLOCK)[:self.n]
+    def levels(self, d: int) -> np.ndarray:
+        """Row d's current levels as a plain array (for tests and checks)."""
+        return self.vals[d, :self.n] + np.repeat(self.lazy[d], BLOCK)[:self.n]

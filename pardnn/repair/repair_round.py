@@ -40,8 +40,8 @@ import numpy as np
 
 from pardnn.repair.footprint import Footprints, distinct, sum_by_key
 from pardnn.repair.knapsack import TwoHeaps
-from pardnn.repair.absorb import first_absorbing
-from pardnn.repair.rangemax import BLOCK, stacked
+from pardnn.repair.move import move_group
+from pardnn.repair.rangemax import BLOCK, RangeMax
 
 
 class RepairRound:
@@ -57,10 +57,11 @@ class RepairRound:
         self.group_dev = self.node_dev[graph.group_nodes[graph.group_ptr[:-1]]]
         self.cost = links.move_cost(self.group_dev, self.node_dev)
         self.times, at = _grid(profile.times)
-        self.first_absorbing = first_absorbing.for_size(graph.num_nodes)
+        self.move_group = move_group.for_size(graph.num_nodes)
         self.fp = Footprints(graph, profile, self.k, self.times, on=profile.peak_bytes > self.cap)
-        n = len(self.times)
-        self.tl, self.levels = stacked((_on_grid(profile, d, at, n) for d in range(self.k)), self.k, n)
+        self.tl = RangeMax(self.k, len(self.times))
+        for d in range(self.k):
+            self.tl.fill(d, _on_grid(profile, d, at, len(self.times)))
         self.peak = profile.peak_bytes
         self.busy = np.array(schedule.busy_us, float)
         self.taken = np.array(frozen, bool)
@@ -80,7 +81,7 @@ class RepairRound:
         rows = self.fp.on_device(d)
         resident = np.flatnonzero((self.group_dev == d) & (self.links.resident > 0))
         while True:
-            i, level = self.tl[d].argmax()
+            i, level = self.tl.argmax(d)
             overflow = level - int(self.cap[d])
             if overflow <= 0:
                 return
@@ -156,46 +157,18 @@ class RepairRound:
 
     def _move(self, g, d) -> bool:
         """Move group g off device d to the best device that can absorb it
-        (pardnn.repair.absorb)."""
-        fp, links, tl = self.fp, self.links, self.tl[0]
-        resident = int(links.resident[g])
-        e, j0, j1, nbytes, copied = self.first_absorbing(
-            g, d, self.allowed[g], links.ptr, links.nbr, links.ecost, self.node_dev, self.busy, resident,
-            self.cap, *self.levels, tl.n, BLOCK, self.times, fp.need_ptr, fp.need_lo, fp.need_hi,
-            fp.need_bytes, fp.need_prod, fp.need_buf, fp.need_ready, self.copied)
+        (pardnn.repair.move)."""
+        fp, links, tl, graph = self.fp, self.links, self.tl, self.graph
+        e = self.move_group(
+            g, d, self.allowed[g], links.ptr, links.nbr, links.ecost, self.node_dev, self.busy, links.comp,
+            int(links.resident[g]), self.cap, tl.vals, tl.lazy, tl.bmax, tl.n, BLOCK, self.times,
+            fp.need_ptr, fp.need_lo, fp.need_hi, fp.need_bytes, fp.need_prod, fp.need_buf, fp.need_ready,
+            self.copied, fp.ptr, fp.i0, fp.i1, fp.bytes, fp.active, fp.next, fp.group, self.gone,
+            graph.group_ptr, graph.group_nodes)
         if e < 0:
             return False
-        self._apply(g, d, int(e), resident, j0, j1, nbytes, copied)
+        self.moves.append((g, int(e)))
         return True
-
-    def _apply(self, g, d, e, resident, j0, j1, nbytes, copied):
-        self.gone[g] = True
-        for r in self.fp.rows(g):
-            if self.fp.active[r]:
-                self._free(d, r)
-        for a, b, x in zip(j0.tolist(), j1.tolist(), nbytes.tolist()):
-            self.tl[e].add(a, b, x)
-        self.copied[e, copied] = True
-        self.tl[d].add(0, self.tl[d].n, -resident)
-        self.tl[e].add(0, self.tl[e].n, resident)
-        self.busy[d] -= self.links.comp[g]
-        self.busy[e] += self.links.comp[g]
-        self.node_dev[self.graph.group_members(g)] = e
-        self.moves.append((g, e))
-
-    def _free(self, d, r):
-        """Take row r off device d's timeline and pass the buffer to the next group of
-        its chain, freeing that row too if its group has already left."""
-        fp = self.fp
-        while True:
-            self.tl[d].add(int(fp.i0[r]), int(fp.i1[r]), -int(fp.bytes[r]))
-            r = fp.next[r]
-            if r < 0 or fp.active[r]:
-                return
-            fp.active[r] = True
-            if not self.gone[fp.group[r]]:
-                return
-
 
 def _grid(times):
     """(grid, at): the event times of all devices, sorted and distinct, one grid for

@@ -1,0 +1,158 @@
+"""Moving one colocation group off an overflowing device in a repair round (thesis
+§4.1.2: a node moves "only to a device whose emulated memory can absorb it"): choose
+where it goes, and update the round's memory timelines for the move. Done for every
+move of a round, tens of thousands per round, so a kernel (pardnn.compiled).
+
+Where it goes (pardnn.repair.repair_round's module docstring): the first device, in
+order of preference, that absorbs it. The order: the devices the group's pins allow,
+other than its own, by the communication time between the group and each device's
+nodes (most first; summed edge by edge in edge order, as numpy's bincount sums), then
+the device's compute time, then its index.
+
+What the group adds on device e: its resident state over the whole step, and the
+buffers it would need there (pardnn.repair.footprint's `need_*` rows): an input whose
+producer already runs on e needs no copy; a member's output that an earlier move of
+this round already copied to e (for a consumer that went there first; `copied`) is
+added only while it is written, up to `ready`; an empty interval adds nothing.
+
+On the repair's grid an interval [lo, hi) holds segments j0..j1-1: j0 the segment that
+contains lo, j1 the first segment starting at or after hi, and at least one segment.
+The device absorbs the group when, on every segment the group adds bytes to, its level
+there (pardnn.repair.rangemax) plus those bytes plus the group's resident state stays
+within the capacity, and its highest level plus the resident state does too. Levels
+are whole bytes, so the answer is exact.
+
+The move then frees the group's active footprint rows on its device, passing each
+buffer down its chain of readers (pardnn.repair.chains: a row whose group has left
+already is freed at once), adds the buffers it needs and its resident state on the
+target, marks the copies it made, and moves its compute time and its nodes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pardnn.compiled import kernel
+
+
+@kernel
+def move_group(g, d, allowed, ptr, nbr, ecost, node_dev, busy, comp, resident, cap,
+               vals, lazy, bmax, n, block, times,
+               need_ptr, need_lo, need_hi, need_bytes, need_prod, need_buf, need_ready, copied,
+               row_ptr, row_i0, row_i1, row_bytes, row_active, row_next, row_group, gone,
+               group_ptr, group_nodes):
+    """Move group g off device d to the first device that absorbs it (see the module
+    docstring), updating the timelines (`vals`, `lazy`, `bmax`: pardnn.repair.rangemax's
+    arrays), `copied`, the footprint rows' `row_active`, `gone`, `busy` and `node_dev`;
+    the device it went to, or -1 (nothing changed) when none can take it."""
+    k = cap.shape[0]
+
+    def row_max(e, lo, hi):
+        """The highest level of device e over positions lo..hi-1 (lo < hi)."""
+        bl, br = lo // block, (hi - 1) // block
+        top = vals[e, lo:min(hi, (bl + 1) * block)].max() + lazy[e, bl]
+        if br > bl:
+            top = max(top, vals[e, br * block:hi].max() + lazy[e, br])
+        for q in range(bl + 1, br):
+            top = max(top, bmax[e, q] + lazy[e, q])
+        return top
+
+    def add(e, lo, hi, x):
+        """Add x to device e's levels over positions lo..hi-1 (clipped to 0..n)."""
+        lo, hi = max(lo, 0), min(hi, n)
+        if lo >= hi:
+            return
+        bl, br = lo // block, (hi - 1) // block
+        vals[e, lo:min(hi, (bl + 1) * block)] += x
+        bmax[e, bl] = vals[e, bl * block:(bl + 1) * block].max()
+        if br > bl:
+            lazy[e, bl + 1:br] += x
+            vals[e, br * block:hi] += x
+            bmax[e, br] = vals[e, br * block:(br + 1) * block].max()
+
+    def first_at_or_after(t, strict):
+        """The first grid position whose time is > t (strict) or >= t."""
+        a, b = 0, times.shape[0]
+        while a < b:
+            mid = (a + b) // 2
+            if times[mid] > t or (not strict and times[mid] == t):
+                b = mid
+            else:
+                a = mid + 1
+        return a
+
+    talk = np.zeros(k)
+    for i in range(ptr[g], ptr[g + 1]):
+        talk[node_dev[nbr[i]]] += ecost[i]
+    options = np.empty(k, np.int64)
+    m = 0
+    for e in range(k):
+        if allowed[e] and e != d:
+            j = m                                   # insertion by (-talk, busy, index)
+            while j > 0 and (talk[e] > talk[options[j - 1]]
+                             or (talk[e] == talk[options[j - 1]] and busy[e] < busy[options[j - 1]])):
+                options[j] = options[j - 1]
+                j -= 1
+            options[j] = e
+            m += 1
+
+    lo_g, hi_g = need_ptr[g], need_ptr[g + 1]
+    target = -1
+    for o in range(m):
+        e = options[o]
+        if resident and row_max(e, 0, n) + resident > cap[e]:
+            continue
+        keep = np.zeros(hi_g - lo_g, np.bool_)
+        end = np.empty(hi_g - lo_g)
+        for r in range(lo_g, hi_g):
+            copy = need_prod[r] >= 0
+            end[r - lo_g] = need_ready[r] if not copy and copied[e, need_buf[r]] else need_hi[r]
+            keep[r - lo_g] = (not copy or node_dev[need_prod[r]] != e) and end[r - lo_g] > need_lo[r]
+        rows = np.flatnonzero(keep)
+        j0, j1 = np.empty(rows.shape[0], np.int64), np.empty(rows.shape[0], np.int64)
+        for s in range(rows.shape[0]):
+            j0[s] = max(first_at_or_after(need_lo[lo_g + rows[s]], True) - 1, 0)
+            j1[s] = max(first_at_or_after(end[rows[s]], False), j0[s] + 1)
+        cuts = np.unique(np.concatenate((j0, j1)))
+        step = np.zeros(cuts.shape[0], np.int64)
+        for s in range(rows.shape[0]):
+            step[np.searchsorted(cuts, j0[s])] += need_bytes[lo_g + rows[s]]
+            step[np.searchsorted(cuts, j1[s])] -= need_bytes[lo_g + rows[s]]
+        level, fits = 0, True
+        for i in range(cuts.shape[0] - 1):
+            level += step[i]
+            a, b = max(cuts[i], 0), min(cuts[i + 1], n)
+            if level > 0 and a < b and row_max(e, a, b) + level + resident > cap[e]:
+                fits = False
+                break
+        if fits:
+            target = e
+            break
+    if target < 0:
+        return -1
+
+    e = target
+    gone[g] = True
+    for r in range(row_ptr[g], row_ptr[g + 1]):
+        if row_active[r]:
+            h = r
+            while True:                             # free it, and pass the buffer down its chain
+                add(d, row_i0[h], row_i1[h], -row_bytes[h])
+                h = row_next[h]
+                if h < 0 or row_active[h]:
+                    break
+                row_active[h] = True
+                if not gone[row_group[h]]:
+                    break
+    for s in range(rows.shape[0]):
+        add(e, j0[s], j1[s], need_bytes[lo_g + rows[s]])
+    for s in range(rows.shape[0]):
+        if need_prod[lo_g + rows[s]] >= 0:
+            copied[e, need_buf[lo_g + rows[s]]] = True
+    add(d, 0, n, -resident)
+    add(e, 0, n, resident)
+    busy[d] -= comp[g]
+    busy[e] += comp[g]
+    for i in range(group_ptr[g], group_ptr[g + 1]):
+        node_dev[group_nodes[i]] = e
+    return e
