@@ -309,9 +309,8 @@ def test_transfer_numbering(seed):
 def random_timelines(rng, rows, n):
     """A RangeMax of `rows` timelines of n random levels, with random block offsets
     (`lazy`) that leave the levels as they are."""
-    tl = RangeMax(rows, n)
+    tl = RangeMax(rng.integers(0, 1000, (rows, n)), rows, n)
     for d in range(rows):
-        tl.fill(d, rng.integers(0, 1000, n))
         shift = rng.integers(-300, 300, tl.lazy.shape[1])
         tl.lazy[d] += shift
         tl.vals[d] -= np.repeat(shift, BLOCK)
@@ -442,9 +441,7 @@ def test_target_preference(seed):
     options = np.flatnonzero(allowed & (np.arange(k) != d))
     expected = options[np.lexsort((options, busy[options], -talk[options]))][0] if len(options) else -1
     for run in (move_group.compiled, move_group.interpreted):
-        tl = RangeMax(k, 3)
-        for e in range(k):
-            tl.fill(e, np.zeros(3, np.int64))
+        tl = RangeMax(np.zeros((k, 3), np.int64), k, 3)
         args = move_args(0, d, tl, np.arange(3.0), node_dev.copy(), busy.copy(), allowed=allowed,
                          talk=list(zip(nbr, ecost)), members=[])
         assert run(*args) == expected

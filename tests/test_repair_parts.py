@@ -83,9 +83,7 @@ def test_rangemax_matches_a_plain_array(reached):
         ref = rng.integers(-50, 51, (rows, n)) * rng.integers(0, 3, (rows, 1))
         for d in range(rows):                   # two equal peaks: the first is the answer
             ref[d, rng.integers(0, n, 2)] = 101 + int(rng.integers(0, 2))
-        tl = RangeMax(rows, n)
-        for d in range(rows):
-            tl.fill(d, ref[d])
+        tl = RangeMax(ref, rows, n)
         far = False
         for d in range(rows):
             i, top = tl.argmax(d)

@@ -32,18 +32,17 @@ class RangeMax:
     maxima) and to `lazy` in the blocks between; pardnn.repair.move does that, and reads
     range maxima, in its kernel."""
 
-    def __init__(self, rows: int, n: int):
+    def __init__(self, levels, rows: int, n: int):
+        """The `rows` timelines of n levels each that `levels` yields, with no offsets."""
         nb = blocks(n)
         self.n = n
-        self.vals = np.full((rows, nb * BLOCK), _PAD, np.int64)
+        self.vals = np.empty((rows, nb * BLOCK), np.int64)     # every entry is written below
+        self.vals[:, n:] = _PAD
         self.lazy = np.zeros((rows, nb), np.int64)
-        self.bmax = np.full((rows, nb), _PAD, np.int64)
-
-    def fill(self, d: int, levels) -> None:
-        """Set row d's levels (n of them), with no offsets."""
-        self.vals[d, :self.n] = levels
-        self.lazy[d] = 0
-        self.bmax[d] = self.vals[d].reshape(-1, BLOCK).max(axis=1)
+        self.bmax = np.empty((rows, nb), np.int64)
+        for d, row in zip(range(rows), levels):
+            self.vals[d, :n] = row
+            self.bmax[d] = self.vals[d].reshape(nb, BLOCK).max(axis=1)
 
     def argmax(self, d: int) -> tuple:
         """(first position of row d's largest level, that level)."""

@@ -59,9 +59,8 @@ class RepairRound:
         self.times, at = _grid(profile.times)
         self.move_group = move_group.for_size(graph.num_nodes)
         self.fp = Footprints(graph, profile, self.k, self.times, on=profile.peak_bytes > self.cap)
-        self.tl = RangeMax(self.k, len(self.times))
-        for d in range(self.k):
-            self.tl.fill(d, _on_grid(profile, d, at, len(self.times)))
+        n = len(self.times)
+        self.tl = RangeMax((_on_grid(profile, d, at, n) for d in range(self.k)), self.k, n)
         self.peak = profile.peak_bytes
         self.busy = np.array(schedule.busy_us, float)
         self.taken = np.array(frozen, bool)
