@@ -222,9 +222,10 @@ def _levels_by_numpy(k, by_time, ev_dev, ev_time, ev_delta):
 
 @kernel
 def _levels(k, by_time, ev_dev, ev_time, ev_delta):
-    """`_levels_by_numpy` in two passes: the events of each device gathered in time
-    order (a counting sort), then each device's levels summed from zero, one point
-    kept per distinct time."""
+    """`_levels_by_numpy` in three passes: the events of each device gathered in time
+    order (a counting sort), the distinct times counted, then each device's levels
+    summed from zero, one point kept per distinct time (arrays of the exact size: at
+    1M nodes the events are tens of MB)."""
     n = by_time.shape[0]
     start = np.zeros(k + 1, np.int64)
     for i in range(n):
@@ -235,8 +236,13 @@ def _levels(k, by_time, ev_dev, ev_time, ev_delta):
     for i in by_time:
         order[fill[ev_dev[i]]] = i
         fill[ev_dev[i]] += 1
+    points = 0
+    for d in range(k):
+        for j in range(start[d], start[d + 1]):
+            if j + 1 == start[d + 1] or ev_time[order[j + 1]] != ev_time[order[j]]:
+                points += 1
     time_ptr = np.zeros(k + 1, np.int64)
-    times, levels = np.empty(n), np.empty(n, np.int64)
+    times, levels = np.empty(points), np.empty(points, np.int64)
     out = 0
     for d in range(k):
         level = 0
@@ -247,7 +253,7 @@ def _levels(k, by_time, ev_dev, ev_time, ev_delta):
                 times[out], levels[out] = ev_time[i], level
                 out += 1
         time_ptr[d + 1] = out
-    return time_ptr, times[:out].copy(), levels[:out].copy()
+    return time_ptr, times, levels
 
 
 def _peaks(k, time_ptr, times, levels):

@@ -92,7 +92,11 @@ def _consumer_blocks(succ_ptr, edge_dst, edge_slot, node_device, group, finish, 
     n, m, k = succ_ptr.shape[0] - 1, edge_dst.shape[0], on.shape[0]
     keys, starts = np.empty(m, np.int64), np.empty(m + 1, np.int64)
     grp, fin = np.empty(m, np.int64), np.empty(m)
-    dev_s, grp_s, fin_s, idx = np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m), np.empty(m, np.int64)
+    most = 0                                        # one producer's consumers at a time
+    for u in range(n):
+        most = max(most, succ_ptr[u + 1] - succ_ptr[u])
+    dev_s, grp_s, idx = np.empty(most, np.int64), np.empty(most, np.int64), np.empty(most, np.int64)
+    fin_s = np.empty(most)
     seen = np.full(num_groups, -1, np.int64)        # the key a group was last kept under
 
     def before(a, b):
@@ -133,7 +137,7 @@ def _consumer_blocks(succ_ptr, edge_dst, edge_slot, node_device, group, finish, 
             grp[out], fin[out] = grp_s[a], fin_s[a]
             out += 1
     starts[blocks] = out
-    return keys[:blocks].copy(), starts[:blocks + 1].copy(), grp[:out].copy(), fin[:out].copy()
+    return keys[:blocks], starts[:blocks + 1], grp[:out], fin[:out]
 
 
 def _chains(p, bufs, at, starts, cgroup, cfin):
