@@ -106,7 +106,7 @@ def track_memory(graph, cluster, device, schedule) -> MemoryProfile:
     time_ptr, times, levels = _timelines(
         k, resident, np.concatenate([dev, device[scratch]]),
         np.concatenate([alloc, schedule.start[scratch]]), np.concatenate([free, schedule.finish[scratch]]),
-        np.concatenate([nbytes, graph.temp_bytes[scratch]]))
+        np.concatenate([nbytes, graph.temp_bytes[scratch]]), graph.num_nodes)
     peak_bytes, peak_time = _peaks(k, time_ptr, times, levels)
     own = np.where(graph.kind == NORMAL, graph.out_bytes, 0) + graph.temp_bytes
     return MemoryProfile(
@@ -122,11 +122,11 @@ def _resident(graph, device, k):
     return np.bincount(device, held, minlength=k).astype(np.int64)
 
 
-def _last_consumer(n_groups, group, finish, consumer):
+def _last_consumer(n_groups, group, finish, consumer, nodes):
     """Per group: the latest consumer finish and who (ties: highest node id); -inf and
-    -1 if none. INTERPRETED_BELOW entries or more run the kernel `_latest`, fewer
-    numpy's scatter-maxima (`_latest_by_numpy`): the same answer."""
-    if len(finish) < INTERPRETED_BELOW:
+    -1 if none. Graphs of INTERPRETED_BELOW `nodes` or more run the kernel `_latest`,
+    smaller ones numpy's scatter-maxima (`_latest_by_numpy`): the same answer."""
+    if nodes < INTERPRETED_BELOW:
         return _latest_by_numpy(n_groups, group, finish, consumer)
     return _latest.compiled(n_groups, group, finish, consumer)
 
@@ -160,11 +160,11 @@ def _own_outputs(graph, device, schedule):
     data = graph.edge_slot >= 0
     local = np.flatnonzero(data & (device[src] == device[dst]))
     consumer_free, owner = _last_consumer(n, src[local].astype(np.int64),
-                                          schedule.finish[dst[local]], dst[local].astype(np.int64))
+                                          schedule.finish[dst[local]], dst[local].astype(np.int64), n)
     moved = np.flatnonzero(schedule.edge_transfer >= 0)
     moved = moved[data[moved]]
     sent_free, _ = _last_consumer(n, src[moved].astype(np.int64),
-                                  schedule.transfer_arrival[schedule.edge_transfer[moved]], moved)
+                                  schedule.transfer_arrival[schedule.edge_transfer[moved]], moved, n)
     other = np.maximum(schedule.finish, sent_free)
     owner = np.where(consumer_free > other, owner, -1)
     free = np.maximum(consumer_free, other)
@@ -179,22 +179,23 @@ def _received_copies(graph, schedule):
     moved = np.flatnonzero(schedule.edge_transfer >= 0)
     moved = moved[graph.edge_slot[moved] >= 0]
     consumer = graph.edge_dst[moved].astype(np.int64)
-    free, owner = _last_consumer(m, schedule.edge_transfer[moved], schedule.finish[consumer], consumer)
+    free, owner = _last_consumer(m, schedule.edge_transfer[moved], schedule.finish[consumer], consumer,
+                                 graph.num_nodes)
     nbytes = np.where(graph.edge_slot[schedule.transfer_edge] >= 0, schedule.transfer_bytes, 0)
     return (schedule.transfer_dst.astype(np.int64), schedule.transfer_arrival, free, nbytes,
             graph.edge_src[schedule.transfer_edge].astype(np.int64), owner, schedule.transfer_arrival)
 
 
-def _timelines(k, resident, dev, alloc, free, nbytes):
+def _timelines(k, resident, dev, alloc, free, nbytes, nodes):
     """Per-device step functions of bytes in use, one point per distinct event time:
-    (time_ptr, times, levels). The events sorted by time, INTERPRETED_BELOW of them or
-    more are sorted by device and summed by the kernel `_levels`, fewer by numpy
-    (`_levels_by_numpy`): the same step functions."""
+    (time_ptr, times, levels). The events sorted by time are sorted by device and summed
+    by the kernel `_levels` on graphs of INTERPRETED_BELOW `nodes` or more, by numpy
+    (`_levels_by_numpy`) on smaller ones: the same step functions."""
     ev_dev = np.concatenate([np.arange(k), dev, dev])
     ev_time = np.concatenate([np.zeros(k), alloc, free])
     ev_delta = np.concatenate([resident, nbytes, -nbytes])
     by_time = np.argsort(ev_time)
-    if len(by_time) < INTERPRETED_BELOW:
+    if nodes < INTERPRETED_BELOW:
         return _levels_by_numpy(k, by_time, ev_dev, ev_time, ev_delta)
     return _levels.compiled(k, by_time, ev_dev, ev_time, ev_delta)
 
