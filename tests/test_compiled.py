@@ -45,6 +45,18 @@ def random_graph(seed):
     return g, rng
 
 
+def calls_of(monkeypatch, module, name) -> list:
+    """The arguments of every call to module.name from now on (the function still runs),
+    to run a kernel on exactly what its numpy twin was given."""
+    calls, real = [], getattr(module, name)
+
+    def spy(*args):
+        calls.append(args)
+        return real(*args)
+    monkeypatch.setattr(module, name, spy)
+    return calls
+
+
 def assert_same(a, b):
     assert len(a) == len(b)
     for x, y in zip(a, b):
@@ -267,7 +279,7 @@ def test_mapping_sums_as_numpy_does(k):
 
 
 @pytest.mark.parametrize("seed", range(CASES))
-def test_communication_costs_by_device(seed):
+def test_communication_costs_by_device(seed, monkeypatch):
     """The communication moves' cost table: the kernel, compiled and interpreted, and
     numpy's bincount column by column (what small graphs run), give the same doubles."""
     from pardnn.placers.pardnn import volume
@@ -275,17 +287,8 @@ def test_communication_costs_by_device(seed):
     cluster = parse_devices(["cpu:3", "dgx1-v100:8", "2xdgx-h100:2", "cpu:2"][seed % 4])
     device = rng.integers(0, cluster.num_devices, g.num_nodes).astype(np.int32)
     groups = np.flatnonzero(rng.random(g.num_groups) < 0.5)
-    calls = []
-    real = volume._cost_sums_by_bincount
-
-    def spy(*args):
-        calls.append(args)
-        return real(*args)
-    volume._cost_sums_by_bincount = spy
-    try:
-        by_numpy = volume._cost_by_device(g, cluster, device, groups)
-    finally:
-        volume._cost_sums_by_bincount = real
+    calls = calls_of(monkeypatch, volume, "_cost_sums_by_bincount")
+    by_numpy = volume._cost_by_device(g, cluster, device, groups)
     assert len(calls) == 1
     assert np.array_equal(volume._cost_sums.compiled(*calls[0]), by_numpy)
     assert np.array_equal(volume._cost_sums.interpreted(*calls[0]), by_numpy)
@@ -404,16 +407,27 @@ def test_a_move_frees_its_rows_down_their_chains(seed):
     tl = random_timelines(rng, 2, n)
     expected, flags, left = tl.levels(0), active.copy(), gone.copy()
     left[0] = True
-    for r in range(own):
-        h = r if flags[r] else -1
-        while h >= 0:
-            expected[max(i0[h], 0):min(i1[h], n)] -= nbytes[h]
-            h = nxt[h]
-            if h < 0 or flags[h]:
-                break
+
+    def after(r):
+        """The rows after r on its chain."""
+        while nxt[r] >= 0:
+            r = nxt[r]
+            yield r
+
+    def freed(r):
+        """Row r, then the rows after it that it activates whose group has left."""
+        yield r
+        for h in after(r):
+            if flags[h]:
+                return
             flags[h] = True
             if not left[group[h]]:
-                break
+                return
+            yield h
+
+    for r in [r for r in range(own) if flags[r]]:
+        for h in freed(r):
+            expected[max(i0[h], 0):min(i1[h], n)] -= nbytes[h]
     for run in (move_group.compiled, move_group.interpreted):
         moved, state = copy.deepcopy(tl), active.copy()
         node_dev, busy, left = np.array([0, 0, 1]), np.array([3.0, 4.0]), gone.copy()
@@ -479,7 +493,7 @@ def test_latest_consumers(seed):
 
 
 @pytest.mark.parametrize("seed", range(CASES))
-def test_memory_timelines(seed):
+def test_memory_timelines(seed, monkeypatch):
     """Each device's bytes in use over the step, from events in time order: the kernel,
     compiled and interpreted, as numpy's device sort and cumulative sum give them, on
     the events of a real emulation with ties in time."""
@@ -487,17 +501,8 @@ def test_memory_timelines(seed):
     g, rng = random_graph(seed)
     cluster = parse_devices(f"cpu:{int(rng.integers(1, 6))}")
     device = rng.integers(0, cluster.num_devices, g.num_nodes).astype(np.int32)
-    calls = []
-    real = memory._levels_by_numpy
-
-    def spy(*args):
-        calls.append(args)
-        return real(*args)
-    memory._levels_by_numpy = spy
-    try:
-        profile = memory.track_memory(g, cluster, device, simulate(g, cluster, device))
-    finally:
-        memory._levels_by_numpy = real
+    calls = calls_of(monkeypatch, memory, "_levels_by_numpy")
+    profile = memory.track_memory(g, cluster, device, simulate(g, cluster, device))
     assert len(calls) == 1 and len(profile.times) < len(calls[0][1])      # times repeat
     expected = (profile.time_ptr, profile.times, profile.levels)
     assert_same(memory._levels.compiled(*calls[0]), expected)
