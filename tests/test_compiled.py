@@ -450,6 +450,10 @@ def test_target_preference(seed):
     node_dev = rng.integers(0, k, 20)
     nbr, ecost = rng.integers(0, 20, edges), rng.choice([0.0, 0.1, 0.2, 0.3, 1.0], edges)
     busy = rng.choice([0.0, 5.0, 5.0, 7.5], k)
+    if seed % 3 == 1:                       # every device ties on communication: the least busy
+        ecost[:] = 0.0
+    if seed % 3 == 2:                       # ties on both: the lowest index
+        ecost[:], busy[:] = 0.0, 5.0
     allowed, d = rng.random(k) < 0.8, int(rng.integers(0, k))
     talk = np.bincount(node_dev[nbr], ecost, minlength=k)
     options = np.flatnonzero(allowed & (np.arange(k) != d))
@@ -461,11 +465,54 @@ def test_target_preference(seed):
         assert run(*args) == expected
 
 
+@pytest.mark.parametrize("how", ["resident", "buffer", "fits exactly"])
+def test_a_group_goes_on_to_the_next_device_when_the_first_cannot_take_it(how):
+    """The preferred device (the one the group talks to most) is one byte short, by its
+    resident state or by a buffer: the group goes to the next one; with the byte to
+    spare it goes to the preferred one. Compiled and interpreted alike."""
+    from pardnn.repair.move import move_group
+    n, lo, hi, nbytes = 2 * BLOCK + 5, 3.0, float(BLOCK + 9), 100     # a buffer over two blocks
+    resident = 50 if how == "resident" else 0
+    cap = 1000 + nbytes + resident - (1 if how == "buffer" else 0)
+    levels = np.array([[1000] * n, [1000] * n, [900] * n, [1000] * n])
+    if how == "resident":
+        levels[1, 2 * BLOCK + 1] = cap - resident + 1      # device 1's peak, outside the buffer
+    for run in (move_group.compiled, move_group.interpreted):
+        e = run(*move_args(0, 0, RangeMax(levels, 4, n), np.arange(float(n)), np.array([1, 1, 2, 0]),
+                           np.zeros(4), talk=[(0, 3.0), (1, 3.0), (2, 1.0)], resident=resident,
+                           cap=np.full(4, cap), need=[(lo, hi, nbytes, -1, 0, hi)], members=[3]))
+        assert e == (1 if how == "fits exactly" else 2)
+
+
+@pytest.mark.parametrize("where", [5, BLOCK - 1, BLOCK, BLOCK + 7, 2 * BLOCK - 1, 2 * BLOCK, 3 * BLOCK + 3])
+def test_a_spike_anywhere_in_the_range_stops_the_move(where):
+    """A buffer over positions 2..3 * BLOCK + 5 (partial blocks at both ends, whole ones
+    between, with random offsets) fits a device whose highest level there is a spike at
+    `where` only with the spike plus the buffer within the capacity, to the byte."""
+    from pardnn.repair.move import move_group
+    n = 3 * BLOCK + 9
+    rng = np.random.default_rng(where)
+    levels = rng.integers(0, 500, (2, n))
+    levels[1, where] = 900
+    levels[1, n - 1] = 2000                                # a higher peak outside the buffer
+    for run in (move_group.compiled, move_group.interpreted):
+        for cap, fits in ((1000, True), (999, False)):
+            tl = RangeMax(levels, 2, n)
+            shift = rng.integers(-300, 300, tl.lazy.shape[1])
+            tl.lazy[1] += shift
+            tl.vals[1] -= np.repeat(shift, BLOCK)
+            tl.bmax[1] -= shift
+            e = run(*move_args(0, 0, tl, np.arange(float(n)), np.array([0]), np.zeros(2), cap=np.array([0, cap]),
+                               need=[(2.0, float(3 * BLOCK + 5), 100, -1, 0, 2.0)], members=[0]))
+            assert e == (1 if fits else -1)
+
+
 @pytest.mark.parametrize("seed", range(CASES))
 def test_pipeline_candidate_queues(seed):
     """The affinity pipeline candidate's device per label: the kernel, compiled and
     interpreted, as the numpy loop (what small graphs run) chooses, ties included."""
     from pardnn.placers.pardnn.affinity import WINDOWS, _queued, _queued_by_numpy
+    assert WINDOWS % 8 == 0 and 8 <= WINDOWS <= 128     # the kernel sums a row as numpy does only then
     rng = np.random.default_rng(seed)
     labels, k = int(rng.integers(1, 300)), int(rng.integers(1, 17))
     work = rng.choice([0.0, 0.0, 1.0, 2.5, 0.1, 0.7], (labels, WINDOWS)) * rng.choice([1.0, 3.3, 1e5])

@@ -127,7 +127,7 @@ class Footprints:
         """The rows of the buffers each group would need on another device, in CSR by
         group (`need_ptr`): start, end, bytes, producer (-1 for a member's own output,
         else the node whose output it is: no copy is needed where that node already
-        runs), buffer, and when it is complete (pardnn.repair.absorb reads them)."""
+        runs), buffer, and when it is complete (pardnn.repair.move reads them)."""
         p, (g, b, produced, tail) = profile, pairs
         needed = np.flatnonzero(produced | tail)
         self.need_group, self.need_buf = g[needed], b[needed]
