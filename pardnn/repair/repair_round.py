@@ -169,6 +169,7 @@ class RepairRound:
         self.moves.append((g, int(e)))
         return True
 
+
 def _grid(times):
     """(grid, at): the event times of all devices, sorted and distinct, one grid for
     every device, so what a move adds to a device keeps its timing even where that
