@@ -81,30 +81,30 @@ def move_group(g, d, allowed, ptr, nbr, ecost, node_dev, busy, comp, resident, c
                 a = mid + 1
         return a
 
-    talk = np.zeros(k)
-    for i in range(ptr[g], ptr[g + 1]):
-        talk[node_dev[nbr[i]]] += ecost[i]
-    options = np.empty(k, np.int64)
-    m = 0
-    for e in range(k):
-        if allowed[e] and e != d:
-            j = m                                   # insertion by (-talk, busy, index)
-            while j > 0 and (talk[e] > talk[options[j - 1]]
-                             or (talk[e] == talk[options[j - 1]] and busy[e] < busy[options[j - 1]])):
-                options[j] = options[j - 1]
-                j -= 1
-            options[j] = e
-            m += 1
+    def preference():
+        """(options, count): the devices g may go to, best first."""
+        talk = np.zeros(k)
+        for i in range(ptr[g], ptr[g + 1]):
+            talk[node_dev[nbr[i]]] += ecost[i]
+        options = np.empty(k, np.int64)
+        m = 0
+        for e in range(k):
+            if allowed[e] and e != d:
+                j = m                               # insertion by (-talk, busy, index)
+                while j > 0 and (talk[e] > talk[options[j - 1]]
+                                 or (talk[e] == talk[options[j - 1]] and busy[e] < busy[options[j - 1]])):
+                    options[j] = options[j - 1]
+                    j -= 1
+                options[j] = e
+                m += 1
+        return options, m
 
-    lo_g, hi_g = need_ptr[g], need_ptr[g + 1]
-    target = -1
-    for o in range(m):
-        e = options[o]
-        if resident and row_max(e, 0, n) + resident > cap[e]:
-            continue
-        keep = np.zeros(hi_g - lo_g, np.bool_)
-        end = np.empty(hi_g - lo_g)
-        for r in range(lo_g, hi_g):
+    def buffers_on(e):
+        """(rows, j0, j1): the need rows g would add on device e (offsets from its first)
+        and the grid segments each covers."""
+        lo_g, count = need_ptr[g], need_ptr[g + 1] - need_ptr[g]
+        keep, end = np.zeros(count, np.bool_), np.empty(count)
+        for r in range(lo_g, lo_g + count):
             copy = need_prod[r] >= 0
             end[r - lo_g] = need_ready[r] if not copy and copied[e, need_buf[r]] else need_hi[r]
             keep[r - lo_g] = (not copy or node_dev[need_prod[r]] != e) and end[r - lo_g] > need_lo[r]
@@ -113,46 +113,56 @@ def move_group(g, d, allowed, ptr, nbr, ecost, node_dev, busy, comp, resident, c
         for s in range(rows.shape[0]):
             j0[s] = max(first_at_or_after(need_lo[lo_g + rows[s]], True) - 1, 0)
             j1[s] = max(first_at_or_after(end[rows[s]], False), j0[s] + 1)
+        return rows, j0, j1
+
+    def absorbs(e, rows, j0, j1):
+        """Whether device e stays within its capacity on every segment g adds bytes to."""
         cuts = np.unique(np.concatenate((j0, j1)))
         step = np.zeros(cuts.shape[0], np.int64)
         for s in range(rows.shape[0]):
-            step[np.searchsorted(cuts, j0[s])] += need_bytes[lo_g + rows[s]]
-            step[np.searchsorted(cuts, j1[s])] -= need_bytes[lo_g + rows[s]]
-        level, fits = 0, True
+            step[np.searchsorted(cuts, j0[s])] += need_bytes[need_ptr[g] + rows[s]]
+            step[np.searchsorted(cuts, j1[s])] -= need_bytes[need_ptr[g] + rows[s]]
+        level = 0
         for i in range(cuts.shape[0] - 1):
             level += step[i]
             a, b = max(cuts[i], 0), min(cuts[i + 1], n)
             if level > 0 and a < b and row_max(e, a, b) + level + resident > cap[e]:
-                fits = False
-                break
-        if fits:
-            target = e
-            break
-    if target < 0:
-        return -1
+                return False
+        return True
 
-    e = target
-    gone[g] = True
-    for r in range(row_ptr[g], row_ptr[g + 1]):
-        if row_active[r]:
-            h = r
-            while True:                             # free it, and pass the buffer down its chain
-                add(d, row_i0[h], row_i1[h], -row_bytes[h])
-                h = row_next[h]
-                if h < 0 or row_active[h]:
-                    break
-                row_active[h] = True
-                if not gone[row_group[h]]:
-                    break
-    for s in range(rows.shape[0]):
-        add(e, j0[s], j1[s], need_bytes[lo_g + rows[s]])
-    for s in range(rows.shape[0]):
-        if need_prod[lo_g + rows[s]] >= 0:
-            copied[e, need_buf[lo_g + rows[s]]] = True
-    add(d, 0, n, -resident)
-    add(e, 0, n, resident)
-    busy[d] -= comp[g]
-    busy[e] += comp[g]
-    for i in range(group_ptr[g], group_ptr[g + 1]):
-        node_dev[group_nodes[i]] = e
-    return e
+    def move(e, rows, j0, j1):
+        """g's move from d to e, on the timelines and the round's state."""
+        gone[g] = True
+        for r in range(row_ptr[g], row_ptr[g + 1]):
+            if row_active[r]:
+                h = r
+                while True:                         # free it, and pass the buffer down its chain
+                    add(d, row_i0[h], row_i1[h], -row_bytes[h])
+                    h = row_next[h]
+                    if h < 0 or row_active[h]:
+                        break
+                    row_active[h] = True
+                    if not gone[row_group[h]]:
+                        break
+        for s in range(rows.shape[0]):
+            r = need_ptr[g] + rows[s]
+            add(e, j0[s], j1[s], need_bytes[r])
+            if need_prod[r] >= 0:
+                copied[e, need_buf[r]] = True
+        add(d, 0, n, -resident)
+        add(e, 0, n, resident)
+        busy[d] -= comp[g]
+        busy[e] += comp[g]
+        for i in range(group_ptr[g], group_ptr[g + 1]):
+            node_dev[group_nodes[i]] = e
+
+    options, m = preference()
+    for o in range(m):
+        e = options[o]
+        if resident and row_max(e, 0, n) + resident > cap[e]:
+            continue
+        rows, j0, j1 = buffers_on(e)
+        if absorbs(e, rows, j0, j1):
+            move(e, rows, j0, j1)
+            return e
+    return -1
