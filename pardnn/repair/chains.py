@@ -100,20 +100,25 @@ def _consumer_blocks(succ_ptr, edge_dst, edge_slot, node_device, group, finish, 
     seen = np.full(num_groups, -1, np.int64)        # the key a group was last kept under
 
     def before(a, b):
+        """Entry a sorts before entry b: (device, latest finish first, higher group first)."""
         if dev_s[a] != dev_s[b]:
             return dev_s[a] < dev_s[b]
         if fin_s[a] != fin_s[b]:
             return fin_s[a] > fin_s[b]
         return grp_s[a] > grp_s[b]
 
-    blocks, out = 0, 0
-    for u in range(n):
+    def gather(u):
+        """Producer u's data consumers on devices `on` into the scratch arrays; how many."""
         c = 0
         for e in range(succ_ptr[u], succ_ptr[u + 1]):
             v = edge_dst[e]
             if edge_slot[e] >= 0 and on[node_device[v]]:
                 dev_s[c], grp_s[c], fin_s[c], idx[c] = node_device[v], group[v], finish[v], c
                 c += 1
+        return c
+
+    def shell_sort(c):
+        """idx[:c] in `before` order, by gaps 1, 4, 13, ... (most producers have few)."""
         gap = 1
         while gap * 3 + 1 < c:
             gap = gap * 3 + 1
@@ -125,6 +130,11 @@ def _consumer_blocks(succ_ptr, edge_dst, edge_slot, node_device, group, finish, 
                     j -= gap
                 idx[j] = x
             gap //= 3
+
+    blocks, out = 0, 0
+    for u in range(n):
+        c = gather(u)
+        shell_sort(c)
         for i in range(c):
             a = idx[i]
             key = u * k + dev_s[a]
