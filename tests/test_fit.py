@@ -74,6 +74,25 @@ def test_the_judge_rejects_a_trial_no_repair_can_fit():
     assert device.tolist() == [0, 0, 0] and makespan == pytest.approx(3.0) and not fixed.moved.any()
 
 
+def test_a_trial_far_behind_before_its_repair_is_not_repaired():
+    """a feeds c and b feeds d; all on one device, a's and b's outputs overlap (200
+    bytes) above the capacity (150), and the step is 22 us. The repair moves a and c to
+    the other device, where they run beside b and d: 11 us. A trial more than
+    HOPELESS_SLACK behind the step to beat is rejected unrepaired, even so (the rule is
+    a measured choice, not a bound); within it, it is repaired and judged."""
+    from pardnn.emulator.scheduler import simulate
+    from pardnn.pipeline.refine_memory import HOPELESS_SLACK
+    g = CostGraph.build(names=["a", "b", "c", "d"], comp_us=[10, 10, 1, 1], out_bytes=[100, 100, 1, 1],
+                        edge_src=[0, 1], edge_dst=[2, 3], edge_bytes=[100, 100])
+    cluster = parse_devices("cpu:2").with_options(memory=150, reserve=0.0, bandwidth=1e6, latency=0.0)
+    trial = np.zeros(4, np.int32)
+    before = simulate(g, cluster, trial).makespan
+    judged = judged_by_repair(g, cluster)
+    device, repaired, fixed = judged(trial, before)
+    assert fixed.moved.any() and repaired < before / (1.0 + 2 * HOPELESS_SLACK)
+    assert judged(trial, before / (1.0 + 2 * HOPELESS_SLACK)) is None
+
+
 def test_the_summary_says_what_refining_within_memory_gained(capsys):
     g = synth_graph(3000, seed=0)
     _, report = placer.place(g, tight(g, 4, 0.35), "pardnn")
