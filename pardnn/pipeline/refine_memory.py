@@ -84,7 +84,7 @@ def judged_by_repair(graph, cluster, judging=None):
     and it has shortened a trial's step by up to 4.5%; but in 1,002 trials measured no
     trial more than 1.6% behind before its repair won after it, while the trials far
     behind (the communication moves' largest batches with memory short) cost most of
-    this refinement (docs/algorithm.md, "Refinement within memory").
+    this refinement (docs/repair.md, "Refinement within memory").
 
     A trial that no device's memory can overflow (`fits_surely`) needs no repair and is
     only emulated (pardnn.pipeline.judge's `fits`): its Judged has no memory profile
