@@ -44,6 +44,7 @@ def test_refined_placement_fits_and_is_never_slower_than_the_repair_alone(seed):
     stages = report["stage_seconds"]
     assert 0 < stages["refine_memory"] and sum(stages.values()) <= wall    # timed inside the call
     assert (fit["batches"] == 0) == (report["makespan_us"] == fit["makespan_after_repair_us"])
+    assert "batches_far_behind" in fit          # the batches rejected unrepaired (docs/repair.md)
     placed = placer.place(g, cluster, "pardnn")[0].device
     first = choose(g, cluster, "pardnn").raw         # the winning candidate, before its repair
     assert report["changed_nodes"] == int(np.count_nonzero(placed != first))
@@ -87,10 +88,11 @@ def test_a_trial_far_behind_before_its_repair_is_not_repaired():
     cluster = parse_devices("cpu:2").with_options(memory=150, reserve=0.0, bandwidth=1e6, latency=0.0)
     trial = np.zeros(4, np.int32)
     before = simulate(g, cluster, trial).makespan
-    judged = judged_by_repair(g, cluster)
+    tally = {"far_behind": 0}
+    judged = judged_by_repair(g, cluster, tally=tally)
     device, repaired, fixed = judged(trial, before)
-    assert fixed.moved.any() and repaired < before / (1.0 + 2 * HOPELESS_SLACK)
-    assert judged(trial, before / (1.0 + 2 * HOPELESS_SLACK)) is None
+    assert fixed.moved.any() and repaired < before / (1.0 + 2 * HOPELESS_SLACK) and tally["far_behind"] == 0
+    assert judged(trial, before / (1.0 + 2 * HOPELESS_SLACK)) is None and tally["far_behind"] == 1
 
 
 def test_the_summary_says_what_refining_within_memory_gained(capsys):

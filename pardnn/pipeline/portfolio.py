@@ -92,7 +92,8 @@ class Chosen:
             fields["refine_memory"] = {"makespan_after_repair_us": self.fitted.makespan_before_us,
                                        "moved_nodes": self.fitted.refined_nodes,
                                        "batches": self.fitted.batches,
-                                       "stopped_by_budget": self.fitted.stopped_by_budget}
+                                       "stopped_by_budget": self.fitted.stopped_by_budget,
+                                       "batches_far_behind": self.fitted.far_behind}
         return fields
 
 
