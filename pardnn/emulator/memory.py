@@ -132,7 +132,7 @@ def _last_consumer(n_groups, group, finish, consumer, nodes):
 
 
 def _latest_by_numpy(n_groups, group, finish, consumer):
-    """`_last_consumer` by two scatter-maxima, not a sort (40x faster at 200k nodes)."""
+    """`_last_consumer` by two scatter-maxima (numpy's `maximum.at`), not a sort."""
     free = np.full(n_groups, -np.inf)
     np.maximum.at(free, group, finish)
     latest = np.flatnonzero(finish == free[group])
@@ -237,21 +237,20 @@ def _levels(k, by_time, ev_dev, ev_time, ev_delta):
     for i in by_time:
         order[fill[ev_dev[i]]] = i
         fill[ev_dev[i]] += 1
-    points = 0
+    last = np.zeros(n, np.bool_)                    # the last event of its (device, time)
     for d in range(k):
         for j in range(start[d], start[d + 1]):
-            if j + 1 == start[d + 1] or ev_time[order[j + 1]] != ev_time[order[j]]:
-                points += 1
+            last[j] = j + 1 == start[d + 1] or ev_time[order[j + 1]] != ev_time[order[j]]
     time_ptr = np.zeros(k + 1, np.int64)
+    points = int(last.sum())
     times, levels = np.empty(points), np.empty(points, np.int64)
     out = 0
     for d in range(k):
         level = 0
         for j in range(start[d], start[d + 1]):
-            i = order[j]
-            level += ev_delta[i]
-            if j + 1 == start[d + 1] or ev_time[order[j + 1]] != ev_time[i]:
-                times[out], levels[out] = ev_time[i], level
+            level += ev_delta[order[j]]
+            if last[j]:
+                times[out], levels[out] = ev_time[order[j]], level
                 out += 1
         time_ptr[d + 1] = out
     return time_ptr, times, levels
