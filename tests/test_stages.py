@@ -2,6 +2,7 @@
 (pardnn.pipeline.portfolio), on hand-made training chains whose answer is known."""
 
 import itertools
+import math
 import sys
 import time
 from pathlib import Path
@@ -328,3 +329,86 @@ def test_a_worker_that_dies_leaves_its_candidate_out_and_the_placement_goes_on(m
     from pardnn.emulator.scheduler import simulate
     peaks = track_memory(g, cluster, chosen.raw, simulate(g, cluster, chosen.raw)).peak_bytes
     assert np.array_equal(chosen.judged.peak_before, peaks)
+
+
+def test_a_leader_refined_while_a_worker_still_builds_gives_the_same_placement(monkeypatch):
+    """When Step 1 ends with a worker still building, and the fastest candidate known
+    (HEFT here) has Step 1 as it is for runner-up, this process refines it at once
+    instead of waiting; the worker, once idle, finds the report's lower bound. Events
+    hold the worker at the last candidate until that choice is made, so it is tested
+    every time: the placement and report are those of a portfolio built in turn."""
+    import multiprocessing
+    import os
+    from pardnn.emulator import lower_bound_us
+    g = synth_graph(1500, seed=0, shape="chain")
+    cluster = parse_devices("cpu:4").with_options(memory=2**50, bandwidth=12000.0, latency=25.0)
+    inline_placement, inline_report = placer.place(g, cluster, "pardnn")
+    monkeypatch.setattr(portfolio, "PARALLEL_MIN_NODES", 0)
+    monkeypatch.setattr(portfolio, "_usable_cpus", lambda: 2)
+    fork = multiprocessing.get_context("fork")
+    reached, go, parent, fired = fork.Event(), fork.Event(), os.getpid(), []
+    build, first, early, refined = portfolio._candidate, portfolio._first, portfolio._refine_early, portfolio._refined
+
+    def held_at_the_last(judging, name, timings=None):
+        if os.getpid() != parent and name == "single":
+            reached.set()
+            go.wait(120)
+        return build(judging, name, timings)
+
+    def first_then_wait(*args):
+        out = first(*args)
+        assert reached.wait(120)
+        return out
+
+    def recorded(*args):
+        out = early(*args)
+        fired.append(out)
+        go.set()
+        return out
+
+    def released(*args):            # the worker may be asked for the peaks meanwhile
+        go.set()
+        return refined(*args)
+    monkeypatch.setattr(portfolio, "_candidate", held_at_the_last)
+    monkeypatch.setattr(portfolio, "_refined", released)
+    monkeypatch.setattr(portfolio, "_first", first_then_wait)
+    monkeypatch.setattr(portfolio, "_refine_early", recorded)
+    chosen = []
+    monkeypatch.setattr(placer, "choose", lambda *args: chosen.append(portfolio.choose(*args)) or chosen[-1])
+    placement, report = placer.place(g, cluster, "pardnn")
+    assert list(fired[0][0]) == ["heft"] and fired[0][1] is not None
+    assert chosen[0].bound_us == lower_bound_us(g, cluster)          # found by the idle worker
+    assert np.array_equal(placement.device, inline_placement.device)
+    assert untimed(report) == untimed(inline_report)
+
+
+def untimed(report) -> dict:
+    """report.json without the seconds anything took."""
+    out = {k: v for k, v in report.items() if k not in ("stage_seconds", "placement_seconds")}
+    out["candidates"] = {n: {k: v for k, v in c.items() if k != "seconds"} for n, c in report["candidates"].items()}
+    return out
+
+
+def test_an_early_refinement_is_used_only_for_the_finalist_it_was_run_on():
+    """`_pick` takes a refinement run early only for a finalist, and only for the very
+    placement it was run on; any other (here a deliberately wrong one) is ignored."""
+    from pardnn.pipeline.judge import Judging
+    g = synth_graph(1500, seed=0, shape="chain")
+    cluster = parse_devices("cpu:4").with_options(memory=2**50, bandwidth=12000.0, latency=25.0)
+    judging = Judging(g, cluster)
+    results, output = portfolio._first(judging, "step1", {})
+    results.update({name: portfolio._candidate(judging, name) for name in ("etf", "heft")})
+    inline = portfolio._Inline(judging)
+
+    def picked(early):
+        return portfolio._pick(judging, dict(results), output, {}, math.inf, inline, early)
+    plain = picked(None)
+    assert plain.winner == "heft" and plain.fitted.batches > 0
+    wrong = portfolio._refined(judging, results["etf"].judged, math.inf)     # etf is no finalist
+    for early in ({"etf": (results["etf"].judged, wrong)},
+                  {"heft": (results["etf"].judged, wrong)}):     # not the placement heft gave
+        chosen = picked(early)
+        assert np.array_equal(chosen.judged.device, plain.judged.device)
+        assert chosen.candidates == plain.candidates
+    right = picked({"heft": (results["heft"].judged, plain.fitted)})
+    assert right.fitted is plain.fitted

@@ -19,19 +19,24 @@ def evaluate(graph, cluster, device) -> dict:
     return report_fields(graph, cluster, device, schedule, track_memory(graph, cluster, device, schedule))
 
 
-def report_fields(graph, cluster, device, schedule, profile) -> dict:
+def lower_bound_us(graph, cluster) -> float:
+    """A bound on the step of every placement: the larger of the critical path and
+    pardnn.emulator.bounds.step_lower_bound_us (work / K; a path's forced transfers)."""
+    return max(critical_path_us(graph), step_lower_bound_us(graph, cluster))
+
+
+def report_fields(graph, cluster, device, schedule, profile, bound_us=None) -> dict:
     """report.json fields from an emulated schedule and its memory profile.
 
     single_device_us is the total work: emulating everything on one device runs the
     nodes back to back with no communication, so the step takes exactly their sum.
-    lower_bound_us holds for every placement: the larger of the critical path and
-    pardnn.emulator.bounds.step_lower_bound_us (work / K; a path's forced transfers)."""
+    lower_bound_us is `lower_bound_us` (`bound_us`, when the caller has it already)."""
     work = graph.total_work_us()
     makespan = schedule.makespan
     return {
         "makespan_us": makespan,
         "single_device_us": work,
-        "lower_bound_us": max(critical_path_us(graph), step_lower_bound_us(graph, cluster)),
+        "lower_bound_us": lower_bound_us(graph, cluster) if bound_us is None else bound_us,
         "busy_us": [float(x) for x in schedule.busy_us],
         "peak_memory_bytes": [int(x) for x in profile.peak_bytes],
         "peak_time_us": [float(x) for x in profile.peak_time_us],

@@ -35,7 +35,7 @@ def place(graph, cluster, algorithm="pardnn", budget_s=None):
     report = base_report(graph, placement)
     report["placement_seconds"] = time.perf_counter() - start
     t0 = time.perf_counter()
-    report.update(judged_fields(graph, cluster, fixed.device, fixed.schedule, fixed.profile))
+    report.update(judged_fields(graph, cluster, fixed.device, fixed.schedule, fixed.profile, chosen.bound_us))
     report.update(fixed.report_fields(cluster))
     report["changed_nodes"] = int(np.count_nonzero(fixed.device != chosen.raw))
     report.update(chosen.report_fields())

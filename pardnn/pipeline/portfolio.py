@@ -38,6 +38,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from pardnn.emulator import lower_bound_us
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
 from pardnn.emulator.trial import emulate
@@ -81,6 +82,7 @@ class Chosen:
     fitted: object               # refine_memory.Fitted, or None when refinement did not run
     step1_output: str | None     # "thesis", "affinity" or "one-device": what Step 1 returned
     candidates: dict = field(default_factory=dict)
+    bound_us: float | None = None   # emulator.lower_bound_us, if an idle worker found it already
 
     def report_fields(self) -> dict:
         """report.json's portfolio fields; none for a portfolio of one."""
@@ -124,6 +126,7 @@ def choose(graph, cluster, algorithm, timings=None, budget_s=None) -> Chosen:
     with _workers(judging, beside) as pool:
         pending = {name: pool.submit(name) for name in beside}
         results, step1_output = _first(judging, first[0], timings)
+        early, bound = _refine_early(judging, results, pending, list(roles), pool, timings, deadline)
         for name in reversed(beside):           # help with those no worker has started yet
             if pool.claim(name):
                 results[name] = _collect(_Inline(judging).submit(name), deadline)
@@ -134,7 +137,7 @@ def choose(graph, cluster, algorithm, timings=None, budget_s=None) -> Chosen:
             results.update({name: _collect(inline.submit(name), deadline)
                             for name in extra if name not in results})
         ordered = {name: results[name] for name in roles if name in results}
-        return _pick(judging, ordered, step1_output, timings, deadline, pool)
+        return _pick(judging, ordered, step1_output, timings, deadline, pool, early, bound)
 
 
 def _first(judging, name, timings):
@@ -149,13 +152,42 @@ def _first(judging, name, timings):
     return {name: _judged(judging, first.device, 0.0, first.schedule)}, output
 
 
-def _pick(judging, results, step1_output, timings, deadline, pool) -> Chosen:
+def _refine_early(judging, results, pending, order, pool, timings, deadline):
+    """({name: (Judged, Fitted)}, job): while workers still build candidates, the fastest one
+    known so far refined here at once, when the runner-up among those known is Step 1
+    as it is (not refined again: `_refinable`), so that the refinement runs beside the
+    candidates left rather than after them. Only the time depends on what is known
+    when: the refinement is the one `_pick` would run, and it is used only if that
+    candidate is still a finalist once all are in. Never with a budget. The job: a
+    worker's, finding report.json's lower bound once its candidates are built (or None)."""
+    if deadline != math.inf or not isinstance(pool, _Forked):
+        return {}, None
+    if all(name in results or job.done() for name, job in pending.items()):
+        return {}, None                         # nothing to wait for: `_pick` refines beside a worker
+    known = {name: r.judged for name, r in results.items() if r.judged is not None}
+    for name, job in pending.items():
+        if name not in results and job.done() and _collect(job, deadline).judged is not None:
+            known[name] = _collect(job, deadline).judged
+    finalists = _finalists(known, judging.graph.num_nodes, order) if known else []
+    if len(finalists) < 2 or not _refinable(finalists[0], known) or _refinable(finalists[1], known):
+        return {}, None
+    lead, bound = known[finalists[0]], pool.bound()
+    t0 = time.perf_counter()
+    fitted = _refined(judging, lead, deadline, pool.peaks(lead.device) if lead.profile is None else None)
+    timings["refine_memory"] = time.perf_counter() - t0
+    return {finalists[0]: (lead, fitted)}, bound
+
+
+def _pick(judging, results, step1_output, timings, deadline, pool, early=None, bound=None) -> Chosen:
     """The faster of the two best candidates once each is refined within memory: the
     first here, the second by a worker beside it (or after it, without workers), as a
     runner-up can refine past the winner (docs/algorithm.md, "Candidates"). When Step 1
     wins without the repair moving anything, nothing is refined: refining the runner-up
     alone would cost time that nothing runs beside; except on graphs of at most
-    RUNNER_UP_MAX_NODES nodes, where it costs little. A portfolio of one is not refined."""
+    RUNNER_UP_MAX_NODES nodes, where it costs little. A portfolio of one is not refined.
+    `early` holds refinements `_refine_early` ran: {name: (the Judged refined, Fitted)};
+    `bound`, a job finding the report's lower bound. Without one, a worker that has no
+    refinement to run finds it meanwhile (without workers, the report finds it after)."""
     graph, cluster = judging.graph, judging.cluster
     report = {name: r.entry for name, r in results.items()}
     judged = {name: r.judged for name, r in results.items() if r.judged is not None}
@@ -170,18 +202,21 @@ def _pick(judging, results, step1_output, timings, deadline, pool) -> Chosen:
         finalists = finalists[:1]   # Step 1 won as it is: no refinement for the runner-up to run beside
     refined = [name for name in finalists if refine and _refinable(name, judged)]
     t0 = time.perf_counter()
-    jobs = {name: pool.refine(judged[name], deadline) for name in refined[1:]}
-    beside = _peaks_beside(pool, judged, refined, jobs, deadline)
-    fitted = {name: _refined(judging, judged[name], deadline, beside) for name in refined[:1]}
+    fitted = {name: f for name, (j, f) in (early or {}).items() if name in refined and j is judged[name]}
+    todo = [name for name in refined if name not in fitted]
+    jobs = {name: pool.refine(judged[name], deadline) for name in todo[1:]}
+    beside = _peaks_beside(pool, judged, todo, jobs, deadline)
+    bound = pool.bound() if bound is None and not jobs and deadline == math.inf else bound
+    fitted.update({name: _refined(judging, judged[name], deadline, beside) for name in todo[:1]})
     fitted.update({name: _collect_refined(job, deadline) for name, job in jobs.items()})
     if fitted:
-        timings["refine_memory"] = time.perf_counter() - t0
+        timings["refine_memory"] = timings.get("refine_memory", 0.0) + time.perf_counter() - t0
     final = {name: fitted[name].judged if fitted.get(name) else judged[name] for name in finalists}
     for name in fitted:
         report[name]["refined_makespan_us"] = final[name].schedule.makespan
     winner = min(finalists, key=lambda n: (final[n].schedule.makespan, finalists.index(n)))
     return Chosen(winner, results[winner].device, with_memory(graph, cluster, final[winner]),
-                  fitted.get(winner), step1_output, report)
+                  fitted.get(winner), step1_output, report, _ready(bound))
 
 
 def _refined(judging, judged, deadline, peaks=None):
@@ -252,6 +287,16 @@ def _judged(judging, device, build_s, schedule=None) -> Candidate:
     return Candidate(device, entry, fixed, error, build_s, repair_s)
 
 
+def _ready(job):
+    """The job's answer if it has one now (no wait: the caller can find it itself), else None."""
+    if job is None or not job.done():
+        return None
+    try:
+        return job.result(timeout=0)
+    except BrokenProcessPool:
+        return None
+
+
 def _left(deadline, grace=0.0):
     """Seconds to wait for a job: None (no limit) without a budget."""
     return None if deadline == math.inf else max(deadline - time.perf_counter(), 0.0) + grace
@@ -292,6 +337,12 @@ def _shared_peaks(device, judging=None):
     judging = judging or _SHARED["judging"]
     graph, cluster = judging.graph, judging.cluster
     return track_memory(graph, cluster, device, simulate(graph, cluster, device)).peak_bytes
+
+
+def _shared_bound():
+    """A worker's job: report.json's lower bound (pardnn.emulator.lower_bound_us)."""
+    judging = _SHARED["judging"]
+    return lower_bound_us(judging.graph, judging.cluster)
 
 
 def _shared_candidate(name):
@@ -353,6 +404,9 @@ class _Forked:
     def peaks(self, device):
         return self._submit(_shared_peaks, device)
 
+    def bound(self):
+        return self._submit(_shared_bound)
+
     def _submit(self, job, *args):
         """The job's future; once a worker has died the pool takes no more, and the job
         reports that death when asked for its result, as one that died running would."""
@@ -383,6 +437,10 @@ class _Inline:
         return _Deferred(lambda: _shared_peaks(device, self.judging))
 
     @staticmethod
+    def bound():
+        return None             # the report finds it, as cheaply as a job here would
+
+    @staticmethod
     def claim(name) -> bool:
         return False            # nothing runs elsewhere: every candidate is built when collected
 
@@ -392,6 +450,10 @@ class _Failed:
 
     def __init__(self, error):
         self.error = error
+
+    @staticmethod
+    def done() -> bool:
+        return True
 
     def result(self, timeout):
         raise self.error

@@ -23,10 +23,11 @@ def base_report(graph, placement) -> dict:
     }
 
 
-def judged_fields(graph, cluster, device, schedule, profile) -> dict:
-    """The emulation's fields (pardnn.emulator.report_fields), with lower_bound_us
-    raised to the exact model's proven bound where that model runs (small graphs,
-    pardnn.placers.exact): either holds for every placement (docs/bounds.md)."""
-    fields = report_fields(graph, cluster, device, schedule, profile)
+def judged_fields(graph, cluster, device, schedule, profile, bound_us=None) -> dict:
+    """The emulation's fields (pardnn.emulator.report_fields; `bound_us`, its
+    lower_bound_us when known), with lower_bound_us raised to the exact model's proven
+    bound where that model runs (small graphs, pardnn.placers.exact): either holds for
+    every placement (docs/bounds.md)."""
+    fields = report_fields(graph, cluster, device, schedule, profile, bound_us)
     fields["lower_bound_us"] = max(fields["lower_bound_us"], exact.proven_bound_us(graph, cluster))
     return fields
