@@ -229,6 +229,8 @@ def test_candidates_built_in_worker_processes_give_the_same_placement(monkeypatc
     assert np.array_equal(forked.judged.device, inline.judged.device)
     assert {n: c.get("makespan_us") for n, c in forked.candidates.items()} == \
         {n: c.get("makespan_us") for n, c in inline.candidates.items()}
+    from pardnn.emulator import lower_bound_us    # found here while the worker refined the runner-up
+    assert inline.bound_us is None and forked.bound_us == lower_bound_us(g, cluster)
 
 
 def test_a_candidate_is_taken_once_by_whoever_claims_it_first():

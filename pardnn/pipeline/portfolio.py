@@ -187,7 +187,8 @@ def _pick(judging, results, step1_output, timings, deadline, pool, early=None, b
     RUNNER_UP_MAX_NODES nodes, where it costs little. A portfolio of one is not refined.
     `early` holds refinements `_refine_early` ran: {name: (the Judged refined, Fitted)};
     `bound`, a job finding the report's lower bound. Without one, a worker that has no
-    refinement to run finds it meanwhile (without workers, the report finds it after)."""
+    refinement to run finds it meanwhile, or this process does while a worker still
+    refines (without workers, the report finds it after)."""
     graph, cluster = judging.graph, judging.cluster
     report = {name: r.entry for name, r in results.items()}
     judged = {name: r.judged for name, r in results.items() if r.judged is not None}
@@ -208,6 +209,9 @@ def _pick(judging, results, step1_output, timings, deadline, pool, early=None, b
     beside = _peaks_beside(pool, judged, todo, jobs, deadline)
     bound = pool.bound() if bound is None and not jobs and deadline == math.inf else bound
     fitted.update({name: _refined(judging, judged[name], deadline, beside) for name in todo[:1]})
+    bound_us = _ready(bound)
+    if jobs and bound_us is None and deadline == math.inf and isinstance(pool, _Forked):   # while it refines
+        bound_us = lower_bound_us(graph, cluster)
     fitted.update({name: _collect_refined(job, deadline) for name, job in jobs.items()})
     if fitted:
         timings["refine_memory"] = timings.get("refine_memory", 0.0) + time.perf_counter() - t0
@@ -216,7 +220,7 @@ def _pick(judging, results, step1_output, timings, deadline, pool, early=None, b
         report[name]["refined_makespan_us"] = final[name].schedule.makespan
     winner = min(finalists, key=lambda n: (final[n].schedule.makespan, finalists.index(n)))
     return Chosen(winner, results[winner].device, with_memory(graph, cluster, final[winner]),
-                  fitted.get(winner), step1_output, report, _ready(bound))
+                  fitted.get(winner), step1_output, report, bound_us if bound_us is not None else _ready(bound))
 
 
 def _refined(judging, judged, deadline, peaks=None):
