@@ -15,7 +15,7 @@ from pardnn.emulator import evaluate
 from pardnn.errors import UserError
 from pardnn.graph import CostGraph
 from pardnn.hardware import parse_devices
-from pardnn.pipeline import place as placer, portfolio
+from pardnn.pipeline import place as placer, portfolio, workers
 from pardnn.placers import exact, registry
 from pardnn.placers.pardnn import stages
 from pardnn.placers.pardnn.stages import _cheapest_cuts, fold_positions
@@ -222,8 +222,8 @@ def test_candidates_built_in_worker_processes_give_the_same_placement(monkeypatc
     g = synth_graph(1500, seed=5, shape="chain")
     cluster = cluster_at(g, 4, 0.35)
     inline = portfolio.choose(g, cluster, "pardnn")
-    monkeypatch.setattr(portfolio, "PARALLEL_MIN_NODES", 0)
-    monkeypatch.setattr(portfolio, "_usable_cpus", lambda: cpus)
+    monkeypatch.setattr(workers, "PARALLEL_MIN_NODES", 0)
+    monkeypatch.setattr(workers, "usable_cpus", lambda: cpus)
     forked = portfolio.choose(g, cluster, "pardnn")
     assert forked.winner == inline.winner
     assert np.array_equal(forked.judged.device, inline.judged.device)
@@ -236,8 +236,8 @@ def test_candidates_built_in_worker_processes_give_the_same_placement(monkeypatc
 def test_a_candidate_is_taken_once_by_whoever_claims_it_first():
     import multiprocessing
     claims = multiprocessing.get_context("fork").Array("b", 3)
-    assert portfolio._claimed(claims, 1) and not portfolio._claimed(claims, 1)
-    assert portfolio._claimed(claims, 0) and list(claims) == [1, 1, 0]
+    assert workers.claimed(claims, 1) and not workers.claimed(claims, 1)
+    assert workers.claimed(claims, 0) and list(claims) == [1, 1, 0]
 
 
 def test_pardnn_fits_wherever_a_repaired_single_device_placement_fits():
@@ -299,8 +299,8 @@ def test_the_peaks_before_repair_of_a_refined_winner_are_its_candidates_wherever
     from pardnn.emulator.scheduler import simulate
     g = synth_graph(1500, seed=0, shape="chain")
     cluster = parse_devices("cpu:4").with_options(memory=2**50, bandwidth=12000.0, latency=25.0)
-    monkeypatch.setattr(portfolio, "PARALLEL_MIN_NODES", 0)
-    monkeypatch.setattr(portfolio, "_usable_cpus", lambda: cpus)
+    monkeypatch.setattr(workers, "PARALLEL_MIN_NODES", 0)
+    monkeypatch.setattr(workers, "usable_cpus", lambda: cpus)
     chosen = portfolio.choose(g, cluster, "pardnn")
     assert chosen.winner == "heft" and chosen.fitted.batches > 0
     assert not np.array_equal(chosen.judged.device, chosen.raw)
@@ -315,8 +315,8 @@ def test_a_worker_that_dies_leaves_its_candidate_out_and_the_placement_goes_on(m
     import os
     g = synth_graph(1500, seed=0, shape="chain")
     cluster = parse_devices("cpu:4").with_options(memory=2**50, bandwidth=12000.0, latency=25.0)
-    monkeypatch.setattr(portfolio, "PARALLEL_MIN_NODES", 0)
-    monkeypatch.setattr(portfolio, "_usable_cpus", lambda: 3)
+    monkeypatch.setattr(workers, "PARALLEL_MIN_NODES", 0)
+    monkeypatch.setattr(workers, "usable_cpus", lambda: 3)
     parent, build = os.getpid(), portfolio._candidate
 
     def dies_building_stages(judging, name, timings=None):
@@ -345,8 +345,8 @@ def test_a_leader_refined_while_a_worker_still_builds_gives_the_same_placement(m
     g = synth_graph(1500, seed=0, shape="chain")
     cluster = parse_devices("cpu:4").with_options(memory=2**50, bandwidth=12000.0, latency=25.0)
     inline_placement, inline_report = placer.place(g, cluster, "pardnn")
-    monkeypatch.setattr(portfolio, "PARALLEL_MIN_NODES", 0)
-    monkeypatch.setattr(portfolio, "_usable_cpus", lambda: 2)
+    monkeypatch.setattr(workers, "PARALLEL_MIN_NODES", 0)
+    monkeypatch.setattr(workers, "usable_cpus", lambda: 2)
     fork = multiprocessing.get_context("fork")
     reached, go, parent, fired = fork.Event(), fork.Event(), os.getpid(), []
     build, first, early, refined = portfolio._candidate, portfolio._first, portfolio._refine_early, portfolio._refined
@@ -400,7 +400,7 @@ def test_an_early_refinement_is_used_only_for_the_finalist_it_was_run_on():
     judging = Judging(g, cluster)
     results, output = portfolio._first(judging, "step1", {})
     results.update({name: portfolio._candidate(judging, name) for name in ("etf", "heft")})
-    inline = portfolio._Inline(judging)
+    inline = workers.Inline(judging, portfolio._candidate, portfolio._refined)
 
     def picked(early):
         return portfolio._pick(judging, dict(results), output, {}, math.inf, inline, early)

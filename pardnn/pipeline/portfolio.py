@@ -16,20 +16,18 @@ the fastest is Step 1 and the repair moved nothing, it is not refined again (it 
 refined already), and only on graphs of at most RUNNER_UP_MAX_NODES nodes is the
 runner-up refined to challenge it.
 
-On graphs of PARALLEL_MIN_NODES or more, the candidates after the FIRST one are built
-and judged in worker processes while it runs; when only the winner is refined, a
-worker tracks its memory peaks (its peaks before repair, for the report) meanwhile. The answer never depends on a wall
-clock: with no `budget_s` every candidate is built and every refinement runs to its
+On graphs of workers.PARALLEL_MIN_NODES or more, the candidates after the FIRST one are built
+and judged in worker processes (pardnn.pipeline.workers) while it runs; when only the
+winner is refined, a worker tracks its memory peaks (its peaks before repair, for the
+report) meanwhile, and finds report.json's lower bound. The answer never depends on a
+wall clock: with no `budget_s` every candidate is built and every refinement runs to its
 end. `budget_s` (`--time-budget`) is a cap a user sets: candidates not ready when it
 ends are skipped and the refinement stops, and report.json says so.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-import multiprocessing
-import os
 import time
 from concurrent import futures
 from concurrent.futures.process import BrokenProcessPool
@@ -39,18 +37,16 @@ from typing import NamedTuple
 import numpy as np
 
 from pardnn.emulator import lower_bound_us
-from pardnn.emulator.memory import track_memory
-from pardnn.emulator.scheduler import simulate
 from pardnn.emulator.trial import emulate
 from pardnn.errors import UserError
 from pardnn.graph.constraints import allowed_devices
 from pardnn.pipeline.judge import Judging, judge, with_memory
 from pardnn.pipeline.refine_memory import refine_within_memory
+from pardnn.pipeline.workers import Inline, peaks_of, ready, workers
 from pardnn.placers import registry
 from pardnn.placers.pardnn import step1
 
 MAX_MOVED_SHARE = 0.10      # a winner whose repair moved more is taken only if no other fits
-PARALLEL_MIN_NODES = 20_000  # smaller graphs build their candidates in this process
 EXTRAS_MAX_NODES = 20_000   # smaller graphs get the EXTRA candidates too
 REFINE_GRACE_S = 60.0       # how long past a budget a worker's refinement may finish its batch
 RUNNER_UP_MAX_NODES = 400   # smaller graphs: the runner-up is refined even when Step 1 wins as it is
@@ -123,17 +119,17 @@ def choose(graph, cluster, algorithm, timings=None, budget_s=None) -> Chosen:
               or (role == registry.EXTRA and graph.num_nodes < EXTRAS_MAX_NODES)]
     beside.sort(key=lambda name: -registry.PLACERS[name].build_rank)      # the slowest first
     judging = Judging(graph, cluster)
-    with _workers(judging, beside) as pool:
+    with workers(judging, beside, _candidate, _refined) as pool:
         pending = {name: pool.submit(name) for name in beside}
         results, step1_output = _first(judging, first[0], timings)
         early, bound = _refine_early(judging, results, pending, list(roles), pool, timings, deadline)
         for name in reversed(beside):           # help with those no worker has started yet
             if pool.claim(name):
-                results[name] = _collect(_Inline(judging).submit(name), deadline)
+                results[name] = _collect(Inline(judging, _candidate, _refined).submit(name), deadline)
         results.update({name: _collect(pending[name], deadline) for name in roles
                         if name in pending and name not in results})
         if all(r.judged is None for r in results.values()):      # nothing fits yet: the rest
-            inline = _Inline(judging)
+            inline = Inline(judging, _candidate, _refined)
             results.update({name: _collect(inline.submit(name), deadline)
                             for name in extra if name not in results})
         ordered = {name: results[name] for name in roles if name in results}
@@ -160,7 +156,7 @@ def _refine_early(judging, results, pending, order, pool, timings, deadline):
     when: the refinement is the one `_pick` would run, and it is used only if that
     candidate is still a finalist once all are in. Never with a budget. The job: a
     worker's, finding report.json's lower bound once its candidates are built (or None)."""
-    if deadline != math.inf or not isinstance(pool, _Forked):
+    if deadline != math.inf or not pool.parallel:
         return {}, None
     if all(name in results or job.done() for name, job in pending.items()):
         return {}, None                         # nothing to wait for: `_pick` refines beside a worker
@@ -209,8 +205,8 @@ def _pick(judging, results, step1_output, timings, deadline, pool, early=None, b
     beside = _peaks_beside(pool, judged, todo, jobs, deadline)
     bound = pool.bound() if bound is None and not jobs and deadline == math.inf else bound
     fitted.update({name: _refined(judging, judged[name], deadline, beside) for name in todo[:1]})
-    bound_us = _ready(bound)
-    if jobs and bound_us is None and deadline == math.inf and isinstance(pool, _Forked):   # while it refines
+    bound_us = ready(bound)
+    if jobs and bound_us is None and deadline == math.inf and pool.parallel:   # while a worker refines
         bound_us = lower_bound_us(graph, cluster)
     fitted.update({name: _collect_refined(job, deadline) for name, job in jobs.items()})
     if fitted:
@@ -220,13 +216,13 @@ def _pick(judging, results, step1_output, timings, deadline, pool, early=None, b
         report[name]["refined_makespan_us"] = final[name].schedule.makespan
     winner = min(finalists, key=lambda n: (final[n].schedule.makespan, finalists.index(n)))
     return Chosen(winner, results[winner].device, with_memory(graph, cluster, final[winner]),
-                  fitted.get(winner), step1_output, report, bound_us if bound_us is not None else _ready(bound))
+                  fitted.get(winner), step1_output, report, bound_us if bound_us is not None else ready(bound))
 
 
 def _refined(judging, judged, deadline, peaks=None):
     """`judged` refined within memory (refine_memory.py), at most K rounds. `peaks`, a
     job giving the emulated peaks of `judged` when it has no memory profile yet
-    (`_shared_peaks`), stands in for tracking them here: they are the result's
+    (pardnn.pipeline.workers), stands in for tracking them here: they are the result's
     peaks before repair, unless refinement kept nothing and tracked them itself."""
     graph, cluster = judging.graph, judging.cluster
     if peaks is None:
@@ -255,7 +251,7 @@ def _peaks_of(job, judging, judged):
     try:
         return job.result(timeout=None)
     except BrokenProcessPool:
-        return _shared_peaks(judged.device, judging)
+        return peaks_of(judged.device, judging)
 
 
 def _refinable(name, judged) -> bool:
@@ -291,16 +287,6 @@ def _judged(judging, device, build_s, schedule=None) -> Candidate:
     return Candidate(device, entry, fixed, error, build_s, repair_s)
 
 
-def _ready(job):
-    """The job's answer if it has one now (no wait: the caller can find it itself), else None."""
-    if job is None or not job.done():
-        return None
-    try:
-        return job.result(timeout=0)
-    except BrokenProcessPool:
-        return None
-
-
 def _left(deadline, grace=0.0):
     """Seconds to wait for a job: None (no limit) without a budget."""
     return None if deadline == math.inf else max(deadline - time.perf_counter(), 0.0) + grace
@@ -326,146 +312,3 @@ def _collect_refined(job, deadline):
         return job.result(timeout=_left(deadline, REFINE_GRACE_S))
     except (futures.TimeoutError, BrokenProcessPool):
         return None
-
-
-_SHARED = {}    # what the forked workers inherit (never pickled to them)
-
-
-def _shared_refine(judged, deadline):
-    """A worker's job: refine the judged placement within memory."""
-    return _refined(_SHARED["judging"], judged, deadline)
-
-
-def _shared_peaks(device, judging=None):
-    """A worker's job: the emulated peak memory per device of placement `device`."""
-    judging = judging or _SHARED["judging"]
-    graph, cluster = judging.graph, judging.cluster
-    return track_memory(graph, cluster, device, simulate(graph, cluster, device)).peak_bytes
-
-
-def _shared_bound():
-    """A worker's job: report.json's lower bound (pardnn.emulator.lower_bound_us)."""
-    judging = _SHARED["judging"]
-    return lower_bound_us(judging.graph, judging.cluster)
-
-
-def _shared_candidate(name):
-    """A worker's job: candidate `name`, or None when the main process claimed it first."""
-    if not _claimed(_SHARED["claims"], _SHARED["names"].index(name)):
-        return None
-    return _candidate(_SHARED["judging"], name)
-
-
-def _claimed(claims, index) -> bool:
-    """Mark candidate `index` taken; True when this caller is the first to take it."""
-    with claims.get_lock():
-        first = not claims[index]
-        claims[index] = 1
-    return first
-
-
-@contextlib.contextmanager
-def _workers(judging, names):
-    """Worker processes for the candidates `names`, which run beside the first: one fewer
-    than the CPUs this process may use, none for graphs under PARALLEL_MIN_NODES (a fork
-    costs more than they take) or on one CPU. Without workers the candidates run in
-    turn. Workers still running when the placement moves on are killed."""
-    count = min(len(names), _usable_cpus() - 1)
-    if judging.graph.num_nodes < PARALLEL_MIN_NODES or count < 1 or "fork" not in multiprocessing.get_all_start_methods():
-        yield _Inline(judging)
-        return
-    context = multiprocessing.get_context("fork")
-    _SHARED.update(judging=judging, names=list(names), claims=context.Array("b", len(names)))
-    pool = futures.ProcessPoolExecutor(count, mp_context=context)
-    try:
-        yield _Forked(pool)
-    finally:
-        processes = list((getattr(pool, "_processes", None) or {}).values())
-        pool.shutdown(wait=False, cancel_futures=True)
-        for process in processes:
-            process.kill()
-        _SHARED.clear()
-
-
-def _usable_cpus() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-class _Forked:
-    """Candidates built by worker processes, each the first not yet claimed."""
-
-    def __init__(self, pool):
-        self.pool = pool
-
-    def submit(self, name):
-        return self._submit(_shared_candidate, name)
-
-    def refine(self, judged, deadline):
-        return self._submit(_shared_refine, judged, deadline)
-
-    def peaks(self, device):
-        return self._submit(_shared_peaks, device)
-
-    def bound(self):
-        return self._submit(_shared_bound)
-
-    def _submit(self, job, *args):
-        """The job's future; once a worker has died the pool takes no more, and the job
-        reports that death when asked for its result, as one that died running would."""
-        try:
-            return self.pool.submit(job, *args)
-        except BrokenProcessPool as exc:
-            return _Failed(exc)
-
-    @staticmethod
-    def claim(name) -> bool:
-        """Take candidate `name` for this process if no worker has started it."""
-        return _claimed(_SHARED["claims"], _SHARED["names"].index(name))
-
-
-class _Inline:
-    """Candidates built in this process, each when its result is asked for."""
-
-    def __init__(self, judging):
-        self.judging = judging
-
-    def submit(self, name):
-        return _Deferred(lambda: _candidate(self.judging, name))
-
-    def refine(self, judged, deadline):
-        return _Deferred(lambda: _refined(self.judging, judged, deadline))
-
-    def peaks(self, device):
-        return _Deferred(lambda: _shared_peaks(device, self.judging))
-
-    @staticmethod
-    def bound():
-        return None             # the report finds it, as cheaply as a job here would
-
-    @staticmethod
-    def claim(name) -> bool:
-        return False            # nothing runs elsewhere: every candidate is built when collected
-
-
-class _Failed:
-    """A job a broken pool refused: its result is the pool's error."""
-
-    def __init__(self, error):
-        self.error = error
-
-    @staticmethod
-    def done() -> bool:
-        return True
-
-    def result(self, timeout):
-        raise self.error
-
-
-class _Deferred:
-    def __init__(self, build):
-        self.build = build
-
-    def result(self, timeout):
-        return self.build()
