@@ -333,12 +333,16 @@ def test_a_worker_that_dies_leaves_its_candidate_out_and_the_placement_goes_on(m
     assert np.array_equal(chosen.judged.peak_before, peaks)
 
 
-def test_a_leader_refined_while_a_worker_still_builds_gives_the_same_placement(monkeypatch):
+@pytest.mark.parametrize("held", ["single", "round-robin"])
+def test_a_leader_refined_while_a_worker_still_builds_gives_the_same_placement(monkeypatch, held):
     """When Step 1 ends with a worker still building, and the fastest candidate known
     (HEFT here) has Step 1 as it is for runner-up, this process refines it at once
-    instead of waiting; the worker, once idle, finds the report's lower bound. Events
-    hold the worker at the last candidate until that choice is made, so it is tested
-    every time: the placement and report are those of a portfolio built in turn."""
+    instead of waiting, and that refinement is the one kept; the worker, once idle,
+    finds the report's lower bound. Events hold the worker at candidate `held` until
+    that choice is made, so it is tested every time: the placement and report are those
+    of a portfolio built in turn. Held at the last one, the worker tracks the leader's
+    peaks before repair; held before it (a candidate still queued, which a job would
+    wait behind), they are tracked here."""
     import multiprocessing
     import os
     from pardnn.emulator import lower_bound_us
@@ -352,7 +356,7 @@ def test_a_leader_refined_while_a_worker_still_builds_gives_the_same_placement(m
     build, first, early, refined = portfolio._candidate, portfolio._first, portfolio._refine_early, portfolio._refined
 
     def held_at_the_last(judging, name, timings=None):
-        if os.getpid() != parent and name == "single":
+        if os.getpid() != parent and name == held:
             reached.set()
             go.wait(120)
         return build(judging, name, timings)
@@ -371,6 +375,12 @@ def test_a_leader_refined_while_a_worker_still_builds_gives_the_same_placement(m
     def released(*args):            # the worker may be asked for the peaks meanwhile
         go.set()
         return refined(*args)
+    peaks, asked = workers.Forked.peaks, []
+
+    def counted(self, device):
+        asked.append(len(fired))
+        return peaks(self, device)
+    monkeypatch.setattr(workers.Forked, "peaks", counted)
     monkeypatch.setattr(portfolio, "_candidate", held_at_the_last)
     monkeypatch.setattr(portfolio, "_refined", released)
     monkeypatch.setattr(portfolio, "_first", first_then_wait)
@@ -379,7 +389,10 @@ def test_a_leader_refined_while_a_worker_still_builds_gives_the_same_placement(m
     monkeypatch.setattr(placer, "choose", lambda *args: chosen.append(portfolio.choose(*args)) or chosen[-1])
     placement, report = placer.place(g, cluster, "pardnn")
     assert list(fired[0][0]) == ["heft"] and fired[0][1] is not None
-    assert chosen[0].bound_us == lower_bound_us(g, cluster)          # found by the idle worker
+    assert chosen[0].winner == "heft" and chosen[0].fitted is fired[0][0]["heft"][1]
+    assert asked == ([0] if held == "single" else [])          # asked for during the early refinement
+    if held == "single":
+        assert chosen[0].bound_us == lower_bound_us(g, cluster)      # found by the idle worker
     assert np.array_equal(placement.device, inline_placement.device)
     assert untimed(report) == untimed(inline_report)
 

@@ -78,7 +78,7 @@ class Chosen:
     fitted: object               # refine_memory.Fitted, or None when refinement did not run
     step1_output: str | None     # "thesis", "affinity" or "one-device": what Step 1 returned
     candidates: dict = field(default_factory=dict)
-    bound_us: float | None = None   # emulator.lower_bound_us, if an idle worker found it already
+    bound_us: float | None = None   # emulator.lower_bound_us, if found while the refinements ran
 
     def report_fields(self) -> dict:
         """report.json's portfolio fields; none for a portfolio of one."""
@@ -151,11 +151,13 @@ def _first(judging, name, timings):
 def _refine_early(judging, results, pending, order, pool, timings, deadline):
     """({name: (Judged, Fitted)}, job): while workers still build candidates, the fastest one
     known so far refined here at once, when the runner-up among those known is Step 1
-    as it is (not refined again: `_refinable`), so that the refinement runs beside the
-    candidates left rather than after them. Only the time depends on what is known
-    when: the refinement is the one `_pick` would run, and it is used only if that
-    candidate is still a finalist once all are in. Never with a budget. The job: a
-    worker's, finding report.json's lower bound once its candidates are built (or None)."""
+    as it is (not refined again: `_refinable`), instead of after all candidates are
+    in. Only the time depends on what is known when: the refinement is the one `_pick`
+    would run, and it is used only if that candidate is still a finalist once all are
+    in. Never with a budget. Its peaks before repair come from a worker only when no
+    candidate is still queued (a job waits behind those); else they are tracked here.
+    The job: a worker's, finding report.json's lower bound once its candidates are
+    built (or None)."""
     if deadline != math.inf or not pool.parallel:
         return {}, None
     if all(name in results or job.done() for name, job in pending.items()):
@@ -168,8 +170,9 @@ def _refine_early(judging, results, pending, order, pool, timings, deadline):
     if len(finalists) < 2 or not _refinable(finalists[0], known) or _refinable(finalists[1], known):
         return {}, None
     lead, bound = known[finalists[0]], pool.bound()
+    queued = any(not pool.started(name) for name, job in pending.items() if name not in results and not job.done())
     t0 = time.perf_counter()
-    fitted = _refined(judging, lead, deadline, pool.peaks(lead.device) if lead.profile is None else None)
+    fitted = _refined(judging, lead, deadline, None if queued or lead.profile is not None else pool.peaks(lead.device))
     timings["refine_memory"] = time.perf_counter() - t0
     return {finalists[0]: (lead, fitted)}, bound
 
@@ -209,8 +212,8 @@ def _pick(judging, results, step1_output, timings, deadline, pool, early=None, b
     if jobs and bound_us is None and deadline == math.inf and pool.parallel:   # while a worker refines
         bound_us = lower_bound_us(graph, cluster)
     fitted.update({name: _collect_refined(job, deadline) for name, job in jobs.items()})
-    if fitted:
-        timings["refine_memory"] = timings.get("refine_memory", 0.0) + time.perf_counter() - t0
+    if fitted:      # (re-inserted, so that the stages keep their order however early it ran)
+        timings["refine_memory"] = timings.pop("refine_memory", 0.0) + time.perf_counter() - t0
     final = {name: fitted[name].judged if fitted.get(name) else judged[name] for name in finalists}
     for name in fitted:
         report[name]["refined_makespan_us"] = final[name].schedule.makespan
@@ -247,10 +250,10 @@ def _peaks_beside(pool, judged, refined, jobs, deadline):
 
 
 def _peaks_of(job, judging, judged):
-    """The peaks job's answer; tracked here if its worker died."""
+    """The peaks job's answer; tracked here if its worker died or failed."""
     try:
         return job.result(timeout=None)
-    except BrokenProcessPool:
+    except Exception:       # any failure only means: track them here
         return peaks_of(judged.device, judging)
 
 

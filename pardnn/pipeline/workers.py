@@ -60,12 +60,13 @@ def usable_cpus() -> int:
 
 
 def ready(job):
-    """The job's answer if it has one now (no wait: the caller can find it itself), else None."""
+    """The job's answer if it has one now, else None: no wait, and no error (a worker
+    that died, or failed in any way): the caller can find the answer itself."""
     if job is None or not job.done():
         return None
     try:
         return job.result(timeout=0)
-    except BrokenProcessPool:
+    except Exception:       # any failure only means: find it yourself
         return None
 
 
@@ -137,6 +138,13 @@ class Forked:
         """Take candidate `name` for this process if no worker has started it."""
         return claimed(_SHARED["claims"], _SHARED["names"].index(name))
 
+    @staticmethod
+    def started(name) -> bool:
+        """Whether some process has taken candidate `name` (jobs queued after it wait less)."""
+        claims = _SHARED["claims"]
+        with claims.get_lock():
+            return bool(claims[_SHARED["names"].index(name)])
+
 
 class Inline:
     """Jobs run in this process, each when its result is asked for."""
@@ -162,6 +170,10 @@ class Inline:
     @staticmethod
     def claim(name) -> bool:
         return False            # nothing runs elsewhere: every candidate is built when collected
+
+    @staticmethod
+    def started(name) -> bool:
+        return False
 
 
 class _Failed:
