@@ -13,22 +13,28 @@ from pardnn.placers.pardnn.step1 import partition
 WEIGHT = 10**7          # 100 us on the wire at 1e5 bytes/us, far above the latency
 
 
+def layer_steps(layer, steps, names, comp, group, edges):
+    """Appends one layer: a variable group {v, r0..} feeding a heavy weight to each of
+    `steps` chained 50 us steps m0, m1, ... (small edges between steps)."""
+    names.append(f"v{layer}")
+    comp.append(0.0)
+    group.append(layer)
+    for t in range(steps):
+        names += [f"r{layer}{t}", f"m{layer}{t}"]
+        comp += [0.0, 50.0]
+        group += [layer, f"m{layer}{t}"]
+        edges += [(f"v{layer}", f"r{layer}{t}", 8), (f"r{layer}{t}", f"m{layer}{t}", WEIGHT)]
+        if t:
+            edges.append((f"m{layer}{t - 1}", f"m{layer}{t}", 1000))
+
+
 def two_layers(steps=4):
     """Two RNN-like layers: layer L's variable group {vL, rL0..} feeds a heavy
     weight to each step mL_t; steps chain in time (mL_t -> mL_t+1) and layer a
     feeds layer b (ma_t -> mb_t), with small activations."""
     names, comp, group, edges = [], [], [], []
     for layer in "ab":
-        names.append(f"v{layer}")
-        comp.append(0.0)
-        group.append(layer)
-        for t in range(steps):
-            names += [f"r{layer}{t}", f"m{layer}{t}"]
-            comp += [0.0, 50.0]
-            group += [layer, f"m{layer}{t}"]
-            edges += [(f"v{layer}", f"r{layer}{t}", 8), (f"r{layer}{t}", f"m{layer}{t}", WEIGHT)]
-            if t:
-                edges.append((f"m{layer}{t - 1}", f"m{layer}{t}", 1000))
+        layer_steps(layer, steps, names, comp, group, edges)
     edges += [(f"ma{t}", f"mb{t}", 1000) for t in range(steps)]
     src, dst, nbytes = zip(*edges)
     return CostGraph.build(names=names, comp_us=comp, group=group, edge_src=list(src),
@@ -41,17 +47,9 @@ def chains(spec):
     the last step of every layer in `after` (small edges)."""
     names, comp, group, edges = [], [], [], []
     for layer, (steps, after) in spec.items():
-        names.append(f"v{layer}")
-        comp.append(0.0)
-        group.append(layer)
-        for t in range(steps):
-            names += [f"r{layer}{t}", f"m{layer}{t}"]
-            comp += [0.0, 50.0]
-            group += [layer, f"m{layer}{t}"]
-            edges += [(f"v{layer}", f"r{layer}{t}", 8), (f"r{layer}{t}", f"m{layer}{t}", WEIGHT)]
-            edges.append((f"m{layer}{t - 1}", f"m{layer}{t}", 1000) if t else None)
+        layer_steps(layer, steps, names, comp, group, edges)
         edges += [(f"m{a}{spec[a][0] - 1}", f"m{layer}0", 1000) for a in after]
-    src, dst, nbytes = zip(*[e for e in edges if e])
+    src, dst, nbytes = zip(*edges)
     return CostGraph.build(names=names, comp_us=comp, group=group, edge_src=list(src),
                            edge_dst=list(dst), edge_bytes=list(nbytes))
 
