@@ -170,9 +170,11 @@ def _refine_early(judging, results, pending, order, pool, timings, deadline):
     if len(finalists) < 2 or not _refinable(finalists[0], known) or _refinable(finalists[1], known):
         return {}, None
     lead, bound = known[finalists[0]], pool.bound()
-    queued = any(not pool.started(name) for name, job in pending.items() if name not in results and not job.done())
+    waiting = [name for name, job in pending.items() if name not in results and not job.done()]
+    queued = any(not pool.started(name) for name in waiting)
+    peaks = None if queued or lead.profile is not None else pool.peaks(lead.device)
     t0 = time.perf_counter()
-    fitted = _refined(judging, lead, deadline, None if queued or lead.profile is not None else pool.peaks(lead.device))
+    fitted = _refined(judging, lead, deadline, peaks)
     timings["refine_memory"] = time.perf_counter() - t0
     return {finalists[0]: (lead, fitted)}, bound
 
@@ -212,6 +214,7 @@ def _pick(judging, results, step1_output, timings, deadline, pool, early=None, b
     if jobs and bound_us is None and deadline == math.inf and pool.parallel:   # while a worker refines
         bound_us = lower_bound_us(graph, cluster)
     fitted.update({name: _collect_refined(job, deadline) for name, job in jobs.items()})
+    bound_us = ready(bound) if bound_us is None else bound_us
     if fitted:      # (re-inserted, so that the stages keep their order however early it ran)
         timings["refine_memory"] = timings.pop("refine_memory", 0.0) + time.perf_counter() - t0
     final = {name: fitted[name].judged if fitted.get(name) else judged[name] for name in finalists}
@@ -219,7 +222,7 @@ def _pick(judging, results, step1_output, timings, deadline, pool, early=None, b
         report[name]["refined_makespan_us"] = final[name].schedule.makespan
     winner = min(finalists, key=lambda n: (final[n].schedule.makespan, finalists.index(n)))
     return Chosen(winner, results[winner].device, with_memory(graph, cluster, final[winner]),
-                  fitted.get(winner), step1_output, report, bound_us if bound_us is not None else ready(bound))
+                  fitted.get(winner), step1_output, report, bound_us)
 
 
 def _refined(judging, judged, deadline, peaks=None):

@@ -36,7 +36,8 @@ def workers(judging, names, candidate, refine):
     `refine(judging, judged, deadline)` refines one within memory. Workers still
     running when the placement moves on are killed."""
     count = min(len(names), usable_cpus() - 1)
-    if judging.graph.num_nodes < PARALLEL_MIN_NODES or count < 1 or "fork" not in multiprocessing.get_all_start_methods():
+    forks = "fork" in multiprocessing.get_all_start_methods()
+    if judging.graph.num_nodes < PARALLEL_MIN_NODES or count < 1 or not forks:
         yield Inline(judging, candidate, refine)
         return
     context = multiprocessing.get_context("fork")
