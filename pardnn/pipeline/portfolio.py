@@ -163,9 +163,8 @@ def _refine_early(judging, results, pending, order, pool, timings, deadline):
     if all(name in results or job.done() for name, job in pending.items()):
         return {}, None                         # nothing to wait for: `_pick` refines beside a worker
     known = {name: r.judged for name, r in results.items() if r.judged is not None}
-    for name, job in pending.items():
-        if name not in results and job.done() and _collect(job, deadline).judged is not None:
-            known[name] = _collect(job, deadline).judged
+    done = {name: _collect(job, deadline) for name, job in pending.items() if name not in results and job.done()}
+    known.update({name: r.judged for name, r in done.items() if r.judged is not None})
     finalists = _finalists(known, judging.graph.num_nodes, order) if known else []
     if len(finalists) < 2 or not _refinable(finalists[0], known) or _refinable(finalists[1], known):
         return {}, None
