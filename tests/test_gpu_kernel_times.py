@@ -1,0 +1,87 @@
+"""tools/gpu_kernel_times.py: the estimated ops it extracts, TF's SAME padding as torch
+takes it, and the comparison it prints (the GPU timing itself runs only on a GPU)."""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+import gpu_kernel_times as gkt  # noqa: E402
+
+
+@pytest.mark.tf
+def test_an_estimated_profile_gives_its_matmul_with_shapes_and_cost(tmp_path):
+    pytest.importorskip("tensorflow")
+    from test_estimate import N, matmul_model
+    from pardnn.tf import estimate
+    estimate.estimate_model(matmul_model(), estimate.gpu_target("dgx-h100"), str(tmp_path / "mm"))
+    ops = gkt.extract([str(tmp_path / "mm")])
+    matmuls = [s["sig"] for s in ops["signatures"] if s["sig"]["op"] == "MatMul"]
+    # x is [None, N] in the GraphDef: the fed N rows come from the step stats
+    assert {(s["attrs"]["transpose_a"], s["attrs"]["transpose_b"]) for s in matmuls} == {
+        (False, False), (True, False), (False, True)}       # forward, dw = x^T g, dx = g w^T
+    assert all(s["ins"] == [[N, N], [N, N]] and s["out"] == [N, N] for s in matmuls)
+    assert ops["families"]["mm"]["op_overhead_us"] == 5.0
+    nodes = [us for s in ops["signatures"] for v in s["nodes"].values() for us in v]
+    assert min(nodes) > 0               # initializers (not in the step) are left out
+    assert any(s["op"] == "ResourceApplyAdam" for s in (e["sig"] for e in ops["signatures"]))
+
+
+@pytest.mark.parametrize("size,kernel,stride,dilation",
+                         [(32, 3, 2, 1), (32, 3, 1, 1), (2, 2, 1, 1), (17, 5, 3, 1), (9, 3, 1, 2), (7, 1, 2, 1)])
+def test_same_padding_gives_tensorflows_output_size(size, kernel, stride, dilation):
+    sig = {"attrs": {"padding": "SAME", "strides": [1, stride, 1], "dilations": [1, dilation, 1]},
+           "ins": [[1, size, 1], [kernel, 1, 1]]}
+    (pad,), (extra,) = gkt._conv_padding(sig, 1)
+    span = (kernel - 1) * dilation + 1
+    torch_out = (size + extra + 2 * pad - span) // stride + 1
+    assert torch_out == math.ceil(size / stride)
+    assert extra in (0, 1)
+
+
+def test_valid_padding_pads_nothing():
+    sig = {"attrs": {"padding": "VALID"}, "ins": [[1, 8, 8, 1], [3, 3, 1, 1]]}
+    assert gkt._conv_padding(sig, 2) == ([0, 0], [0, 0])
+
+
+def test_spearman_of_ties_and_order():
+    assert gkt.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert gkt.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # ties share their mean rank: ranks (0.5, 0.5, 2, 3) against (0, 1, 2, 3)
+    expected = np.corrcoef([0.5, 0.5, 2, 3], [0, 1, 2, 3])[0, 1]
+    assert gkt.spearman([5, 5, 6, 7], [1, 2, 3, 4]) == pytest.approx(expected)
+
+
+def test_compare_sets_each_profiles_estimate_against_the_kernels(capsys):
+    ops = {"commit": "commit x", "families": {"f": {"nodes": 4, "est_total_us": 40.0, "op_overhead_us": 5.0}},
+           "signatures": [{"sig": {"op": "MatMul", "attrs": {}, "ins": [[1000, 1000]] * 2, "out": [1000, 1000]},
+                           "nodes": {"f": [20.0]}},
+                          {"sig": {"op": "Mul", "attrs": {}, "ins": [[4], [4]]}, "nodes": {"f": [6.0, 6.0]}},
+                          {"sig": {"op": "Sum", "attrs": {}, "ins": [[4]]}, "nodes": {"f": [8.0]}}]}
+    times = {"device": "GPU", "torch": "2", "cudnn": 9, "repeats": 20, "eager_overhead_us": 8.0,
+             "times": [{"index": 0, "us": 10.0, "error": None}, {"index": 1, "us": 2.0, "error": None},
+                       {"index": 2, "us": None, "error": "RuntimeError: x"}]}
+    gkt.compare(json.loads(json.dumps(ops)), times)
+    out = capsys.readouterr().out
+    # measured: MatMul (20 est, 10 us) and two Muls (6 est, 2 us each): 32 / 14, 3 of 4 nodes,
+    # 32 of 40 us estimated; less 5 us per op: (15 + 1 + 1) / 14
+    assert "| f | 4 | 3 | 80% | 1.00 | 2.29 | 1.21 | 3.00 |" in out
+    assert "| MatMul | 1 | 71.4% | 2.00 | 2.00 |" in out
+    assert "| MatMul | 200 | 100 |" in out      # 2e9 FLOPs in 10 us measured, 20 us estimated
+    assert "1 signatures failed to run, e.g. RuntimeError: x" in out
+
+
+def test_flops_count_each_multiply_add_twice():
+    mm = {"op": "MatMul", "attrs": {"transpose_a": True}, "ins": [[7, 3], [7, 5]], "out": [3, 5]}
+    assert gkt.flops(mm) == 2 * 3 * 5 * 7
+    bmm = {"op": "BatchMatMulV2", "attrs": {"adj_x": False}, "ins": [[4, 3, 7], [4, 7, 5]], "out": [4, 3, 5]}
+    assert gkt.flops(bmm) == 2 * 4 * 3 * 5 * 7
+    conv = {"op": "Conv2D", "attrs": {}, "ins": [[2, 8, 8, 3], [3, 3, 3, 16]], "out": [2, 8, 8, 16]}
+    dfilter = {"op": "Conv2DBackpropFilter", "attrs": {}, "ins": [[2, 8, 8, 3], [3, 3, 3, 16], [2, 8, 8, 16]],
+               "out": [3, 3, 3, 16]}
+    assert gkt.flops(conv) == gkt.flops(dfilter) == 2 * (2 * 8 * 8 * 16) * (3 * 3 * 3)
+    assert gkt.flops({"op": "Mul", "attrs": {}, "ins": [[4], [4]], "out": [4]}) == 0
