@@ -2,6 +2,7 @@
 extracts, the shapes and padding the torch kernels must match, the comparison it prints
 and its errors (the kernels themselves run only where PyTorch and a GPU are)."""
 
+import csv
 import json
 import math
 import sys
@@ -168,3 +169,21 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not this tool's file (no 'signatures'" in err
     assert not (tmp_path / "o.json").exists()
+
+
+def test_the_csv_has_a_row_per_signature_and_profile(tmp_path):
+    ops = {"commit": "commit x", "families": {},
+           "signatures": [{"sig": {"op": "Sum", "dtype": "float32", "ins": [[4, 5]], "out": [5], "attrs": {},
+                                   "axes": [0]}, "nodes": {"a": [3.0, 5.0], "b": [4.0]}},
+                          {"sig": {"op": "Mul", "dtype": "float32", "ins": [[4], [4]], "out": [4], "attrs": {}},
+                           "nodes": {"a": [6.0]}}]}
+    times = {"device": "GPU", "torch": "2", "cudnn": 9,
+             "times": [{"index": 0, "us": 2.0, "error": None}, {"index": 1, "us": None, "error": "x"}]}
+    path = tmp_path / "k.csv"
+    gkt.write_csv(ops, times, str(path))
+    lines = path.read_text().splitlines()
+    assert lines[0].startswith("# commit") and lines[1].startswith("# measured on GPU")
+    rows = list(csv.DictReader(lines[2:]))
+    assert [(r["signature"], r["profile"], r["nodes"], r["estimated_us"], r["measured_us"]) for r in rows] == [
+        ("0", "a", "2", "4.0000", "2.0000"), ("0", "b", "1", "4.0000", "2.0000"), ("1", "a", "1", "6.0000", "")]
+    assert json.loads(rows[0]["inputs"]) == [[4, 5]] and json.loads(rows[0]["axes"]) == [0]

@@ -2,7 +2,7 @@
 
     python tools/gpu_kernel_times.py extract PROFILE_DIR [...] -o ops.json   # here: what was estimated
     python tools/gpu_kernel_times.py time ops.json -o times.json             # on the GPU (PyTorch, CUDA)
-    python tools/gpu_kernel_times.py compare ops.json times.json             # here: the tables
+    python tools/gpu_kernel_times.py compare ops.json times.json [--csv F]   # here: the tables
 
 `extract` (tools/gpu_ops.py) groups the float ops of estimated profile dirs (`pardnn
 profile FAMILY --estimate PRESET`) into signatures with their estimated times; `time`
@@ -20,6 +20,8 @@ placed graph.
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
 import os
 import sys
@@ -30,6 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
+from commit_line import csv_comment  # noqa: E402
 from gpu_kernels import run_time  # noqa: E402
 from gpu_ops import ToolError, extract, flops  # noqa: E402
 
@@ -137,6 +140,27 @@ def _rate_table(ops, times):
         print(f"| {op} | {f / meas / 1e6:.0f} | {f / est / 1e6:.0f} |")
 
 
+def write_csv(ops, times, path):
+    """One row per signature and profile: its nodes' mean estimate and the kernel's
+    time, under two comment lines (the command, the GPU and the extraction's commit)."""
+    measured = _measured(times)
+    out = io.StringIO()
+    out.write(csv_comment())
+    out.write(f"# measured on {times['device']} (torch {times['torch']}, cuDNN {times['cudnn']}); "
+              f"ops extracted at {ops['commit']}\n")
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(["signature", "op", "dtype", "profile", "nodes", "estimated_us", "measured_us",
+                "inputs", "output", "attrs", "axes"])
+    for i, entry in enumerate(ops["signatures"]):
+        sig = entry["sig"]
+        for family, ests in entry["nodes"].items():
+            w.writerow([i, sig["op"], sig["dtype"], family, len(ests), f"{np.mean(ests):.4f}",
+                        f"{measured[i]:.4f}" if i in measured else "", json.dumps(sig["ins"]),
+                        json.dumps(sig["out"]), json.dumps(sig["attrs"], sort_keys=True),
+                        json.dumps(sig.get("axes")) if "axes" in sig else ""])
+    _write_text(out.getvalue(), path)
+
+
 # ---- files and the command line ---------------------------------------------------------
 
 def _read_json(path, key):
@@ -152,11 +176,15 @@ def _read_json(path, key):
 
 
 def _write_json(doc, path):
+    _write_text(json.dumps(doc), path)
+
+
+def _write_text(text, path):
     """Write through a temp file and a rename: nothing half-written."""
     tmp = path + ".tmp"
     try:
         with open(tmp, "w") as f:
-            json.dump(doc, f)
+            f.write(text)
         os.replace(tmp, path)
     except OSError as exc:
         raise ToolError(f"{path}: cannot write ({exc.strerror})") from None
@@ -175,6 +203,7 @@ def main(argv=None) -> int:
     c = sub.add_parser("compare")
     c.add_argument("ops")
     c.add_argument("times")
+    c.add_argument("--csv", metavar="F", help="also write every signature's estimate and kernel time")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "extract":
@@ -185,7 +214,10 @@ def main(argv=None) -> int:
         elif args.cmd == "time":
             _write_json(run_time(_read_json(args.ops, "signatures"), args.budget_s), args.output)
         else:
-            compare(_read_json(args.ops, "signatures"), _read_json(args.times, "times"))
+            ops, times = _read_json(args.ops, "signatures"), _read_json(args.times, "times")
+            compare(ops, times)
+            if args.csv:
+                write_csv(ops, times, args.csv)
     except ToolError as exc:
         print(f"gpu_kernel_times: {exc}", file=sys.stderr)
         return 2
