@@ -210,6 +210,54 @@ def test_conv3d_fallback_adds_flops_over_peak():
     assert record["conv"].all_end_rel_nanos == 2000
 
 
+def conv_model(conv3d=False):
+    """loss = sum(conv(x, w)) with plain SGD: x [2,8,8,16] * w [3,3,16,32] SAME (or the 3-D
+    [2,2,8,8,16] * [1,3,3,16,32]); 2 x outputs x 144 taps-channels FLOPs per conv op."""
+    shape = [2, 2, 8, 8, 16] if conv3d else [2, 8, 8, 16]
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, shape, name="x")
+        w = tf1.get_variable("w", ([1] if conv3d else []) + [3, 3, 16, 32], use_resource=True)
+        conv = tf.nn.conv3d(x, w, [1] * 5, "SAME", name="conv") if conv3d else tf.nn.conv2d(x, w, 1, "SAME", name="conv")
+        loss = tf.reduce_sum(conv, name="loss")
+        train = tf1.train.GradientDescentOptimizer(0.1).minimize(loss, name="train")
+        init = tf1.global_variables_initializer()
+    return Model(graph=graph, train_op=train.name, loss=loss.name, init=init.name,
+                 feed=lambda step: {"x:0": np.ones(shape, np.float32)})
+
+
+CONV_OPS = ("conv", "gradients/conv_grad/Conv{d}BackpropInput{v}", "gradients/conv_grad/Conv{d}BackpropFilter{v}")
+
+
+@pytest.mark.parametrize("preset, precision, conv3d", [("dgx-h100", "tf32", False), ("dgx2", "fp32", False),
+                                                      ("dgx-h100", "tf32", True)])
+def test_conv_efficiency_divides_only_the_convolutions_compute(tmp_path, preset, precision, conv3d):
+    """At half the rate each convolution (2-D: Grappler's compute term at the precision's
+    rate; 3-D: the fallback's) takes FLOPs / rate longer; everything else is unchanged."""
+    costs, targets = {}, {}
+    for share in (1.0, 0.5):
+        targets[share] = estimate.gpu_target(preset, op_overhead_us=0, precision=precision, conv_efficiency=share)
+        doc = estimate.estimate_model(conv_model(conv3d), targets[share], str(tmp_path / str(share)))
+        assert doc["costs"]["conv_efficiency"] == share
+        costs[share] = load_profile(str(tmp_path / str(share)))[0]
+    names = [n.format(d="3D" if conv3d else "2D", v="V2" if conv3d else "") for n in CONV_OPS]
+    flops = 2 * (2 * 2 * 8 * 8 * 32 if conv3d else 2 * 8 * 8 * 32) * 9 * 16
+    ids = by_name(costs[1.0])
+    for name in names:
+        extra_us = costs[0.5].comp_us[ids[name]] - costs[1.0].comp_us[ids[name]]
+        assert extra_us == pytest.approx(flops / targets[1.0].tensor_gflops / 1e3, rel=1e-3, abs=2e-3)
+    others = [i for n, i in ids.items() if n not in names]
+    assert np.array_equal(costs[0.5].comp_us[others], costs[1.0].comp_us[others])
+
+
+def test_conv_efficiency_is_only_for_estimates_and_shown_in_the_summary(tmp_path, capsys):
+    assert main(["profile", "mlp", "--size", "tiny", "--conv-efficiency", "0.5", "-o", str(tmp_path / "p")]) == 2
+    assert "--conv-efficiency apply to estimated costs: add --estimate PRESET" in capsys.readouterr().err
+    assert main(["profile", "mlp", "--size", "tiny", "--estimate", "dgx-h100", "--conv-efficiency", "0.35",
+                 "-o", str(tmp_path / "q")]) == 0
+    assert "(dgx-h100, tf32 MatMul/convolution, convolutions at 35%, 5 us per op)" in capsys.readouterr().out
+
+
 def test_convolutions_get_a_workspace_of_their_largest_operand_and_others_none(tmp_path):
     """[8,32,32,16] * [3,3,16,32] SAME: the input is 524,288 B, the output 1,048,576 B, so
     the forward conv and its input gradient hold 1 MiB of scratch while they run; the
@@ -256,6 +304,10 @@ def test_cli_unknown_preset_exits_2_with_the_list(tmp_path, capsys):
     (["--precision", "int8"], "--precision: unknown precision 'int8' (choose from fp32, tf32, fp16)"),
     (["--precision", "tf32", "--estimate", "dgx1-v100"],
      "--precision: dgx1-v100 (Tesla V100-SXM2-32GB) has no tf32 tensor cores (choose from fp32, fp16)"),
+    (["--conv-efficiency", "0"], "--conv-efficiency: cannot use '0' (give a share of the peak rate above 0"),
+    (["--conv-efficiency", "1.5"], "--conv-efficiency: cannot use '1.5'"),
+    (["--conv-efficiency", "nan"], "--conv-efficiency: cannot use 'nan'"),
+    (["--conv-efficiency", "most"], "--conv-efficiency: cannot use 'most'"),
 ])
 def test_cli_bad_overhead_or_precision_exits_2(tmp_path, capsys, flags, message):
     out = tmp_path / "prof"

@@ -83,10 +83,17 @@ def test_estimate_flags_without_estimate_are_refused(tmp_path):
     @tf.function
     def step(x):
         return x * 2.0
-    with pytest.raises(UserError, match="op_overhead_us and precision apply to estimated costs"):
+    with pytest.raises(UserError, match="op_overhead_us, precision and conv_efficiency apply to estimated costs"):
         profile_function(step, (tf.ones([2]),), out_dir=str(tmp_path / "p"), precision="fp16")
+    with pytest.raises(UserError, match="apply to estimated costs"):
+        profile_function(step, (tf.ones([2]),), out_dir=str(tmp_path / "p"), conv_efficiency=0.5)
     with pytest.raises(UserError, match="estimate"):
         profile_function(step, (tf.ones([2]),), out_dir=str(tmp_path / "p"), estimate="dgx-9000")
+    for share in (0, 1.5, float("nan"), "0.5"):
+        with pytest.raises(UserError, match=r"conv_efficiency: cannot use .* \(give a share above 0 and at most 1\)"):
+            profile_function(step, (tf.ones([2]),), out_dir=str(tmp_path / "p"), estimate="dgx-h100",
+                             conv_efficiency=share)
+    assert not (tmp_path / "p").exists()
 
 
 def test_a_placement_without_variables_is_refused(tmp_path):

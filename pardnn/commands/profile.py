@@ -38,6 +38,10 @@ def add_parser(sub):
     p.add_argument("--precision", metavar="fp32|tf32|fp16",
                    help="with --estimate: MatMul/convolution precision (default TF's on that GPU: "
                         "tf32 on A100/H100, fp32 on V100)")
+    p.add_argument("--conv-efficiency", metavar="SHARE",
+                   help="with --estimate: convolutions run at this share (above 0, at most 1) of the "
+                        "MatMul/convolution rate (default 1, the peak, as Grappler assumes; kernels timed "
+                        "on an H100 reached 0.22-0.42 of it, docs/estimates.md)")
     p.set_defaults(run=run)
 
 
@@ -50,9 +54,10 @@ def run(args):
     if args.estimate is not None:
         from pardnn.tf.estimate import estimate_model, gpu_target, summary_line
         target = gpu_target(args.estimate, op_overhead_us=_op_overhead(args.op_overhead),
-                            precision=args.precision)
-    elif args.op_overhead is not None or args.precision is not None:
-        raise UserError("--op-overhead and --precision apply to estimated costs: add --estimate PRESET")
+                            precision=args.precision, conv_efficiency=_conv_efficiency(args.conv_efficiency))
+    elif any(v is not None for v in (args.op_overhead, args.precision, args.conv_efficiency)):
+        raise UserError("--op-overhead, --precision and --conv-efficiency apply to estimated costs: "
+                        "add --estimate PRESET")
     if args.steps < 1:
         raise UserError(f"--steps: need at least 1 traced step, got {args.steps}")
     check_output_dir(args.out, inputs=[args.model] if os.path.exists(args.model) else [])
@@ -88,6 +93,20 @@ def _op_overhead(text):
     if not 0 <= us <= 1e6:
         raise UserError(f"--op-overhead: cannot use {text!r} (give a time from 0 to 1s, e.g. 5us, 500ns or 0)")
     return us
+
+
+def _conv_efficiency(text):
+    """The --conv-efficiency share (None: the full rate); outside (0, 1] is bad input."""
+    if text is None:
+        return None
+    try:
+        share = float(text)
+    except ValueError:
+        share = -1.0
+    if not 0 < share <= 1:
+        raise UserError(f"--conv-efficiency: cannot use {text!r} (give a share of the peak rate above 0 "
+                        "and at most 1, e.g. 0.35)")
+    return share
 
 
 def _build(module, name, knobs):

@@ -66,10 +66,15 @@ class Target:
     precision: str = "fp32"  # MatMul/convolution precision
     matmul_gflops: float = 0.0   # MatMul/convolution rate at that precision (0: the FP32 peak)
     op_overhead_us: float = 0.0  # fixed cost added once to every op
+    conv_efficiency: float = 1.0  # convolutions run at this share of that rate
 
     @property
     def tensor_gflops(self) -> float:
         return self.matmul_gflops or self.peak_gflops
+
+    @property
+    def conv_gflops(self) -> float:
+        return self.tensor_gflops * self.conv_efficiency
 
     @property
     def device(self) -> str:
@@ -77,16 +82,19 @@ class Target:
 
 
 def gpu_target(spec: str, flag: str = "--estimate", op_overhead_us: float | None = None,
-               precision: str | None = None) -> Target:
+               precision: str | None = None, conv_efficiency: float | None = None) -> Target:
     """The Target for a GPU preset name (UserError listing the presets otherwise).
 
     `op_overhead_us` and `precision` default to the preset's overhead and to the
-    precision TensorFlow uses unasked on that GPU (pardnn.hardware.gpu_specs)."""
+    precision TensorFlow uses unasked on that GPU (pardnn.hardware.gpu_specs);
+    `conv_efficiency` (checked by the caller: above 0, at most 1) to 1, the peak rate
+    Grappler assumes (docs/estimates.md, "Accuracy against a GPU", measured less)."""
     label, gpu = gpu_specs.resolve(spec, flag)
     precision = gpu_specs.check_precision(gpu, label, precision)
     overhead = gpu.op_overhead_us if op_overhead_us is None else float(op_overhead_us)
     return Target(label, "GPU", gpu.device_properties(), gpu.bandwidth_gbs, gpu.peak_fp32_gflops,
-                  gpu.to_dict(), precision, gpu.matmul_peak_gflops(precision), overhead)
+                  gpu.to_dict(), precision, gpu.matmul_peak_gflops(precision), overhead,
+                  1.0 if conv_efficiency is None else float(conv_efficiency))
 
 
 def host_cpu_target(bandwidth_gbs: float, peak_gflops: float | None = None) -> Target:
@@ -158,12 +166,19 @@ def summary_line(model_name: str, doc: dict, out_dir: str) -> str:
     costs = doc["costs"]
     return (f"estimated {model_name} ({doc['trainable_parameters'] / 1e9:.3g}e9 parameters) for one "
             f"{costs['device']['name']} ({costs['target']}, "
-            f"{costs['precision']} MatMul/convolution, {costs['op_overhead_us']:g} us per op): Grappler "
+            f"{costs['precision']} MatMul/convolution{_conv_share(costs)}, {costs['op_overhead_us']:g} us per op): "
+            f"Grappler "
             f"scheduled {costs['scheduled']} ops; the bytes/bandwidth fallback costed "
             f"{len(costs['fallback_nodes'])} ({costs['unmodelled']} without a Grappler model, "
             f"{costs['dropped']} dropped by it); ops sum to {costs['op_time_us'] / 1e3:.1f} ms; peak memory "
             f"{costs['peak_memory_bytes'] / 2**20:.2f} MiB; took "
             f"{costs['grappler_seconds'] + costs['fallback_seconds']:.1f} s; wrote {out_dir}")
+
+
+def _conv_share(costs) -> str:
+    """", convolutions at 35%" when they run below the full rate; else nothing."""
+    share = costs.get("conv_efficiency", 1.0)
+    return "" if share == 1.0 else f", convolutions at {share:.0%}"
 
 
 def fetch_names(model) -> list:
@@ -187,7 +202,7 @@ def estimate_graph(graph, fetches, shapes, target: Target):
     info: grappler_seconds, fallback_seconds, run_time_us (Grappler's makespan,
     without tensor cores or overhead), peak_memory_bytes, scheduled, dropped,
     unmodelled (node counts), dropped_ops and unmodelled_ops {op type: count},
-    fallback_nodes [names], precision, matmul_peak_gflops, tensor_core_ops (count),
+    fallback_nodes [names], precision, matmul_peak_gflops, conv_efficiency, tensor_core_ops (count),
     op_overhead_us, op_time_us (sum of the final op times)."""
     t0 = time.perf_counter()
     meta = _metagraph(graph, fetches, shapes, target.device)
@@ -195,7 +210,7 @@ def estimate_graph(graph, fetches, shapes, target: Target):
     _fill_micros(step_stats)
     t1 = time.perf_counter()
     info = _apply_fallbacks(graph, step_stats, _step_nodes(meta.graph_def, fetches),
-                            target.bandwidth_gbs, target.tensor_gflops)
+                            target.bandwidth_gbs, target.conv_gflops)
     info.update(_apply_tensor_cores(graph, step_stats, target, set(info["fallback_nodes"])))
     info.update(_apply_overhead(step_stats, target.op_overhead_us))
     info.update(_apply_workspaces(graph, step_stats))
@@ -271,11 +286,14 @@ def _apply_fallbacks(graph, step_stats, step_nodes: set, bandwidth_gbs: float, p
 
 def _apply_tensor_cores(graph, step_stats, target: Target, fallback: set) -> dict:
     """Cost the compute of Grappler-costed MatMul and 2-D convolution ops at the
-    precision's rate: Grappler's FP32 term (ceil(FLOPs / FP32 peak) ns) is replaced by
-    FLOPs / tensor rate; the memory term stays. Fallback-costed ops have no such term
-    (3-D convolutions got the tensor rate there). Nothing changes at FP32."""
-    info = {"precision": target.precision, "matmul_peak_gflops": target.tensor_gflops, "tensor_core_ops": 0}
-    if target.tensor_gflops == target.peak_gflops:
+    precision's rate, convolutions at `conv_efficiency` of it: Grappler's FP32 term
+    (ceil(FLOPs / FP32 peak) ns) is replaced by FLOPs / that rate; the memory term
+    stays. Fallback-costed ops have no such term (3-D convolutions got the convolution
+    rate there). Nothing changes at FP32 with the full rate."""
+    info = {"precision": target.precision, "matmul_peak_gflops": target.tensor_gflops,
+            "conv_efficiency": target.conv_efficiency, "tensor_core_ops": 0}
+    tensor_cores = target.tensor_gflops != target.peak_gflops
+    if not tensor_cores and target.conv_efficiency == 1.0:
         return info
     ops = {op.name: op for op in graph.get_operations()}
     stats = {ns.node_name: ns for dev in step_stats.dev_stats for ns in dev.node_stats}
@@ -283,9 +301,10 @@ def _apply_tensor_cores(graph, step_stats, target: Target, fallback: set) -> dic
         op = None if name in fallback else ops.get(name)
         flops = _tensor_flops(op, stats) if op is not None and op.type in grappler_ops.TENSOR_CORE_OPS else 0
         if flops:
+            rate = target.conv_gflops if op.type.startswith("Conv") else target.tensor_gflops
             memory_ns = max(0, ns.all_end_rel_nanos - math.ceil(flops / target.peak_gflops))
-            _set_time(ns, memory_ns + flops / target.tensor_gflops)
-            info["tensor_core_ops"] += 1
+            _set_time(ns, memory_ns + flops / rate)
+            info["tensor_core_ops"] += int(tensor_cores)
     return info
 
 

@@ -63,14 +63,14 @@ def concrete_function(step_fn, args, kwargs=None):
 
 def profile_function(step_fn, args, steps: int = 5, out_dir: str = "profile", kwargs=None,
                      devices: str = "cpu:1", meta=None, estimate=None, op_overhead_us=None,
-                     precision=None) -> dict:
+                     precision=None, conv_efficiency=None) -> dict:
     """Profile the tf.function `step_fn` called with `args` into a profile dir that
     `pardnn place` reads; returns the profile.json contents.
 
     With `estimate` (a GPU preset, as `pardnn profile --estimate`) nothing runs:
     Grappler costs one step for that GPU from the variables' shapes and dtypes, so
     args may be tf.TensorSpecs and the variables shape-only stand-ins."""
-    target = _estimate_target(estimate, op_overhead_us, precision)
+    target = _estimate_target(estimate, op_overhead_us, precision, conv_efficiency)
     if steps < 1:
         raise UserError(f"steps: need at least 1 traced step, got {steps}")
     cpu_devices, gpus = parse_profile_devices(devices, "devices")
@@ -103,15 +103,20 @@ def profile_function(step_fn, args, steps: int = 5, out_dir: str = "profile", kw
     return doc
 
 
-def _estimate_target(estimate, op_overhead_us, precision):
-    """The GPU Target of `estimate` (None: measure), op_overhead_us and precision checked."""
+def _estimate_target(estimate, op_overhead_us, precision, conv_efficiency=None):
+    """The GPU Target of `estimate` (None: measure), op_overhead_us, precision and
+    conv_efficiency checked."""
     if estimate is None:
-        if op_overhead_us is not None or precision is not None:
-            raise UserError("op_overhead_us and precision apply to estimated costs: give estimate=PRESET")
+        if any(v is not None for v in (op_overhead_us, precision, conv_efficiency)):
+            raise UserError("op_overhead_us, precision and conv_efficiency apply to estimated costs: "
+                            "give estimate=PRESET")
         return None
     if op_overhead_us is not None and not 0 <= op_overhead_us <= 1e6:
         raise UserError(f"op_overhead_us: cannot use {op_overhead_us!r} (give 0 to 1e6 microseconds)")
-    return gpu_target(estimate, "estimate", op_overhead_us, precision)
+    if conv_efficiency is not None and not (isinstance(conv_efficiency, (int, float))
+                                            and 0 < conv_efficiency <= 1):
+        raise UserError(f"conv_efficiency: cannot use {conv_efficiency!r} (give a share above 0 and at most 1)")
+    return gpu_target(estimate, "estimate", op_overhead_us, precision, conv_efficiency)
 
 
 def _measure(graph, variables, feed, fetches, steps, config):
