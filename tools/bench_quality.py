@@ -3,7 +3,7 @@
     python tools/bench_quality.py [--work DIR] [--families mlp,wrn] [--size tiny] [--synth 20000]
                                   [--k 2,4,8,16] [--algorithms a,b] [--fraction 0.6] [-o docs/bench]
     python tools/bench_quality.py --estimate dgx1-v100,dgx2,dgx-h100,2xdgx-h100 --size real \
-                                  [--memory unlimited,real] [--k 2,4,8,16] ...
+                                  [--memory unlimited,real] [--k 2,4,8,16] [--conv-efficiency 0.34] ...
 
 Graphs: each family profiled once with `pardnn profile FAMILY --size SIZE --devices cpu:1`
 into --work (reused when already there) plus a synthetic training-like graph
@@ -19,7 +19,7 @@ placement) and OUT.md (speedup tables and a summary of each algorithm against Pa
 
 With `--estimate PRESETS` (device presets, `NxPRESET` for N hosts) the graphs are
 instead estimated profiles (`pardnn profile FAMILY --size SIZE --estimate GPU`, GPU the
-preset's, kept in --work) placed on K of the preset's GPUs (K up to its size; on N hosts
+preset's, kept in --work; `--conv-efficiency` is passed on) placed on K of the preset's GPUs (K up to its size; on N hosts
 K/N per host), in two memory settings (--memory): unlimited, and real = the preset's
 GPU memory. Each graph's parallelism (total work / critical path) and
 communication-to-computation ratio (every edge costed on the preset's mean link, over
@@ -83,7 +83,7 @@ def estimated_cases(args):
         for preset in args.estimate:
             match = re.fullmatch(r"([0-9]+)x(.+)", preset)
             hosts, single = (int(match.group(1)), match.group(2)) if match else (1, preset)
-            graph = load_cost_graph(estimated_dir(args.work, family, args.size, single))[0]
+            graph = load_cost_graph(estimated_dir(args.work, family, args.size, single, args.conv_efficiency))[0]
             full = parse_devices(preset)
             print(graph_stats(family, preset, graph, full), flush=True)
             for k in [k for k in args.k if k <= full.num_devices and k % hosts == 0]:
@@ -93,12 +93,14 @@ def estimated_cases(args):
                            cluster.with_options(memory=UNLIMITED) if memory == "unlimited" else cluster)
 
 
-def estimated_dir(root, family, size, gpu):
-    """Profile dir of FAMILY --size SIZE estimated for GPU preset `gpu`, made once."""
-    path = os.path.join(root, f"{family}-{size}-{gpu}")
+def estimated_dir(root, family, size, gpu, conv_efficiency=None):
+    """Profile dir of FAMILY --size SIZE estimated for GPU preset `gpu` (convolutions at
+    `conv_efficiency` of the rate, if given), made once."""
+    share = [] if conv_efficiency is None else ["--conv-efficiency", str(conv_efficiency)]
+    path = os.path.join(root, f"{family}-{size}-{gpu}" + (f"-conv{conv_efficiency}" if share else ""))
     if not os.path.isfile(os.path.join(path, "graph.pb")):
         subprocess.run([sys.executable, "-m", "pardnn", "profile", family, "--size", size, "--estimate", gpu,
-                        "-o", path], check=True, stdout=subprocess.DEVNULL)
+                        *share, "-o", path], check=True, stdout=subprocess.DEVNULL)
     return path
 
 
@@ -283,6 +285,7 @@ def main(argv=None) -> int:
     p.add_argument("--estimate", default="", help="device presets whose GPUs cost the graphs "
                    "(e.g. dgx1-v100,dgx2,dgx-h100,2xdgx-h100); default: measured CPU profiles on cpu:K")
     p.add_argument("--memory", default="unlimited,real", help="with --estimate: unlimited and/or real")
+    p.add_argument("--conv-efficiency", type=float, help="with --estimate: passed to pardnn profile")
     p.add_argument("-o", "--out", default="bench_quality", help="output path without .md/.csv")
     args = p.parse_args(argv)
     print_commit()
