@@ -78,6 +78,9 @@ def test_compare_sets_each_profiles_estimate_against_the_kernels(capsys):
     assert "| f | 4 | 3 | 80% | 1.00 | 2.29 | 1.21 | 3.00 |" in out
     assert "| MatMul | 1 | 71.4% | 2.00 | 2.00 |" in out
     assert "| MatMul | 200 | 100 |" in out      # 2e9 FLOPs in 10 us measured, 20 us estimated
+    assert "every op in" not in out
+    gkt.compare(ops, dict(times, dtype="float16"))
+    assert "; every op in float16" in capsys.readouterr().out.splitlines()[0]
     assert "1 signatures failed to run, e.g. RuntimeError: x" in out
 
 

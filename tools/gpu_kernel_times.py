@@ -77,7 +77,7 @@ def compare(ops, times):
     """Print the three tables of docs/estimates.md, "Accuracy against a GPU"."""
     print(f"ops: {ops['commit']}; measured on {times['device']} (torch {times['torch']}, cuDNN "
           f"{times['cudnn']}), up to {times['repeats']} calls per CUDA graph; eager launch "
-          f"{times['eager_overhead_us']:.1f} us per op")
+          f"{times['eager_overhead_us']:.1f} us per op" + (f"; every op in {times['dtype']}" if times.get("dtype") else ""))
     if "stopped_after" in times:
         print(f"the budget stopped the timing after {times['stopped_after']} of {len(ops['signatures'])} "
               "signatures (the heaviest estimates first)")
@@ -200,6 +200,8 @@ def main(argv=None) -> int:
     t.add_argument("ops")
     t.add_argument("-o", "--output", required=True)
     t.add_argument("--budget-s", type=float, default=400.0, help="stop timing new signatures after this")
+    t.add_argument("--dtype", choices=("float16", "bfloat16"),
+                   help="time every op in this type, as a mixed-precision step runs it (default: the op's own)")
     c = sub.add_parser("compare")
     c.add_argument("ops")
     c.add_argument("times")
@@ -212,7 +214,7 @@ def main(argv=None) -> int:
             n = sum(len(v) for s in ops["signatures"] for v in s["nodes"].values())
             print(f"{len(ops['signatures'])} signatures over {n} nodes -> {args.output}")
         elif args.cmd == "time":
-            _write_json(run_time(_read_json(args.ops, "signatures"), args.budget_s), args.output)
+            _write_json(run_time(_read_json(args.ops, "signatures"), args.budget_s, args.dtype), args.output)
         else:
             ops, times = _read_json(args.ops, "signatures"), _read_json(args.times, "times")
             compare(ops, times)

@@ -241,10 +241,12 @@ def measure(torch, sig):
         return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
 
 
-def run_time(ops, budget_s) -> dict:
+def run_time(ops, budget_s, dtype=None) -> dict:
     """Time every signature of the extracted `ops`, heaviest estimate first, until
-    `budget_s` seconds have passed: {"device", "torch", "cudnn", "eager_overhead_us",
-    "repeats", "times": [{"index", "us", "error"}], "stopped_after" if the budget ended it}."""
+    `budget_s` seconds have passed, in `dtype` if given (float16 or bfloat16: the ops as
+    a mixed-precision step runs them) instead of each signature's own: {"device", "torch",
+    "cudnn", "eager_overhead_us", "repeats", "dtype", "times": [{"index", "us", "error"}],
+    "stopped_after" if the budget ended it}."""
     try:
         import torch
     except ImportError:
@@ -257,13 +259,14 @@ def run_time(ops, budget_s) -> dict:
     t_start = time.perf_counter()
     results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                "cudnn": torch.backends.cudnn.version(), "eager_overhead_us": eager_overhead_us(torch),
-               "repeats": REPEATS, "times": []}
+               "repeats": REPEATS, "dtype": dtype, "times": []}
     order = sorted(range(len(ops["signatures"])), key=lambda i: -_est_weight(ops["signatures"][i]))
     for done, i in enumerate(order):
         if time.perf_counter() - t_start > budget_s:
             results["stopped_after"] = done
             break
-        us, error = measure(torch, ops["signatures"][i]["sig"])
+        sig = ops["signatures"][i]["sig"]
+        us, error = measure(torch, dict(sig, dtype=dtype) if dtype else sig)
         results["times"].append({"index": i, "us": us, "error": error})
         torch.cuda.empty_cache()
         if done % 50 == 0:
