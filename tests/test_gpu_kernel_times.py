@@ -190,3 +190,21 @@ def test_the_csv_has_a_row_per_signature_and_profile(tmp_path):
     assert [(r["signature"], r["profile"], r["nodes"], r["estimated_us"], r["measured_us"]) for r in rows] == [
         ("0", "a", "2", "4.0000", "2.0000"), ("0", "b", "1", "4.0000", "2.0000"), ("1", "a", "1", "6.0000", "")]
     assert json.loads(rows[0]["inputs"]) == [[4, 5]] and json.loads(rows[0]["axes"]) == [0]
+
+
+def test_a_csv_gives_back_the_times_it_was_written_from(tmp_path):
+    sig = {"op": "Sum", "dtype": "float32", "ins": [[4, 5]], "out": [5], "attrs": {"keep_dims": False},
+           "axes": [0]}
+    ops = {"commit": "commit x", "families": {},
+           "signatures": [{"sig": sig, "nodes": {"a": [3.0]}},
+                          {"sig": {**sig, "op": "Mean"}, "nodes": {"a": [6.0]}},
+                          {"sig": {**sig, "axes": [1], "out": [4]}, "nodes": {"b": [1.0]}}]}
+    times = {"device": "GPU", "torch": "2", "cudnn": 9,
+             "times": [{"index": 0, "us": 2.5, "error": None}, {"index": 1, "us": None, "error": "x"},
+                       {"index": 2, "us": 0.75, "error": None}]}
+    path = tmp_path / "k.csv"
+    gkt.write_csv(ops, times, str(path))
+    other = dict(ops, signatures=[ops["signatures"][2], ops["signatures"][0], ops["signatures"][1]])
+    back = gkt.read_times(str(path), other)          # another extraction's order: matched by signature
+    assert [(t["index"], t["us"]) for t in back["times"]] == [(0, 0.75), (1, 2.5), (2, None)]
+    assert back["device"] == "GPU (torch 2, cuDNN 9) (from k.csv)"

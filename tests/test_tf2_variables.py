@@ -89,8 +89,8 @@ def test_estimate_flags_without_estimate_are_refused(tmp_path):
         profile_function(step, (tf.ones([2]),), out_dir=str(tmp_path / "p"), conv_efficiency=0.5)
     with pytest.raises(UserError, match="estimate"):
         profile_function(step, (tf.ones([2]),), out_dir=str(tmp_path / "p"), estimate="dgx-9000")
-    for share in (0, 1.5, float("nan"), "0.5"):
-        with pytest.raises(UserError, match=r"conv_efficiency: cannot use .* \(give a share above 0 and at most 1\)"):
+    for share in (0, 1.5, float("nan"), "0.5", True, 1e-300):
+        with pytest.raises(UserError, match=r"conv_efficiency: cannot use .* \(give a share of the peak rate from 0.01 to 1"):
             profile_function(step, (tf.ones([2]),), out_dir=str(tmp_path / "p"), estimate="dgx-h100",
                              conv_efficiency=share)
     assert not (tmp_path / "p").exists()

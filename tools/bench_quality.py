@@ -273,6 +273,17 @@ def write(rows, md, out):
         os.replace(tmp, path)
 
 
+def _share(text) -> float:
+    """--conv-efficiency as pardnn profile takes it (argparse reports a bad one)."""
+    try:
+        share = float(text)
+    except ValueError:
+        share = math.nan
+    if not 0.01 <= share <= 1:
+        raise argparse.ArgumentTypeError(f"cannot use {text!r} (give a share of the peak rate from 0.01 to 1)")
+    return share
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--work", default="/tmp/pardnn-bench-quality", help="where family profiles are kept")
@@ -285,7 +296,7 @@ def main(argv=None) -> int:
     p.add_argument("--estimate", default="", help="device presets whose GPUs cost the graphs "
                    "(e.g. dgx1-v100,dgx2,dgx-h100,2xdgx-h100); default: measured CPU profiles on cpu:K")
     p.add_argument("--memory", default="unlimited,real", help="with --estimate: unlimited and/or real")
-    p.add_argument("--conv-efficiency", type=float, help="with --estimate: passed to pardnn profile")
+    p.add_argument("--conv-efficiency", type=_share, help="with --estimate: passed to pardnn profile (0.01 to 1)")
     p.add_argument("-o", "--out", default="bench_quality", help="output path without .md/.csv")
     args = p.parse_args(argv)
     print_commit()
@@ -296,6 +307,8 @@ def main(argv=None) -> int:
     args.memory = [x for x in args.memory.split(",") if x]
     if set(args.memory) - {"unlimited", "real"}:
         p.error("--memory takes unlimited and/or real")
+    if args.conv_efficiency is not None and not args.estimate:
+        p.error("--conv-efficiency applies to estimated costs: add --estimate PRESETS")
     if "pardnn" not in args.algorithms:
         p.error("--algorithms must include pardnn (the summary compares against it)")
     os.makedirs(args.work, exist_ok=True)

@@ -3,6 +3,7 @@
     python tools/gpu_kernel_times.py extract PROFILE_DIR [...] -o ops.json   # here: what was estimated
     python tools/gpu_kernel_times.py time ops.json -o times.json             # on the GPU (PyTorch, CUDA)
     python tools/gpu_kernel_times.py compare ops.json times.json [--csv F]   # here: the tables
+    python tools/gpu_kernel_times.py compare ops.json docs/gpu_kernels_h100.csv   # without a GPU run
 
 `extract` (tools/gpu_ops.py) groups the float ops of estimated profile dirs (`pardnn
 profile FAMILY --estimate PRESET`) into signatures with their estimated times; `time`
@@ -23,6 +24,7 @@ import argparse
 import csv
 import io
 import json
+import math
 import os
 import sys
 
@@ -75,9 +77,12 @@ def rows(ops, times):
 
 def compare(ops, times):
     """Print the three tables of docs/estimates.md, "Accuracy against a GPU"."""
-    print(f"ops: {ops['commit']}; measured on {times['device']} (torch {times['torch']}, cuDNN "
-          f"{times['cudnn']}), up to {times['repeats']} calls per CUDA graph; eager launch "
-          f"{times['eager_overhead_us']:.1f} us per op" + (f"; every op in {times['dtype']}" if times.get("dtype") else ""))
+    eager = times["eager_overhead_us"]
+    run = (f" (torch {times['torch']}, cuDNN {times['cudnn']}), up to {times['repeats']} calls per CUDA graph"
+           if times["torch"] else "")
+    print(f"ops: {ops['commit']}; measured on {times['device']}{run}"
+          + (f"; eager launch {eager:.1f} us per op" if eager == eager else "")
+          + (f"; every op in {times['dtype']}" if times.get("dtype") else ""))
     if "stopped_after" in times:
         print(f"the budget stopped the timing after {times['stopped_after']} of {len(ops['signatures'])} "
               "signatures (the heaviest estimates first)")
@@ -175,6 +180,38 @@ def _read_json(path, key):
     return doc
 
 
+def _signature_key(op, dtype, ins, out, attrs, axes) -> str:
+    return json.dumps([op, dtype, ins, out, attrs, axes], sort_keys=True)
+
+
+def read_times(path, ops) -> dict:
+    """The kernel times for `ops`: a times.json that `time` wrote, or a CSV that
+    `compare --csv` wrote (docs/gpu_kernels_h100.csv), its rows matched to `ops`'
+    signatures by op, type, shapes and attributes (so a GPU run can be re-cut without
+    a GPU, also against another extraction of the same graphs)."""
+    if not path.endswith(".csv"):
+        return _read_json(path, "times")
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+        head = [line for line in lines if line.startswith("# measured on ")]
+        rows = list(csv.DictReader(line for line in lines if not line.startswith("#")))
+        measured = {_signature_key(r["op"], r["dtype"], json.loads(r["inputs"]), json.loads(r["output"]),
+                                   json.loads(r["attrs"]), json.loads(r["axes"]) if r["axes"] else None):
+                    float(r["measured_us"]) for r in rows if r["measured_us"]}
+    except (OSError, ValueError, KeyError) as exc:
+        raise ToolError(f"{path}: not a CSV that compare --csv wrote ({exc})") from None
+    device = head[0][len("# measured on "):].split(";")[0] if head else "unknown"
+    times = []
+    for i, entry in enumerate(ops["signatures"]):
+        sig = entry["sig"]
+        us = measured.get(_signature_key(sig["op"], sig["dtype"], sig["ins"], sig["out"], sig["attrs"],
+                                         sig.get("axes")))
+        times.append({"index": i, "us": us, "error": None if us is not None else "not in the CSV"})
+    return {"device": f"{device} (from {os.path.basename(path)})", "torch": None, "cudnn": None,
+            "repeats": None, "eager_overhead_us": math.nan, "times": times}
+
+
 def _write_json(doc, path):
     _write_text(json.dumps(doc), path)
 
@@ -204,7 +241,7 @@ def main(argv=None) -> int:
                    help="time every op in this type, as a mixed-precision step runs it (default: the op's own)")
     c = sub.add_parser("compare")
     c.add_argument("ops")
-    c.add_argument("times")
+    c.add_argument("times", help="times.json from `time`, or a CSV from `compare --csv`")
     c.add_argument("--csv", metavar="F", help="also write every signature's estimate and kernel time")
     args = ap.parse_args(argv)
     try:
@@ -216,7 +253,8 @@ def main(argv=None) -> int:
         elif args.cmd == "time":
             _write_json(run_time(_read_json(args.ops, "signatures"), args.budget_s, args.dtype), args.output)
         else:
-            ops, times = _read_json(args.ops, "signatures"), _read_json(args.times, "times")
+            ops = _read_json(args.ops, "signatures")
+            times = read_times(args.times, ops)
             compare(ops, times)
             if args.csv:
                 write_csv(ops, times, args.csv)

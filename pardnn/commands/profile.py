@@ -7,6 +7,7 @@ With `--estimate PRESET` nothing runs: op costs are estimated for one GPU of the
 preset by Grappler's analytical cost model (pardnn.tf.estimate, docs/estimates.md).
 """
 
+import math
 import os
 
 from pardnn.errors import UserError
@@ -39,7 +40,7 @@ def add_parser(sub):
                    help="with --estimate: MatMul/convolution precision (default TF's on that GPU: "
                         "tf32 on A100/H100, fp32 on V100)")
     p.add_argument("--conv-efficiency", metavar="SHARE",
-                   help="with --estimate: convolutions run at this share (above 0, at most 1) of the "
+                   help="with --estimate: convolutions run at this share (0.01 to 1) of the "
                         "MatMul/convolution rate (default 1, the peak, as Grappler assumes; kernels timed "
                         "on an H100 reached 0.22-0.42 of it, docs/estimates.md)")
     p.set_defaults(run=run)
@@ -96,17 +97,15 @@ def _op_overhead(text):
 
 
 def _conv_efficiency(text):
-    """The --conv-efficiency share (None: the full rate); outside (0, 1] is bad input."""
+    """The --conv-efficiency share (None: the full rate), checked as gpu_target checks it."""
     if text is None:
         return None
+    from pardnn.tf.estimate import check_conv_efficiency
     try:
         share = float(text)
     except ValueError:
-        share = -1.0
-    if not 0 < share <= 1:
-        raise UserError(f"--conv-efficiency: cannot use {text!r} (give a share of the peak rate above 0 "
-                        "and at most 1, e.g. 0.35)")
-    return share
+        share = math.nan
+    return check_conv_efficiency(share, "--conv-efficiency", repr(text))
 
 
 def _build(module, name, knobs):

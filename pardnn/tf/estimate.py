@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import numbers
 import time
 from dataclasses import dataclass
 
@@ -44,6 +45,7 @@ from tensorflow.core.protobuf import config_pb2, device_properties_pb2, meta_gra
 from tensorflow.python.grappler import cluster as gcluster
 from tensorflow.python.grappler import item as gitem
 
+from pardnn.errors import UserError
 from pardnn.hardware import gpu_specs
 from pardnn.hardware.cluster import LOCAL_PREFIX
 import pardnn.tf.grappler_ops as grappler_ops
@@ -51,6 +53,7 @@ from pardnn.tf.profiling import write_profile_dir
 
 
 UNBOUNDED_MEMORY = 1 << 50     # bytes: the virtual device's memory when costing ops
+MIN_CONV_EFFICIENCY = 0.01     # below it a convolution's time means nothing (and overflows at 1e-300)
 
 
 @dataclass(frozen=True)
@@ -87,14 +90,30 @@ def gpu_target(spec: str, flag: str = "--estimate", op_overhead_us: float | None
 
     `op_overhead_us` and `precision` default to the preset's overhead and to the
     precision TensorFlow uses unasked on that GPU (pardnn.hardware.gpu_specs);
-    `conv_efficiency` (checked by the caller: above 0, at most 1) to 1, the peak rate
-    Grappler assumes (docs/estimates.md, "Accuracy against a GPU", measured less)."""
+    `conv_efficiency` to 1, the peak rate Grappler assumes (docs/estimates.md,
+    "Accuracy against a GPU", measured less); a share outside [MIN_CONV_EFFICIENCY, 1]
+    is a UserError naming the flag (`--conv-efficiency` with `flag` "--estimate", else
+    `conv_efficiency`)."""
+    conv_efficiency = check_conv_efficiency(conv_efficiency, "--conv-efficiency" if flag.startswith("--")
+                                            else "conv_efficiency")
     label, gpu = gpu_specs.resolve(spec, flag)
     precision = gpu_specs.check_precision(gpu, label, precision)
     overhead = gpu.op_overhead_us if op_overhead_us is None else float(op_overhead_us)
     return Target(label, "GPU", gpu.device_properties(), gpu.bandwidth_gbs, gpu.peak_fp32_gflops,
-                  gpu.to_dict(), precision, gpu.matmul_peak_gflops(precision), overhead,
-                  1.0 if conv_efficiency is None else float(conv_efficiency))
+                  gpu.to_dict(), precision, gpu.matmul_peak_gflops(precision), overhead, conv_efficiency)
+
+
+def check_conv_efficiency(share, name: str, shown: str | None = None) -> float:
+    """`share` as a float in [MIN_CONV_EFFICIENCY, 1] (None: 1.0); a UserError naming
+    `name` and showing `shown` (else repr(share)) otherwise: a string, a bool, NaN, or
+    a rate so low that op times overflow."""
+    if share is None:
+        return 1.0
+    ok = isinstance(share, numbers.Real) and not isinstance(share, bool) and MIN_CONV_EFFICIENCY <= share <= 1
+    if not ok:
+        raise UserError(f"{name}: cannot use {shown if shown is not None else repr(share)} (give a share "
+                        f"of the peak rate from {MIN_CONV_EFFICIENCY:g} to 1, e.g. 0.34)")
+    return float(share)
 
 
 def host_cpu_target(bandwidth_gbs: float, peak_gflops: float | None = None) -> Target:
@@ -176,9 +195,9 @@ def summary_line(model_name: str, doc: dict, out_dir: str) -> str:
 
 
 def _conv_share(costs) -> str:
-    """", convolutions at 35%" when they run below the full rate; else nothing."""
+    """", convolutions at 34%" when they run below the full rate; else nothing."""
     share = costs.get("conv_efficiency", 1.0)
-    return "" if share == 1.0 else f", convolutions at {share:.0%}"
+    return "" if share == 1.0 else f", convolutions at {share * 100:.3g}%"
 
 
 def fetch_names(model) -> list:
@@ -211,7 +230,7 @@ def estimate_graph(graph, fetches, shapes, target: Target):
     t1 = time.perf_counter()
     info = _apply_fallbacks(graph, step_stats, _step_nodes(meta.graph_def, fetches),
                             target.bandwidth_gbs, target.conv_gflops)
-    info.update(_apply_tensor_cores(graph, step_stats, target, set(info["fallback_nodes"])))
+    info.update(_apply_compute_rates(graph, step_stats, target, set(info["fallback_nodes"])))
     info.update(_apply_overhead(step_stats, target.op_overhead_us))
     info.update(_apply_workspaces(graph, step_stats))
     info.update(grappler_seconds=t1 - t0, fallback_seconds=time.perf_counter() - t1,
@@ -266,7 +285,7 @@ def _step_nodes(graph_def, fetches) -> set:
     return seen
 
 
-def _apply_fallbacks(graph, step_stats, step_nodes: set, bandwidth_gbs: float, peak_gflops: float) -> dict:
+def _apply_fallbacks(graph, step_stats, step_nodes: set, bandwidth_gbs: float, conv_gflops: float) -> dict:
     """Re-cost unmodelled ops and add dropped ones, in place; counts for profile.json."""
     stats = {ns.node_name: ns for dev in step_stats.dev_stats for ns in dev.node_stats}
     ops = {op.name: op for op in graph.get_operations() if op.name in stats or op.name in step_nodes}
@@ -277,19 +296,19 @@ def _apply_fallbacks(graph, step_stats, step_nodes: set, bandwidth_gbs: float, p
     for name in dropped:
         stats[name] = device_stats.node_stats.add(node_name=name, timeline_label=ops[name].type)
     for name in dropped + unmodelled:
-        _set_time(stats[name], _fallback_ns(ops[name], stats, bandwidth_gbs, peak_gflops))
+        _set_time(stats[name], _fallback_ns(ops[name], stats, bandwidth_gbs, conv_gflops))
     return {"scheduled": len(stats) - len(dropped), "dropped": len(dropped),
             "unmodelled": len(unmodelled),
             "dropped_ops": _count_types(ops, dropped), "unmodelled_ops": _count_types(ops, unmodelled),
             "fallback_nodes": dropped + unmodelled}
 
 
-def _apply_tensor_cores(graph, step_stats, target: Target, fallback: set) -> dict:
-    """Cost the compute of Grappler-costed MatMul and 2-D convolution ops at the
-    precision's rate, convolutions at `conv_efficiency` of it: Grappler's FP32 term
-    (ceil(FLOPs / FP32 peak) ns) is replaced by FLOPs / that rate; the memory term
-    stays. Fallback-costed ops have no such term (3-D convolutions got the convolution
-    rate there). Nothing changes at FP32 with the full rate."""
+def _apply_compute_rates(graph, step_stats, target: Target, fallback: set) -> dict:
+    """Re-cost the compute of Grappler-costed MatMul and 2-D convolution ops: Grappler's
+    FP32 term (ceil(FLOPs / FP32 peak) ns) is replaced by FLOPs / the precision's rate,
+    or for convolutions by FLOPs / `conv_efficiency` of that rate; the memory term
+    stays. At FP32 only convolutions change, and only below the full rate. Fallback-
+    costed ops have no such term (3-D convolutions got the convolution rate there)."""
     info = {"precision": target.precision, "matmul_peak_gflops": target.tensor_gflops,
             "conv_efficiency": target.conv_efficiency, "tensor_core_ops": 0}
     tensor_cores = target.tensor_gflops != target.peak_gflops
@@ -299,11 +318,13 @@ def _apply_tensor_cores(graph, step_stats, target: Target, fallback: set) -> dic
     stats = {ns.node_name: ns for dev in step_stats.dev_stats for ns in dev.node_stats}
     for name, ns in stats.items():
         op = None if name in fallback else ops.get(name)
-        flops = _tensor_flops(op, stats) if op is not None and op.type in grappler_ops.TENSOR_CORE_OPS else 0
+        if op is None or op.type not in grappler_ops.TENSOR_CORE_OPS:
+            continue
+        conv = op.type.startswith("Conv")
+        flops = _tensor_flops(op, stats) if tensor_cores or conv else 0
         if flops:
-            rate = target.conv_gflops if op.type.startswith("Conv") else target.tensor_gflops
             memory_ns = max(0, ns.all_end_rel_nanos - math.ceil(flops / target.peak_gflops))
-            _set_time(ns, memory_ns + flops / rate)
+            _set_time(ns, memory_ns + flops / (target.conv_gflops if conv else target.tensor_gflops))
             info["tensor_core_ops"] += int(tensor_cores)
     return info
 
@@ -356,7 +377,7 @@ def _count_types(ops, names) -> dict:
     return dict(sorted(counts.items()))
 
 
-def _fallback_ns(op, stats, bandwidth_gbs, peak_gflops) -> float:
+def _fallback_ns(op, stats, bandwidth_gbs, conv_gflops) -> float:
     inputs = resources = 0
     for tensor in op.inputs:
         if tensor.dtype.name == "resource":
@@ -365,7 +386,7 @@ def _fallback_ns(op, stats, bandwidth_gbs, peak_gflops) -> float:
             inputs += _tensor_bytes(tensor, stats)
     outputs = sum(_tensor_bytes(t, stats) for t in op.outputs)
     flops = _conv_flops(op, stats) if op.type in grappler_ops.CONV3D_OPS else 0
-    return grappler_ops.fallback_ns(inputs, outputs, resources, op.type, bandwidth_gbs, flops, peak_gflops)
+    return grappler_ops.fallback_ns(inputs, outputs, resources, op.type, bandwidth_gbs, flops, conv_gflops)
 
 
 def _conv_flops(op, stats) -> int:

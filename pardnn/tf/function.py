@@ -113,9 +113,6 @@ def _estimate_target(estimate, op_overhead_us, precision, conv_efficiency=None):
         return None
     if op_overhead_us is not None and not 0 <= op_overhead_us <= 1e6:
         raise UserError(f"op_overhead_us: cannot use {op_overhead_us!r} (give 0 to 1e6 microseconds)")
-    if conv_efficiency is not None and not (isinstance(conv_efficiency, (int, float))
-                                            and 0 < conv_efficiency <= 1):
-        raise UserError(f"conv_efficiency: cannot use {conv_efficiency!r} (give a share above 0 and at most 1)")
     return gpu_target(estimate, "estimate", op_overhead_us, precision, conv_efficiency)
 
 

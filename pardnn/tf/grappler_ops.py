@@ -18,9 +18,9 @@ the objective:
   resource input counts twice the variable's bytes. Other resource inputs
   (ResourceGather and the like touch a few rows) count zero;
 - 3-D convolutions (Conv3D and its two gradients; the E3D family is made of them)
-  have no Grappler model although their FLOPs dominate, so they add FLOPs / peak
-  MatMul rate at the chosen precision, the compute term Grappler uses for Conv2D (compute and memory time
-  added, no overlap, as Grappler does by default).
+  have no Grappler model although their FLOPs dominate, so they add FLOPs / the
+  convolution rate (the chosen precision's peak times `--conv-efficiency`), the compute
+  term Conv2D gets (compute and memory time added, no overlap, as Grappler does by default).
 """
 
 MODELLED = frozenset("""
@@ -50,7 +50,8 @@ DENSE_UPDATE_PREFIX = "ResourceApply"
 CONV3D_OPS = frozenset(["Conv3D", "Conv3DBackpropInput", "Conv3DBackpropInputV2",
                         "Conv3DBackpropFilter", "Conv3DBackpropFilterV2"])
 # Grappler-modelled ops that run on tensor cores at TF32/FP16 (their compute term is
-# rescaled to the precision's rate); 3-D convolutions take that rate in the fallback.
+# rescaled to the precision's rate, the convolutions' to `--conv-efficiency` of it);
+# 3-D convolutions take the convolution rate in the fallback.
 TENSOR_CORE_OPS = frozenset(["MatMul", "BatchMatMul", "BatchMatMulV2",
                              "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"])
 
@@ -60,16 +61,16 @@ def is_modelled(op: str) -> bool:
 
 
 def fallback_ns(input_bytes: int, output_bytes: int, resource_bytes: int, op: str,
-                bandwidth_gbs: float, flops: int = 0, peak_gflops: float = float("inf")) -> float:
+                bandwidth_gbs: float, flops: int = 0, conv_gflops: float = float("inf")) -> float:
     """Nanoseconds for an op Grappler does not cost: bytes touched / bandwidth, plus
-    flops / peak rate (nonzero only for 3-D convolutions).
+    flops / the convolution rate (flops are nonzero only for 3-D convolutions).
 
     `resource_bytes` is the size of the variables behind the op's resource inputs;
     it counts twice (read + write) for dense in-place updates, else not at all."""
     touched = input_bytes + output_bytes
     if op.startswith(DENSE_UPDATE_PREFIX):
         touched += 2 * resource_bytes
-    return touched / bandwidth_gbs + flops / peak_gflops     # bytes / (GB/s) = ns, FLOP / GFLOP/s = ns
+    return touched / bandwidth_gbs + flops / conv_gflops     # bytes / (GB/s) = ns, FLOP / GFLOP/s = ns
 
 
 def conv_flops(forward_output_elements: int, filter_shape) -> int:
