@@ -42,7 +42,7 @@ def add_parser(sub):
     p.add_argument("--conv-efficiency", metavar="SHARE",
                    help="with --estimate: convolutions run at this share (0.01 to 1) of the "
                         "MatMul/convolution rate (default 1, the peak, as Grappler assumes; kernels timed "
-                        "on an H100 reached 0.22-0.42 of it, docs/estimates.md)")
+                        "on an H100 reached 0.32 of it overall, docs/estimates.md)")
     p.set_defaults(run=run)
 
 
