@@ -19,8 +19,8 @@ placement) and OUT.md (speedup tables and a summary of each algorithm against Pa
 
 With `--estimate PRESETS` (device presets, `NxPRESET` for N hosts) the graphs are
 instead estimated profiles (`pardnn profile FAMILY --size SIZE --estimate GPU`, GPU the
-preset's, kept in --work; `--conv-efficiency` is passed on) placed on K of the preset's GPUs (K up to its size; on N hosts
-K/N per host), in two memory settings (--memory): unlimited, and real = the preset's
+preset's, `--conv-efficiency` passed on, kept in --work) placed on K of the preset's
+GPUs (K up to its size; on N hosts K/N per host), in two memory settings (--memory): unlimited, and real = the preset's
 GPU memory. Each graph's parallelism (total work / critical path) and
 communication-to-computation ratio (every edge costed on the preset's mean link, over
 total work) are printed, and each row gets ParDNN's speedup over round-robin and its
@@ -46,6 +46,7 @@ from bench_repair import UNLIMITED, profile_dir, single_peak, sized_cluster  # n
 from pardnn.pipeline import place as placer  # noqa: E402
 from pardnn.placers import registry as algorithms  # noqa: E402
 from pardnn.hardware import parse_devices  # noqa: E402
+from pardnn.hardware.gpu_specs import MIN_CONV_EFFICIENCY, check_conv_efficiency  # noqa: E402
 from pardnn.errors import UserError  # noqa: E402
 from pardnn.graph.edge_costs import mean_edge_costs  # noqa: E402
 from pardnn.graph.levels import critical_path_us  # noqa: E402
@@ -276,12 +277,10 @@ def write(rows, md, out):
 def _share(text) -> float:
     """--conv-efficiency as pardnn profile takes it (argparse reports a bad one)."""
     try:
-        share = float(text)
-    except ValueError:
-        share = math.nan
-    if not 0.01 <= share <= 1:
-        raise argparse.ArgumentTypeError(f"cannot use {text!r} (give a share of the peak rate from 0.01 to 1)")
-    return share
+        return check_conv_efficiency(float(text), "--conv-efficiency")
+    except (ValueError, UserError):
+        raise argparse.ArgumentTypeError(f"cannot use {text!r} (give a share of the peak rate from "
+                                         f"{MIN_CONV_EFFICIENCY:g} to 1)") from None
 
 
 def main(argv=None) -> int:

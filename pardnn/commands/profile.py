@@ -11,6 +11,7 @@ import math
 import os
 
 from pardnn.errors import UserError
+from pardnn.hardware.gpu_specs import check_conv_efficiency
 from pardnn.io.outputs import check_output_dir
 from pardnn.models import load_module, resolve_knobs
 from pardnn.progress import stage
@@ -100,7 +101,6 @@ def _conv_efficiency(text):
     """The --conv-efficiency share (None: the full rate), checked as gpu_target checks it."""
     if text is None:
         return None
-    from pardnn.tf.estimate import check_conv_efficiency
     try:
         share = float(text)
     except ValueError:

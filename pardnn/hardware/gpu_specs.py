@@ -30,10 +30,13 @@ describe the same machine. No TensorFlow import here.
 
 from __future__ import annotations
 
+import numbers
 import re
 from dataclasses import dataclass
 
 from pardnn.errors import UserError
+
+MIN_CONV_EFFICIENCY = 0.01   # below it a convolution's time means nothing (and overflows at 1e-300)
 
 GiB = 2**30
 MiB = 2**20
@@ -171,3 +174,16 @@ def check_precision(spec: GpuSpec, label: str, precision: str | None) -> str:
         raise UserError(f"--precision: {label} ({spec.name}) has no {text} tensor cores "
                         f"(choose from {', '.join(spec.precisions)})")
     return text
+
+
+def check_conv_efficiency(share, name: str, shown: str | None = None) -> float:
+    """`share` as a float in [MIN_CONV_EFFICIENCY, 1] (None: 1.0); a UserError naming
+    `name` and showing `shown` (else repr(share)) otherwise: a string, a bool, NaN, or
+    a rate so low that op times overflow."""
+    if share is None:
+        return 1.0
+    ok = isinstance(share, numbers.Real) and not isinstance(share, bool) and MIN_CONV_EFFICIENCY <= share <= 1
+    if not ok:
+        raise UserError(f"{name}: cannot use {shown if shown is not None else repr(share)} (give a share "
+                        f"of the peak rate from {MIN_CONV_EFFICIENCY:g} to 1, e.g. 0.34)")
+    return float(share)

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import datetime
 import math
-import numbers
 import time
 from dataclasses import dataclass
 
@@ -45,7 +44,6 @@ from tensorflow.core.protobuf import config_pb2, device_properties_pb2, meta_gra
 from tensorflow.python.grappler import cluster as gcluster
 from tensorflow.python.grappler import item as gitem
 
-from pardnn.errors import UserError
 from pardnn.hardware import gpu_specs
 from pardnn.hardware.cluster import LOCAL_PREFIX
 import pardnn.tf.grappler_ops as grappler_ops
@@ -53,7 +51,6 @@ from pardnn.tf.profiling import write_profile_dir
 
 
 UNBOUNDED_MEMORY = 1 << 50     # bytes: the virtual device's memory when costing ops
-MIN_CONV_EFFICIENCY = 0.01     # below it a convolution's time means nothing (and overflows at 1e-300)
 
 
 @dataclass(frozen=True)
@@ -91,29 +88,15 @@ def gpu_target(spec: str, flag: str = "--estimate", op_overhead_us: float | None
     `op_overhead_us` and `precision` default to the preset's overhead and to the
     precision TensorFlow uses unasked on that GPU (pardnn.hardware.gpu_specs);
     `conv_efficiency` to 1, the peak rate Grappler assumes (docs/estimates.md,
-    "Accuracy against a GPU", measured less); a share outside [MIN_CONV_EFFICIENCY, 1]
-    is a UserError naming the flag (`--conv-efficiency` with `flag` "--estimate", else
-    `conv_efficiency`)."""
-    conv_efficiency = check_conv_efficiency(conv_efficiency, "--conv-efficiency" if flag.startswith("--")
-                                            else "conv_efficiency")
+    "Accuracy against a GPU", measured less); a bad share is a UserError naming the flag
+    (`--conv-efficiency` with `flag` "--estimate", else `conv_efficiency`)."""
+    conv_efficiency = gpu_specs.check_conv_efficiency(
+        conv_efficiency, "--conv-efficiency" if flag.startswith("--") else "conv_efficiency")
     label, gpu = gpu_specs.resolve(spec, flag)
     precision = gpu_specs.check_precision(gpu, label, precision)
     overhead = gpu.op_overhead_us if op_overhead_us is None else float(op_overhead_us)
     return Target(label, "GPU", gpu.device_properties(), gpu.bandwidth_gbs, gpu.peak_fp32_gflops,
                   gpu.to_dict(), precision, gpu.matmul_peak_gflops(precision), overhead, conv_efficiency)
-
-
-def check_conv_efficiency(share, name: str, shown: str | None = None) -> float:
-    """`share` as a float in [MIN_CONV_EFFICIENCY, 1] (None: 1.0); a UserError naming
-    `name` and showing `shown` (else repr(share)) otherwise: a string, a bool, NaN, or
-    a rate so low that op times overflow."""
-    if share is None:
-        return 1.0
-    ok = isinstance(share, numbers.Real) and not isinstance(share, bool) and MIN_CONV_EFFICIENCY <= share <= 1
-    if not ok:
-        raise UserError(f"{name}: cannot use {shown if shown is not None else repr(share)} (give a share "
-                        f"of the peak rate from {MIN_CONV_EFFICIENCY:g} to 1, e.g. 0.34)")
-    return float(share)
 
 
 def host_cpu_target(bandwidth_gbs: float, peak_gflops: float | None = None) -> Target:
