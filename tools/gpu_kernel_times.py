@@ -81,7 +81,7 @@ def compare(ops, times):
     run = (f" (torch {times['torch']}, cuDNN {times['cudnn']}), up to {times['repeats']} calls per CUDA graph"
            if times["torch"] else "")
     print(f"ops: {ops['commit']}; measured on {times['device']}{run}"
-          + (f"; eager launch {eager:.1f} us per op" if eager == eager else "")
+          + (f"; eager launch {eager:.1f} us per op" if not math.isnan(eager) else "")
           + (f"; every op in {times['dtype']}" if times.get("dtype") else ""))
     if "stopped_after" in times:
         print(f"the budget stopped the timing after {times['stopped_after']} of {len(ops['signatures'])} "
@@ -92,7 +92,7 @@ def compare(ops, times):
     _rate_table(ops, times)
     errors = [t for t in times["times"] if t["error"]]
     if errors:
-        print(f"\n{len(errors)} signatures failed to run, e.g. {errors[0]['error']}")
+        print(f"\n{len(errors)} signatures have no time, e.g. {errors[0]['error']}")
 
 
 def _profile_table(ops, data):
