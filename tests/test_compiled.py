@@ -525,18 +525,25 @@ def test_pipeline_candidate_queues(seed):
 
 
 @pytest.mark.parametrize("seed", range(CASES))
-def test_latest_consumers(seed):
-    """The memory tracker's latest consumer per buffer: the kernel, compiled and
-    interpreted, as numpy's scatter-maxima find it, ties to the highest consumer."""
-    from pardnn.emulator.memory import _latest, _latest_by_numpy
-    rng = np.random.default_rng(seed)
-    groups, m = int(rng.integers(1, 50)), int(rng.integers(0, 400))
-    group = rng.integers(0, groups, m)
-    finish = rng.choice([0.0, 1.5, 2.0, 7.25, 1e6], m)                # ties
-    consumer = rng.integers(0, 100, m)
-    expected = _latest_by_numpy(groups, group, finish, consumer)
-    assert_same(_latest.compiled(groups, group, finish, consumer), expected)
-    assert_same(_latest.interpreted(groups, group, finish, consumer), expected)
+def test_memory_buffers(seed):
+    """The memory tracker's buffers (each output's and each received copy's life and
+    last local reader, ties to the highest reader): the kernel, compiled and
+    interpreted, as numpy's scatter-maxima find them, on a real emulation with ties in
+    time, control edges and outputs of no bytes."""
+    from pardnn.emulator import memory
+    g, rng = random_graph(seed)
+    g.edge_slot[rng.random(g.num_edges) < 0.2] = -1
+    g.out_bytes[rng.random(g.num_nodes) < 0.2] = 0
+    cluster = parse_devices(f"cpu:{int(rng.integers(1, 6))}")
+    device = rng.integers(0, cluster.num_devices, g.num_nodes).astype(np.int64)
+    s = simulate(g, cluster, device)
+    expected = memory._buffers_by_numpy(g, device, s)
+    assert len(expected[0]) > 0 and np.any(expected[5] >= 0)
+    args = (g.kind == memory.NORMAL, g.out_bytes.astype(np.int64), g.edge_src, g.edge_dst, g.edge_slot >= 0,
+            device, s.start, s.finish, s.edge_transfer, s.transfer_edge, s.transfer_dst, s.transfer_bytes,
+            s.transfer_arrival)
+    assert_same(memory._buffer_columns.compiled(*args), expected)
+    assert_same(memory._buffer_columns.interpreted(*args), expected)
 
 
 @pytest.mark.parametrize("seed", range(CASES))
@@ -575,3 +582,4 @@ def test_consumer_chains(seed):
             g.group.astype(np.int64), p.node_running[1], on, g.num_groups)
     assert_same(_consumer_blocks.compiled(*args), expected)
     assert_same(_consumer_blocks.interpreted(*args), expected)
+

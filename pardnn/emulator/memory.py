@@ -98,10 +98,7 @@ def track_memory(graph, cluster, device, schedule) -> MemoryProfile:
     k = cluster.num_devices
     device = np.asarray(device, np.int64)
     resident = _resident(graph, device, k)
-    bufs = [_own_outputs(graph, device, schedule), _received_copies(graph, schedule)]
-    cols = [np.concatenate(col) for col in zip(*bufs)]
-    keep = (cols[2] > cols[1]) & (cols[3] > 0)
-    dev, alloc, free, nbytes, node, owner, ready = (col[keep] for col in cols)
+    dev, alloc, free, nbytes, node, owner, ready = _buffers(graph, device, schedule)
     scratch = np.flatnonzero((graph.temp_bytes > 0) & (schedule.finish > schedule.start))
     time_ptr, times, levels = _timelines(
         k, resident, np.concatenate([dev, device[scratch]]),
@@ -122,34 +119,37 @@ def _resident(graph, device, k):
     return np.bincount(device, held, minlength=k).astype(np.int64)
 
 
-def _last_consumer(n_groups, group, finish, consumer, nodes):
-    """Per group: the latest consumer finish and who (ties: highest node id); -inf and
-    -1 if none. Graphs of INTERPRETED_BELOW `nodes` or more run the kernel `_latest`,
-    smaller ones numpy's scatter-maxima (`_latest_by_numpy`): the same answer."""
-    if nodes < INTERPRETED_BELOW:
-        return _latest_by_numpy(n_groups, group, finish, consumer)
-    return _latest.compiled(n_groups, group, finish, consumer)
+def _buffers(graph, device, schedule):
+    """The step's buffers that hold bytes for some time, as columns (device, alloc,
+    free, bytes, producer, owner, ready): the NORMAL nodes' outputs in node order, then
+    the received copies in transfer order. Graphs of INTERPRETED_BELOW nodes or more
+    run the kernel `_buffer_columns`, smaller ones numpy (`_buffers_by_numpy`): the
+    same columns."""
+    if graph.num_nodes < INTERPRETED_BELOW:
+        return _buffers_by_numpy(graph, device, schedule)
+    s = schedule
+    return _buffer_columns.compiled(
+        graph.kind == NORMAL, graph.out_bytes.astype(np.int64), graph.edge_src, graph.edge_dst,
+        graph.edge_slot >= 0, device, s.start, s.finish, s.edge_transfer, s.transfer_edge,
+        s.transfer_dst, s.transfer_bytes, s.transfer_arrival)
 
 
-def _latest_by_numpy(n_groups, group, finish, consumer):
-    """`_last_consumer` by two scatter-maxima (numpy's `maximum.at`), not a sort."""
+def _buffers_by_numpy(graph, device, schedule):
+    """`_buffers` by numpy's scatter-maxima over the edges."""
+    bufs = [_own_outputs(graph, device, schedule), _received_copies(graph, schedule)]
+    cols = [np.concatenate(col) for col in zip(*bufs)]
+    keep = (cols[2] > cols[1]) & (cols[3] > 0)
+    return tuple(col[keep] for col in cols)
+
+
+def _last_consumer(n_groups, group, finish, consumer):
+    """Per group: the latest consumer finish and who (ties: highest consumer id); -inf
+    and -1 if none; by two scatter-maxima (numpy's `maximum.at`), not a sort."""
     free = np.full(n_groups, -np.inf)
     np.maximum.at(free, group, finish)
     latest = np.flatnonzero(finish == free[group])
     who = np.full(n_groups, -1, np.int64)
     np.maximum.at(who, group[latest], consumer[latest])
-    return free, who
-
-
-@kernel
-def _latest(n_groups, group, finish, consumer):
-    """`_last_consumer` in one pass over the entries."""
-    free = np.full(n_groups, -np.inf)
-    who = np.full(n_groups, -1, np.int64)
-    for i in range(group.shape[0]):
-        g = group[i]
-        if finish[i] > free[g] or (finish[i] == free[g] and consumer[i] > who[g]):
-            free[g], who[g] = finish[i], consumer[i]
     return free, who
 
 
@@ -160,11 +160,11 @@ def _own_outputs(graph, device, schedule):
     data = graph.edge_slot >= 0
     local = np.flatnonzero(data & (device[src] == device[dst]))
     consumer_free, owner = _last_consumer(n, src[local].astype(np.int64),
-                                          schedule.finish[dst[local]], dst[local].astype(np.int64), n)
+                                          schedule.finish[dst[local]], dst[local].astype(np.int64))
     moved = np.flatnonzero(schedule.edge_transfer >= 0)
     moved = moved[data[moved]]
     sent_free, _ = _last_consumer(n, src[moved].astype(np.int64),
-                                  schedule.transfer_arrival[schedule.edge_transfer[moved]], moved, n)
+                                  schedule.transfer_arrival[schedule.edge_transfer[moved]], moved)
     other = np.maximum(schedule.finish, sent_free)
     owner = np.where(consumer_free > other, owner, -1)
     free = np.maximum(consumer_free, other)
@@ -179,11 +179,49 @@ def _received_copies(graph, schedule):
     moved = np.flatnonzero(schedule.edge_transfer >= 0)
     moved = moved[graph.edge_slot[moved] >= 0]
     consumer = graph.edge_dst[moved].astype(np.int64)
-    free, owner = _last_consumer(m, schedule.edge_transfer[moved], schedule.finish[consumer], consumer,
-                                 graph.num_nodes)
+    free, owner = _last_consumer(m, schedule.edge_transfer[moved], schedule.finish[consumer], consumer)
     nbytes = np.where(graph.edge_slot[schedule.transfer_edge] >= 0, schedule.transfer_bytes, 0)
     return (schedule.transfer_dst.astype(np.int64), schedule.transfer_arrival, free, nbytes,
             graph.edge_src[schedule.transfer_edge].astype(np.int64), owner, schedule.transfer_arrival)
+
+
+@kernel
+def _buffer_columns(normal, out_bytes, edge_src, edge_dst, data, device, start, finish, edge_transfer,
+                    transfer_edge, transfer_dst, transfer_bytes, arrival):
+    """`_buffers_by_numpy` in one pass over the edges (each node's and each copy's
+    latest local reader, ties to the highest node id, and each node's latest send)
+    and one over the nodes and transfers, keeping the buffers that hold bytes."""
+    n, m = start.shape[0], transfer_edge.shape[0]
+    local_free, owner, sent = np.full(n, -np.inf), np.full(n, -1, np.int64), np.full(n, -np.inf)
+    copy_free, copy_owner = np.full(m, -np.inf), np.full(m, -1, np.int64)
+    for e in range(edge_src.shape[0]):
+        u, v, t = edge_src[e], edge_dst[e], edge_transfer[e]
+        if not data[e]:
+            continue
+        if device[u] == device[v] and (finish[v] > local_free[u] or (finish[v] == local_free[u] and v > owner[u])):
+            local_free[u], owner[u] = finish[v], v
+        if t >= 0:
+            sent[u] = max(sent[u], arrival[t])
+            if finish[v] > copy_free[t] or (finish[v] == copy_free[t] and v > copy_owner[t]):
+                copy_free[t], copy_owner[t] = finish[v], v
+    size = n + m
+    dev, alloc, free, nbytes = np.empty(size, np.int64), np.empty(size), np.empty(size), np.empty(size, np.int64)
+    node, who, ready = np.empty(size, np.int64), np.empty(size, np.int64), np.empty(size)
+    c = 0
+    for u in range(n):
+        other = finish[u] if finish[u] >= sent[u] else sent[u]
+        end = local_free[u] if local_free[u] > other else other
+        if normal[u] and end > start[u] and out_bytes[u] > 0:
+            dev[c], alloc[c], free[c], nbytes[c], node[c], ready[c] = device[u], start[u], end, out_bytes[u], u, finish[u]
+            who[c] = owner[u] if local_free[u] > other else -1
+            c += 1
+    for t in range(m):
+        if data[transfer_edge[t]] and copy_free[t] > arrival[t] and transfer_bytes[t] > 0:
+            dev[c], alloc[c], free[c], nbytes[c] = transfer_dst[t], arrival[t], copy_free[t], transfer_bytes[t]
+            node[c], who[c], ready[c] = edge_src[transfer_edge[t]], copy_owner[t], arrival[t]
+            c += 1
+    return (dev[:c].copy(), alloc[:c].copy(), free[:c].copy(), nbytes[:c].copy(), node[:c].copy(),
+            who[:c].copy(), ready[:c].copy())
 
 
 def _timelines(k, resident, dev, alloc, free, nbytes, nodes):
