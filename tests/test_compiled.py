@@ -583,3 +583,98 @@ def test_consumer_chains(seed):
     assert_same(_consumer_blocks.compiled(*args), expected)
     assert_same(_consumer_blocks.interpreted(*args), expected)
 
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_buffers_a_group_would_need(seed):
+    """The repair's rows of the buffers each group would need on another device: the
+    kernel, compiled and interpreted, as numpy's sort of (group, buffer) pairs gives
+    them, on a real emulation, on a random set of devices, with groups as built and
+    coarser ones, where a buffer's last reader is often in its producer's group."""
+    from pardnn.emulator.memory import track_memory
+    from pardnn.repair.footprint import _needed_by_numpy, _needed_rows
+    g, rng = random_graph(seed)
+    g.edge_slot[rng.random(g.num_edges) < 0.2] = -1
+    k = int(rng.integers(1, 6))
+    cluster = parse_devices(f"cpu:{k}")
+    device = rng.integers(0, k, g.num_nodes).astype(np.int32)
+    p = track_memory(g, cluster, device, simulate(g, cluster, device))
+    on = rng.random(k) < 0.7
+    groups = g.num_groups if seed % 2 else g.num_nodes // 5     # coarse groups: readers in their producers' groups
+    group = g.group.astype(np.int64) if seed % 2 else rng.integers(0, groups, g.num_nodes)
+    expected = _needed_by_numpy(group, groups, p, on)
+    args = (group, groups, on, p.buf_device, p.node_device, p.buf_node, p.buf_owner, p.buf_alloc,
+            p.buf_ready, p.buf_free, p.buf_bytes)
+    assert_same(_needed_rows.compiled(*args), expected)
+    assert_same(_needed_rows.interpreted(*args), expected)
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_rows_a_move_frees(seed):
+    """The repair's rows of memory a move frees (producers' rows, then each buffer's
+    chain of consumer groups): the kernel, compiled and interpreted, as numpy's search
+    and repeats give them, on a real emulation, on a random set of devices."""
+    from pardnn.emulator.memory import track_memory
+    from pardnn.repair.chains import _consumers, _rows, _rows_by_numpy
+    g, rng = random_graph(seed)
+    g.edge_slot[rng.random(g.num_edges) < 0.2] = -1
+    k = int(rng.integers(1, 6))
+    cluster = parse_devices(f"cpu:{k}")
+    device = rng.integers(0, k, g.num_nodes).astype(np.int32)
+    p = track_memory(g, cluster, device, simulate(g, cluster, device))
+    on = rng.random(k) < 0.7
+    blocks = _consumers(g, p, k, on)
+    group = g.group.astype(np.int64)
+    expected = _rows_by_numpy(group, p, k, on, *blocks)
+    assert not on.any() or np.any(expected[6] >= 0)                   # chains of several rows
+    args = (group, p.buf_node, p.buf_device, p.node_device, p.buf_alloc, p.buf_ready, p.buf_free, p.buf_bytes,
+            on, k, *blocks)
+    assert_same(_rows.compiled(*args), expected)
+    assert_same(_rows.interpreted(*args), expected)
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_timelines_filled_as_numpy_rows_fill_them(seed):
+    """The repair's timelines on the grid, filled by the kernel (compiled, and its
+    interpreted twin on the same blank arrays), as RangeMax holds the rows numpy's
+    repeats build: every level, block maximum and offset, the padding included."""
+    from types import SimpleNamespace
+
+    from pardnn.repair.rangemax import _fill_steps
+    from pardnn.repair.repair_round import _grid, _on_grid
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(1, 5))
+    span = int(rng.choice([50, 300, 2000]))                      # grids under, across and over a block
+    per_device = [np.unique(rng.integers(0, span, rng.integers(1, span // 2)).astype(float)) for _ in range(k)]
+    ptr = np.concatenate([[0], np.cumsum([len(t) for t in per_device])])
+    profile = SimpleNamespace(times=np.concatenate(per_device), levels=rng.integers(-50, 1000, ptr[-1]),
+                              time_ptr=ptr)
+    grid, at = _grid(profile.times)
+    n = len(grid)
+    expected = RangeMax((_on_grid(profile, d, at, n) for d in range(k)), k, n)
+    filled = RangeMax.of_steps(ptr, profile.levels, at, n)
+    blank = RangeMax.of_steps(ptr, profile.levels, at, n)
+    blank.vals[:, :n], blank.bmax[:] = -7, -7
+    _fill_steps.interpreted(ptr, profile.levels, at, n, blank.vals, blank.bmax)
+    for tl in (filled, blank):
+        assert tl.n == n
+        assert_same((tl.vals, tl.lazy, tl.bmax), (expected.vals, expected.lazy, expected.bmax))
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_move_costs(seed):
+    """Eq. 4.5's move cost per group: the kernel's sums, compiled and interpreted, are
+    numpy's bincount to the bit, on random placements with costs that do not add exactly."""
+    from pardnn.repair.footprint import GroupLinks, _local_costs
+    g, rng = random_graph(seed)
+    g.edge_bytes[:] = rng.random(g.num_edges) * 1e7
+    k = int(rng.integers(1, 6))
+    links = GroupLinks(g, parse_devices(f"cpu:{k}"))
+    node_dev = rng.integers(0, k, g.num_nodes)
+    group_dev = node_dev[g.group_nodes[g.group_ptr[:-1]]]
+    local = node_dev[links.nbr] == group_dev[links.owner]
+    expected = np.bincount(links.owner[local], links.ecost[local], minlength=len(links.comp))
+    assert links.nodes < INTERPRETED_BELOW
+    assert np.array_equal(links.move_cost(group_dev, node_dev), links.comp + expected)
+    args = (links.ptr, links.nbr, links.ecost, group_dev, node_dev)
+    assert_same((_local_costs.compiled(*args),), (expected,))
+    assert_same((_local_costs.interpreted(*args),), (expected,))

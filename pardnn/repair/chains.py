@@ -30,10 +30,20 @@ def buffer_rows(graph, profile, k, on=None):
     """Rows (group, device, start, end, bytes, active, next row) freed by moves: the
     producers' rows, then the consumer chains; `next` is -1 at a chain's end. `on`
     (bool per device), when given, keeps only the buffers on those devices: the rows
-    there are the same, in the same order."""
+    there are the same, in the same order. Graphs of INTERPRETED_BELOW nodes or more
+    run the kernel `_rows`, smaller ones numpy (`_rows_by_numpy`): the same rows."""
     p = profile
     on = np.ones(k, bool) if on is None else on
-    keys, starts, cgroup, cfin = _consumers(graph, p, k, on)
+    blocks = _consumers(graph, p, k, on)
+    group = graph.group.astype(np.int64)
+    if graph.num_nodes < INTERPRETED_BELOW:
+        return _rows_by_numpy(group, p, k, on, *blocks)
+    return _rows.compiled(group, p.buf_node, p.buf_device, p.node_device, p.buf_alloc, p.buf_ready, p.buf_free,
+                          p.buf_bytes, on, k, *blocks)
+
+
+def _rows_by_numpy(group, p, k, on, keys, starts, cgroup, cfin):
+    """`buffer_rows` by numpy: each buffer's block of consumers found by a search."""
     bufs = np.flatnonzero(on[p.buf_device])
     bkey = p.buf_node[bufs] * k + p.buf_device[bufs]
     at = np.zeros(p.buf_node.shape, np.int64)
@@ -42,12 +52,51 @@ def buffer_rows(graph, profile, k, on=None):
     if len(keys):
         found[bufs] = keys[at[bufs]] == bkey
     own = bufs[p.buf_device[bufs] == p.node_device[p.buf_node[bufs]]]
-    run = (graph.group[p.buf_node[own]].astype(np.int64), p.buf_device[own], p.buf_alloc[own],
+    run = (group[p.buf_node[own]], p.buf_device[own], p.buf_alloc[own],
            np.where(found[own], p.buf_ready[own], p.buf_free[own]), p.buf_bytes[own],
            np.ones(len(own), bool), np.full(len(own), -1, np.int64))
     chain = _chains(p, np.flatnonzero(found), at, starts, cgroup, cfin)
     shift = np.where(chain[6] >= 0, chain[6] + len(own), -1)
     return tuple(np.concatenate([a, b]) for a, b in zip(run, (*chain[:6], shift)))
+
+
+@kernel
+def _rows(group, buf_node, buf_device, node_device, alloc, ready, free, nbytes, on, k, keys, starts, cgroup,
+          cfin):
+    """`_rows_by_numpy` in two passes over the buffers: each one's block of consumers
+    found by a binary search, the rows counted, then written (producers' rows first)."""
+    nbuf = buf_node.shape[0]
+    block = np.full(nbuf, -1, np.int64)
+    own, chained = 0, 0
+    for b in range(nbuf):
+        if on[buf_device[b]]:
+            key = buf_node[b] * k + buf_device[b]
+            i = np.searchsorted(keys, key)
+            if i < keys.shape[0] and keys[i] == key:
+                block[b] = i
+                chained += starts[i + 1] - starts[i]
+            own += buf_device[b] == node_device[buf_node[b]]
+    size = own + chained
+    g, dev, lo, hi = np.empty(size, np.int64), np.empty(size, np.int64), np.empty(size), np.empty(size)
+    held, active, nxt = np.empty(size, np.int64), np.zeros(size, np.bool_), np.full(size, -1, np.int64)
+    r, c = 0, own
+    for b in range(nbuf):
+        if on[buf_device[b]] and buf_device[b] == node_device[buf_node[b]]:
+            g[r], dev[r], lo[r], held[r], active[r] = group[buf_node[b]], buf_device[b], alloc[b], nbytes[b], True
+            hi[r] = ready[b] if block[b] >= 0 else free[b]
+            r += 1
+    for b in range(nbuf):
+        if block[b] < 0:
+            continue
+        first, last = starts[block[b]], starts[block[b] + 1]
+        for pos in range(first, last):
+            later = cfin[pos + 1] if pos + 1 < last else -np.inf
+            g[c], dev[c], held[c], active[c] = cgroup[pos], buf_device[b], nbytes[b], pos == first
+            lo[c] = ready[b] if ready[b] >= later else later
+            hi[c] = free[b] if pos == first else cfin[pos]
+            nxt[c] = c + 1 if pos + 1 < last else -1
+            c += 1
+    return g, dev, lo, hi, held, active, nxt
 
 
 def _consumers(graph, p, k, on):

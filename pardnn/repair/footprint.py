@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pardnn.compiled import INTERPRETED_BELOW, kernel
 from pardnn.graph.node_memory import resident_bytes
 from pardnn.repair.chains import buffer_rows
 from pardnn.graph import NORMAL
@@ -89,11 +90,28 @@ class GroupLinks:
         self.ptr = _csr_ptr(self.owner, ng)
         self.comp = np.bincount(graph.group, graph.comp_us, minlength=ng)
         self.resident = np.bincount(graph.group, resident_bytes(graph), minlength=ng).astype(np.int64)
+        self.nodes = graph.num_nodes
 
     def move_cost(self, group_dev, node_dev) -> np.ndarray:
-        """Eq. 4.5 per group under placement node_dev (see the module docstring)."""
-        local = node_dev[self.nbr] == group_dev[self.owner]
-        return self.comp + np.bincount(self.owner[local], self.ecost[local], minlength=len(self.comp))
+        """Eq. 4.5 per group under placement node_dev (see the module docstring); by the
+        kernel `_local_costs` on graphs of INTERPRETED_BELOW nodes or more, by numpy's
+        bincount on smaller ones (the same sums, in the same order)."""
+        if self.nodes < INTERPRETED_BELOW:
+            local = node_dev[self.nbr] == group_dev[self.owner]
+            return self.comp + np.bincount(self.owner[local], self.ecost[local], minlength=len(self.comp))
+        return self.comp + _local_costs.compiled(self.ptr, self.nbr, self.ecost, group_dev, node_dev)
+
+
+@kernel
+def _local_costs(ptr, nbr, ecost, group_dev, node_dev):
+    """Per group, the summed cost of its boundary edges to nodes on its own device,
+    in the order of its CSR entries (the order bincount adds them in)."""
+    total = np.zeros(ptr.shape[0] - 1)
+    for g in range(ptr.shape[0] - 1):
+        for i in range(ptr[g], ptr[g + 1]):
+            if node_dev[nbr[i]] == group_dev[g]:
+                total[g] += ecost[i]
+    return total
 
 
 class Footprints:
@@ -121,21 +139,23 @@ class Footprints:
         self.ptr = _csr_ptr(self.group, graph.num_groups)
         self.i0 = np.searchsorted(grid, lo[order], side="left")
         self.i1 = np.searchsorted(grid, hi[order], side="left")
-        self._index_needed(graph, profile, _buffer_pairs(graph, profile, on))
+        self._index_needed(graph, profile, on)
 
-    def _index_needed(self, graph, profile, pairs):
+    def _index_needed(self, graph, profile, on):
         """The rows of the buffers each group would need on another device, in CSR by
         group (`need_ptr`): start, end, bytes, producer (-1 for a member's own output,
         else the node whose output it is: no copy is needed where that node already
-        runs), buffer, and when it is complete (pardnn.repair.move reads them)."""
-        p, (g, b, produced, tail) = profile, pairs
-        needed = np.flatnonzero(produced | tail)
-        self.need_group, self.need_buf = g[needed], b[needed]
-        self.need_lo = np.where(produced, p.buf_alloc[b], p.buf_ready[b])[needed]
-        self.need_ready = p.buf_ready[b][needed]
-        self.need_hi, self.need_bytes = p.buf_free[b][needed], p.buf_bytes[b][needed]
-        self.need_prod = np.where(produced, -1, p.buf_node[b])[needed]
-        self.need_ptr = _csr_ptr(self.need_group, graph.num_groups)
+        runs), buffer, and when it is complete (pardnn.repair.move reads them). Graphs
+        of INTERPRETED_BELOW nodes or more run the kernel `_needed_rows`, smaller ones
+        numpy (`_needed_by_numpy`): the same rows."""
+        p, group = profile, graph.group.astype(np.int64)
+        if graph.num_nodes < INTERPRETED_BELOW:
+            rows = _needed_by_numpy(group, graph.num_groups, p, on)
+        else:
+            rows = _needed_rows.compiled(group, graph.num_groups, on, p.buf_device, p.node_device, p.buf_node, p.buf_owner,
+                                         p.buf_alloc, p.buf_ready, p.buf_free, p.buf_bytes)
+        (self.need_ptr, self.need_buf, self.need_lo, self.need_ready, self.need_hi, self.need_bytes,
+         self.need_prod) = rows
 
     def rows(self, g: int) -> range:
         """Ids of the rows group g's leaving may free (see `active` and `next`)."""
@@ -146,23 +166,56 @@ class Footprints:
         return np.flatnonzero(self.dev == d)
 
 
-def _buffer_pairs(graph, profile, on):
-    """(group, buffer) pairs of the buffers on devices `on`: each group's members' own
-    outputs and the buffers a member frees last; flags `produced` (a member wrote it)
-    and `tail` (a member reads it last)."""
-    p = profile
+def _needed_by_numpy(group, num_groups, p, on):
+    """`Footprints._index_needed`'s rows by numpy: the (group, buffer) pairs of the
+    buffers on devices `on` (each group's members' own outputs, and the buffers a member
+    frees last), sorted and made distinct, with flags `produced` (a member wrote it)
+    and `tail` (a member reads it last); every pair has one of them."""
     nbuf = len(p.buf_bytes)
     here = on[p.buf_device]
     own = here & (p.buf_device == p.node_device[p.buf_node])     # received copies live elsewhere
     has_owner = here & (p.buf_owner >= 0)
-    group = graph.group.astype(np.int64)
     owner_group = np.where(has_owner, group[np.maximum(p.buf_owner, 0)], -1)
     buf = np.arange(nbuf, dtype=np.int64)
     key = np.sort(np.concatenate([group[p.buf_node[own]] * nbuf + buf[own],
                                   owner_group[has_owner] * nbuf + buf[has_owner]]))
     key = key[distinct(key)]
     g, b = key // nbuf, key % nbuf
-    return g, b, own[b] & (group[p.buf_node[b]] == g), owner_group[b] == g
+    produced = own[b] & (group[p.buf_node[b]] == g)
+    return (_csr_ptr(g, num_groups), b, np.where(produced, p.buf_alloc[b], p.buf_ready[b]),
+            p.buf_ready[b], p.buf_free[b], p.buf_bytes[b], np.where(produced, -1, p.buf_node[b]))
+
+
+@kernel
+def _needed_rows(group, groups, on, buf_device, node_device, buf_node, buf_owner, alloc, ready, free, nbytes):
+    """`_needed_by_numpy`'s rows by a counting sort on the group: buffers in increasing
+    order, each under its producer's group (a member's own output) and its last
+    local reader's group (one row if the two are the same group)."""
+    nbuf = buf_device.shape[0]
+    ptr = np.zeros(groups + 1, np.int64)
+    made, read = np.full(nbuf, -1, np.int64), np.full(nbuf, -1, np.int64)
+    for b in range(nbuf):
+        if on[buf_device[b]]:
+            if buf_device[b] == node_device[buf_node[b]]:
+                made[b] = group[buf_node[b]]
+                ptr[made[b] + 1] += 1
+            if buf_owner[b] >= 0 and group[buf_owner[b]] != made[b]:
+                read[b] = group[buf_owner[b]]
+                ptr[read[b] + 1] += 1
+    for g in range(groups):
+        ptr[g + 1] += ptr[g]
+    size = ptr[groups]
+    fill = ptr[:groups].copy()
+    buf, lo, at, hi, held, prod = (np.empty(size, np.int64), np.empty(size), np.empty(size), np.empty(size),
+                                   np.empty(size, np.int64), np.empty(size, np.int64))
+    for b in range(nbuf):
+        for g in (made[b], read[b]):
+            if g >= 0:
+                r = fill[g]
+                fill[g] += 1
+                buf[r], at[r], hi[r], held[r] = b, ready[b], free[b], nbytes[b]
+                lo[r], prod[r] = (alloc[b], -1) if g == made[b] else (ready[b], buf_node[b])
+    return ptr, buf, lo, at, hi, held, prod
 
 
 def _returned_rows(graph, profile, on):

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from pardnn.compiled import kernel
+
 BLOCK = 256
 _PAD = np.iinfo(np.int64).min // 4      # below any level, and safe to add bytes to
 
@@ -34,15 +36,30 @@ class RangeMax:
 
     def __init__(self, levels, rows: int, n: int):
         """The `rows` timelines of n levels each that `levels` yields, with no offsets."""
-        nb = blocks(n)
-        self.n = n
-        self.vals = np.empty((rows, nb * BLOCK), np.int64)     # every entry is written below
-        self.vals[:, n:] = _PAD
-        self.lazy = np.zeros((rows, nb), np.int64)
-        self.bmax = np.empty((rows, nb), np.int64)
+        self._allocate(rows, n)
+        nb = self.bmax.shape[1]
         for d, row in zip(range(rows), levels):
             self.vals[d, :n] = row
             self.bmax[d] = self.vals[d].reshape(nb, BLOCK).max(axis=1)
+
+    @classmethod
+    def of_steps(cls, ptr, levels, starts, n: int):
+        """The same as RangeMax(rows, len(ptr) - 1, n) where row d is the step function
+        holding levels[j] from position starts[j] (0 for its first, j = ptr[d]) up to
+        the next one's start (n after its last, j = ptr[d + 1] - 1); filled by the kernel
+        `_fill_steps` without building the rows."""
+        tl = cls.__new__(cls)
+        tl._allocate(len(ptr) - 1, n)
+        _fill_steps.compiled(ptr, levels, starts, n, tl.vals, tl.bmax)
+        return tl
+
+    def _allocate(self, rows, n):
+        nb = blocks(n)
+        self.n = n
+        self.vals = np.empty((rows, nb * BLOCK), np.int64)     # every entry up to n is written after
+        self.vals[:, n:] = _PAD
+        self.lazy = np.zeros((rows, nb), np.int64)
+        self.bmax = np.empty((rows, nb), np.int64)
 
     def argmax(self, d: int) -> tuple:
         """(first position of row d's largest level, that level)."""
@@ -54,3 +71,15 @@ class RangeMax:
     def levels(self, d: int) -> np.ndarray:
         """Row d's current levels as a plain array (for tests and checks)."""
         return self.vals[d, :self.n] + np.repeat(self.lazy[d], BLOCK)[:self.n]
+
+
+@kernel
+def _fill_steps(ptr, levels, starts, n, vals, bmax):
+    """`RangeMax.of_steps`'s rows and block maxima, a row at a time."""
+    for d in range(ptr.shape[0] - 1):
+        for j in range(ptr[d], ptr[d + 1]):
+            first = 0 if j == ptr[d] else starts[j]
+            end = starts[j + 1] if j + 1 < ptr[d + 1] else n
+            vals[d, first:end] = levels[j]
+        for b in range(bmax.shape[1]):
+            bmax[d, b] = vals[d, b * BLOCK:(b + 1) * BLOCK].max()

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pardnn.compiled import INTERPRETED_BELOW
 from pardnn.repair.footprint import Footprints, distinct, sum_by_key
 from pardnn.repair.knapsack import TwoHeaps
 from pardnn.repair.move import move_group
@@ -60,7 +61,7 @@ class RepairRound:
         self.move_group = move_group.for_size(graph.num_nodes)
         self.fp = Footprints(graph, profile, self.k, self.times, on=profile.peak_bytes > self.cap)
         n = len(self.times)
-        self.tl = RangeMax((_on_grid(profile, d, at, n) for d in range(self.k)), self.k, n)
+        self.tl = _timelines(profile, at, n, graph.num_nodes)
         self.peak = profile.peak_bytes
         self.busy = np.array(schedule.busy_us, float)
         self.taken = np.array(frozen, bool)
@@ -181,6 +182,16 @@ def _grid(times):
     at = np.empty(len(times), np.int64)
     at[order] = np.cumsum(first) - 1
     return ordered[first], at
+
+
+def _timelines(profile, at, size, nodes) -> RangeMax:
+    """Every device's memory level on each of the grid's `size` segments (`_on_grid`),
+    as the rows of a RangeMax: filled by its kernel on graphs of INTERPRETED_BELOW
+    `nodes` or more, from numpy's rows on smaller ones (the same levels)."""
+    k = len(profile.time_ptr) - 1
+    if nodes < INTERPRETED_BELOW:
+        return RangeMax((_on_grid(profile, d, at, size) for d in range(k)), k, size)
+    return RangeMax.of_steps(profile.time_ptr, profile.levels, at, size)
 
 
 def _on_grid(profile, d, at, size):
