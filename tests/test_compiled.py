@@ -678,3 +678,46 @@ def test_move_costs(seed):
     args = (links.ptr, links.nbr, links.ecost, group_dev, node_dev)
     assert_same((_local_costs.compiled(*args),), (expected,))
     assert_same((_local_costs.interpreted(*args),), (expected,))
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_grid_positions(seed):
+    """The repair's search for times on its grid: the bucketed kernel, compiled and
+    interpreted, gives numpy's searchsorted on grids spread evenly, in clusters far
+    apart, of one or two points, for the grid's own points, points between and beyond."""
+    from pardnn.repair.footprint import _bucketed_search
+    rng = np.random.default_rng(seed)
+    size = int(rng.choice([1, 2, 50, 3000]))
+    shape = seed % 3
+    raw = (rng.random(size) * 1e6 if shape == 0 else
+           rng.choice([0.0, 1e9], size) + rng.random(size) * 10.0 if shape == 1 else
+           np.cumsum(rng.exponential(1.0, size) ** 4))
+    grid = np.unique(raw)
+    values = np.concatenate([grid, rng.choice(grid, 200) + rng.normal(0, 1, 200) * rng.choice([1e-9, 1.0, 1e6], 200),
+                             [-np.inf, np.inf, grid[0] - 1.0, grid[-1] + 1.0, np.nextafter(grid[-1], -np.inf)]])
+    rng.shuffle(values)
+    expected = np.searchsorted(grid, values)
+    assert_same((_bucketed_search.compiled(grid, values),), (expected,))
+    assert_same((_bucketed_search.interpreted(grid, values),), (expected,))
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_footprint_rows_by_group(seed):
+    """The repair's rows put in CSR by group, their chains renumbered both ways: the
+    counting sort, compiled and interpreted, as numpy's stable argsort gives them, on
+    the rows of a real emulation with coarse groups (many rows each)."""
+    from pardnn.emulator.memory import track_memory
+    from pardnn.repair.chains import _consumers, _rows_by_numpy
+    from pardnn.repair.footprint import _by_group, _by_group_numpy
+    g, rng = random_graph(seed)
+    k = int(rng.integers(1, 6))
+    cluster = parse_devices(f"cpu:{k}")
+    device = rng.integers(0, k, g.num_nodes).astype(np.int32)
+    p = track_memory(g, cluster, device, simulate(g, cluster, device))
+    on = np.ones(k, bool)
+    g.group[:] = rng.integers(0, g.num_nodes // 7, g.num_nodes)
+    rows = _rows_by_numpy(g.group.astype(np.int64), p, k, on, *_consumers(g, p, k, on))
+    expected = _by_group_numpy(*rows, g.num_groups)
+    assert np.any(expected[6] >= 0) and np.any(np.diff(expected[0]) == 0)
+    assert_same(_by_group.compiled(*rows, g.num_groups), expected)
+    assert_same(_by_group.interpreted(*rows, g.num_groups), expected)

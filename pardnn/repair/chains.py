@@ -64,17 +64,23 @@ def _rows_by_numpy(group, p, k, on, keys, starts, cgroup, cfin):
 def _rows(group, buf_node, buf_device, node_device, alloc, ready, free, nbytes, on, k, keys, starts, cgroup,
           cfin):
     """`_rows_by_numpy` in two passes over the buffers: each one's block of consumers
-    found by a binary search, the rows counted, then written (producers' rows first)."""
-    nbuf = buf_node.shape[0]
+    found among its producer's (at most k, indexed by producer first), the rows
+    counted, then written (producers' rows first)."""
+    nbuf, n = buf_node.shape[0], node_device.shape[0]
+    first = np.zeros(n + 1, np.int64)               # keys[first[u]:first[u + 1]] are u's
+    for i in range(keys.shape[0]):
+        first[keys[i] // k + 1] += 1
+    for u in range(n):
+        first[u + 1] += first[u]
     block = np.full(nbuf, -1, np.int64)
     own, chained = 0, 0
     for b in range(nbuf):
         if on[buf_device[b]]:
             key = buf_node[b] * k + buf_device[b]
-            i = np.searchsorted(keys, key)
-            if i < keys.shape[0] and keys[i] == key:
-                block[b] = i
-                chained += starts[i + 1] - starts[i]
+            for i in range(first[buf_node[b]], first[buf_node[b] + 1]):
+                if keys[i] == key:
+                    block[b] = i
+                    chained += starts[i + 1] - starts[i]
             own += buf_device[b] == node_device[buf_node[b]]
     size = own + chained
     g, dev, lo, hi = np.empty(size, np.int64), np.empty(size, np.int64), np.empty(size), np.empty(size)

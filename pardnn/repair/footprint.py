@@ -91,6 +91,7 @@ class GroupLinks:
         self.comp = np.bincount(graph.group, graph.comp_us, minlength=ng)
         self.resident = np.bincount(graph.group, resident_bytes(graph), minlength=ng).astype(np.int64)
         self.nodes = graph.num_nodes
+        self.reads = _state_reads(graph)        # for Footprints
 
     def move_cost(self, group_dev, node_dev) -> np.ndarray:
         """Eq. 4.5 per group under placement node_dev (see the module docstring); by the
@@ -120,25 +121,22 @@ class Footprints:
     another (see the module docstring), each in CSR by group. With `on` (bool per
     device), only the groups on those devices have rows: the repair moves groups off
     the devices that overflow, and reads nothing of the others' (their rows would be
-    the same, so the round's moves are too)."""
+    the same, so the round's moves are too). `reads`: the graph's reads of variables
+    and references (`_state_reads`), when known (GroupLinks keeps them)."""
 
-    def __init__(self, graph, profile, k, grid, on=None):
+    def __init__(self, graph, profile, k, grid, on=None, reads=None):
         on = np.ones(k, bool) if on is None else on
-        returned = _returned_rows(graph, profile, on)
+        returned = _returned_rows(graph, profile, on, reads)
         rows = [buffer_rows(graph, profile, k, on),
                 (*returned, np.ones(len(returned[0]), bool), np.full(len(returned[0]), -1, np.int64))]
-        g, dev, lo, hi, nbytes, active, nxt = (np.concatenate(col) for col in zip(*rows))
-        order = np.argsort(g, kind="stable")
-        where = np.empty(len(order), np.int64)
-        where[order] = np.arange(len(order))
-        self.group, self.dev, self.bytes = g[order], dev[order], nbytes[order]
-        self.active = active[order]             # rows whose group's leaving frees them now
-        self.next = np.where(nxt[order] >= 0, where[np.maximum(nxt[order], 0)], -1)
-        self.prev = np.full(len(order), -1, np.int64)
-        self.prev[self.next[self.next >= 0]] = np.flatnonzero(self.next >= 0)
-        self.ptr = _csr_ptr(self.group, graph.num_groups)
-        self.i0 = np.searchsorted(grid, lo[order], side="left")
-        self.i1 = np.searchsorted(grid, hi[order], side="left")
+        cols = [np.concatenate(col) for col in zip(*rows)]
+        if graph.num_nodes < INTERPRETED_BELOW:
+            grouped = _by_group_numpy(*cols, graph.num_groups)
+        else:
+            grouped = _by_group.compiled(*cols, graph.num_groups)
+        # `active`: rows whose group's leaving frees them now; `next`, `prev`: down and up their chains
+        self.group, self.dev, lo, hi, self.bytes, self.active, self.next, self.prev, self.ptr = grouped
+        self.i0, self.i1 = (grid_positions(grid, t, graph.num_nodes) for t in (lo, hi))
         self._index_needed(graph, profile, on)
 
     def _index_needed(self, graph, profile, on):
@@ -164,6 +162,84 @@ class Footprints:
     def on_device(self, d: int) -> np.ndarray:
         """Ids of the rows on device d."""
         return np.flatnonzero(self.dev == d)
+
+
+def _by_group_numpy(g, dev, lo, hi, nbytes, active, nxt, num_groups):
+    """The rows (group, device, start, end, bytes, active, next) in CSR by group, in
+    their order within a group (a stable sort), with `next` renumbered, the row each
+    is next of (`prev`, -1 if none) and the CSR pointers."""
+    order = np.argsort(g, kind="stable")
+    where = np.empty(len(order), np.int64)
+    where[order] = np.arange(len(order))
+    nxt = np.where(nxt[order] >= 0, where[np.maximum(nxt[order], 0)], -1)
+    prev = np.full(len(order), -1, np.int64)
+    prev[nxt[nxt >= 0]] = np.flatnonzero(nxt >= 0)
+    return (g[order], dev[order], lo[order], hi[order], nbytes[order], active[order], nxt, prev,
+            _csr_ptr(g[order], num_groups))
+
+
+@kernel
+def _by_group(g, dev, lo, hi, nbytes, active, nxt, num_groups):
+    """`_by_group_numpy` by a counting sort on the group."""
+    n = g.shape[0]
+    ptr = np.zeros(num_groups + 1, np.int64)
+    for i in range(n):
+        ptr[g[i] + 1] += 1
+    for x in range(num_groups):
+        ptr[x + 1] += ptr[x]
+    fill, where = ptr[:num_groups].copy(), np.empty(n, np.int64)
+    for i in range(n):
+        where[i] = fill[g[i]]
+        fill[g[i]] += 1
+    group, on, start, end, held = (np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n), np.empty(n),
+                                   np.empty(n, np.int64))
+    live, down, up = np.empty(n, np.bool_), np.empty(n, np.int64), np.full(n, -1, np.int64)
+    for i in range(n):
+        r = where[i]
+        group[r], on[r], start[r], end[r], held[r], live[r] = g[i], dev[i], lo[i], hi[i], nbytes[i], active[i]
+        down[r] = where[nxt[i]] if nxt[i] >= 0 else -1
+    for r in range(n):
+        if down[r] >= 0:
+            up[down[r]] = r
+    return group, on, start, end, held, live, down, up, ptr
+
+
+def grid_positions(grid, values, nodes) -> np.ndarray:
+    """np.searchsorted(grid, values) (side "left") on a sorted grid of distinct times;
+    by the kernel `_bucketed_search` on graphs of INTERPRETED_BELOW `nodes` or more."""
+    if nodes < INTERPRETED_BELOW:
+        return np.searchsorted(grid, values)
+    return _bucketed_search.compiled(grid, values)
+
+
+@kernel
+def _bucketed_search(grid, values):
+    """np.searchsorted(grid, values) by a table of len(grid) equal spans of time over
+    the grid: each value is searched for only among the grid points in its span. A
+    point in an earlier span is earlier than the value, one in a later span later, as
+    the span of a time never decreases with it, rounding included; so the answer is
+    exact, and the searches touch a few points each instead of the whole grid."""
+    n, out = grid.shape[0], np.empty(values.shape[0], np.int64)
+    if n < 2 or not grid[n - 1] > grid[0]:
+        for j in range(values.shape[0]):
+            out[j] = np.searchsorted(grid, values[j])
+        return out
+    first, width = grid[0], (grid[n - 1] - grid[0]) / n
+    table, i = np.empty(n + 2, np.int64), 0        # table[s]: the first point in span s or later
+    for s in range(n + 2):
+        while i < n and min(int((grid[i] - first) / width), n) < s:
+            i += 1
+        table[s] = i
+    for j in range(values.shape[0]):
+        x = values[j]
+        if not x > first:
+            out[j] = 0
+        elif x > grid[n - 1]:
+            out[j] = n
+        else:
+            s = min(int((x - first) / width), n)
+            out[j] = table[s] + np.searchsorted(grid[table[s]:table[s + 1]], x)
+    return out
 
 
 def _needed_by_numpy(group, num_groups, p, on):
@@ -218,15 +294,22 @@ def _needed_rows(group, groups, on, buf_device, node_device, buf_node, buf_owner
     return ptr, buf, lo, at, hi, held, prod
 
 
-def _returned_rows(graph, profile, on):
+def _state_reads(graph) -> np.ndarray:
+    """The data edges from a variable or reference node to a node outside its group."""
+    u, v = graph.edge_src, graph.edge_dst
+    return np.flatnonzero((graph.edge_slot >= 0) & (graph.kind[u] != NORMAL) & (graph.group[u] != graph.group[v]))
+
+
+def _returned_rows(graph, profile, on, reads=None):
     """(group, device, start, end, -bytes): a variable or reference member read by a
     node outside the group on the same device holds no buffer there (the variable is
     resident); once the group leaves, that node needs a received copy, from the
-    producer's finish to the last such reader's finish. Only readers on devices `on`."""
+    producer's finish to the last such reader's finish. Only readers on devices `on`;
+    `reads`, `_state_reads(graph)` if known."""
     p = profile
     u, v = graph.edge_src, graph.edge_dst
-    m = np.flatnonzero((graph.edge_slot >= 0) & (graph.kind[u] != NORMAL) & on[p.node_device[v]]
-                       & (graph.group[u] != graph.group[v]) & (p.node_device[u] == p.node_device[v]))
+    m = _state_reads(graph) if reads is None else reads
+    m = m[on[p.node_device[v[m]]] & (p.node_device[u[m]] == p.node_device[v[m]])]
     tensor = u[m].astype(np.int64) * (int(graph.edge_slot.max(initial=0)) + 1) + graph.edge_slot[m]
     order = np.argsort(tensor, kind="stable")
     starts = distinct(tensor[order])

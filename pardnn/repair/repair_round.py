@@ -59,7 +59,7 @@ class RepairRound:
         self.cost = links.move_cost(self.group_dev, self.node_dev)
         self.times, at = _grid(profile.times)
         self.move_group = move_group.for_size(graph.num_nodes)
-        self.fp = Footprints(graph, profile, self.k, self.times, on=profile.peak_bytes > self.cap)
+        self.fp = Footprints(graph, profile, self.k, self.times, profile.peak_bytes > self.cap, links.reads)
         n = len(self.times)
         self.tl = _timelines(profile, at, n, graph.num_nodes)
         self.peak = profile.peak_bytes
