@@ -45,6 +45,19 @@ def random_graph(seed):
     return g, rng
 
 
+def random_profile(seed):
+    """A random graph with a fifth of its edges control edges, placed at random on one
+    to five devices: (graph, rng, k, its memory profile, a random set of devices)."""
+    from pardnn.emulator.memory import track_memory
+    g, rng = random_graph(seed)
+    g.edge_slot[rng.random(g.num_edges) < 0.2] = -1
+    k = int(rng.integers(1, 6))
+    cluster = parse_devices(f"cpu:{k}")
+    device = rng.integers(0, k, g.num_nodes).astype(np.int32)
+    p = track_memory(g, cluster, device, simulate(g, cluster, device))
+    return g, rng, k, p, rng.random(k) < 0.7
+
+
 def calls_of(monkeypatch, module, name) -> list:
     """The arguments of every call to module.name from now on (the function still runs),
     to run a kernel on exactly what its numpy twin was given."""
@@ -568,15 +581,8 @@ def test_consumer_chains(seed):
     """The repair's consumer groups per (producer, device), latest finish first: the
     kernel, compiled and interpreted, as numpy's two lexsorts give them, on a real
     emulation with tied finishes, on a random set of devices."""
-    from pardnn.emulator.memory import track_memory
     from pardnn.repair.chains import _consumer_blocks, _consumers_by_sort
-    g, rng = random_graph(seed)
-    g.edge_slot[rng.random(g.num_edges) < 0.2] = -1                 # control edges too
-    k = int(rng.integers(1, 6))
-    cluster = parse_devices(f"cpu:{k}")
-    device = rng.integers(0, k, g.num_nodes).astype(np.int32)
-    p = track_memory(g, cluster, device, simulate(g, cluster, device))
-    on = rng.random(k) < 0.7
+    g, rng, k, p, on = random_profile(seed)                         # control edges too
     expected = _consumers_by_sort(g, p, k, on)
     args = (*g.successor_arrays, np.asarray(g.edge_slot, np.int64), p.node_device,
             g.group.astype(np.int64), p.node_running[1], on, g.num_groups)
@@ -590,15 +596,8 @@ def test_buffers_a_group_would_need(seed):
     kernel, compiled and interpreted, as numpy's sort of (group, buffer) pairs gives
     them, on a real emulation, on a random set of devices, with groups as built and
     coarser ones, where a buffer's last reader is often in its producer's group."""
-    from pardnn.emulator.memory import track_memory
     from pardnn.repair.footprint import _needed_by_numpy, _needed_rows
-    g, rng = random_graph(seed)
-    g.edge_slot[rng.random(g.num_edges) < 0.2] = -1
-    k = int(rng.integers(1, 6))
-    cluster = parse_devices(f"cpu:{k}")
-    device = rng.integers(0, k, g.num_nodes).astype(np.int32)
-    p = track_memory(g, cluster, device, simulate(g, cluster, device))
-    on = rng.random(k) < 0.7
+    g, rng, k, p, on = random_profile(seed)
     groups = g.num_groups if seed % 2 else g.num_nodes // 5     # coarse groups: readers in their producers' groups
     group = g.group.astype(np.int64) if seed % 2 else rng.integers(0, groups, g.num_nodes)
     expected = _needed_by_numpy(group, groups, p, on)
@@ -613,15 +612,8 @@ def test_rows_a_move_frees(seed):
     """The repair's rows of memory a move frees (producers' rows, then each buffer's
     chain of consumer groups): the kernel, compiled and interpreted, as numpy's search
     and repeats give them, on a real emulation, on a random set of devices."""
-    from pardnn.emulator.memory import track_memory
     from pardnn.repair.chains import _consumers, _rows, _rows_by_numpy
-    g, rng = random_graph(seed)
-    g.edge_slot[rng.random(g.num_edges) < 0.2] = -1
-    k = int(rng.integers(1, 6))
-    cluster = parse_devices(f"cpu:{k}")
-    device = rng.integers(0, k, g.num_nodes).astype(np.int32)
-    p = track_memory(g, cluster, device, simulate(g, cluster, device))
-    on = rng.random(k) < 0.7
+    g, rng, k, p, on = random_profile(seed)
     blocks = _consumers(g, p, k, on)
     group = g.group.astype(np.int64)
     expected = _rows_by_numpy(group, p, k, on, *blocks)
@@ -706,14 +698,9 @@ def test_footprint_rows_by_group(seed):
     """The repair's rows put in CSR by group, their chains renumbered both ways: the
     counting sort, compiled and interpreted, as numpy's stable argsort gives them, on
     the rows of a real emulation with coarse groups (many rows each)."""
-    from pardnn.emulator.memory import track_memory
     from pardnn.repair.chains import _consumers, _rows_by_numpy
     from pardnn.repair.footprint import _by_group, _by_group_numpy
-    g, rng = random_graph(seed)
-    k = int(rng.integers(1, 6))
-    cluster = parse_devices(f"cpu:{k}")
-    device = rng.integers(0, k, g.num_nodes).astype(np.int32)
-    p = track_memory(g, cluster, device, simulate(g, cluster, device))
+    g, rng, k, p, _ = random_profile(seed)
     on = np.ones(k, bool)
     g.group[:] = rng.integers(0, g.num_nodes // 7, g.num_nodes)
     rows = _rows_by_numpy(g.group.astype(np.int64), p, k, on, *_consumers(g, p, k, on))
