@@ -31,9 +31,10 @@ freed, plus n's own output while n runs (st(n) <= t < ft(n); the table's strict
 `st(n) < t` would leave out the node whose start caused an overflow, so we use <=). A
 buffer still being written counts for its producer only, never twice.
 
-Cost: the buffers come from vectorised passes over nodes and edges, O(V + E); the
-per-device timelines need one sort of the 2(V + E) events by time (numpy's), then one
-pass that gathers each device's events (a counting sort).
+Cost: the buffers come from passes over nodes and edges, O(V + E) (numpy's on small
+graphs, one kernel on large ones); the per-device timelines need one sort of the
+2(V + E) events by time (numpy's), then one pass that gathers each device's events (a
+counting sort).
 """
 
 from __future__ import annotations
@@ -198,7 +199,8 @@ def _buffer_columns(normal, out_bytes, edge_src, edge_dst, data, device, start, 
         u, v, t = edge_src[e], edge_dst[e], edge_transfer[e]
         if not data[e]:
             continue
-        if device[u] == device[v] and (finish[v] > local_free[u] or (finish[v] == local_free[u] and v > owner[u])):
+        later = finish[v] > local_free[u] or (finish[v] == local_free[u] and v > owner[u])
+        if device[u] == device[v] and later:
             local_free[u], owner[u] = finish[v], v
         if t >= 0:
             sent[u] = max(sent[u], arrival[t])
@@ -212,8 +214,8 @@ def _buffer_columns(normal, out_bytes, edge_src, edge_dst, data, device, start, 
         other = finish[u] if finish[u] >= sent[u] else sent[u]
         end = local_free[u] if local_free[u] > other else other
         if normal[u] and end > start[u] and out_bytes[u] > 0:
-            dev[c], alloc[c], free[c], nbytes[c], node[c], ready[c] = device[u], start[u], end, out_bytes[u], u, finish[u]
-            who[c] = owner[u] if local_free[u] > other else -1
+            dev[c], alloc[c], free[c], nbytes[c] = device[u], start[u], end, out_bytes[u]
+            node[c], who[c], ready[c] = u, owner[u] if local_free[u] > other else -1, finish[u]
             c += 1
     for t in range(m):
         if data[transfer_edge[t]] and copy_free[t] > arrival[t] and transfer_bytes[t] > 0:

@@ -63,21 +63,21 @@ def _rows_by_numpy(group, p, k, on, keys, starts, cgroup, cfin):
 @kernel
 def _rows(group, buf_node, buf_device, node_device, alloc, ready, free, nbytes, on, k, keys, starts, cgroup,
           cfin):
-    """`_rows_by_numpy` in two passes over the buffers: each one's block of consumers
-    found among its producer's (at most k, indexed by producer first), the rows
-    counted, then written (producers' rows first)."""
+    """`_rows_by_numpy` by passes over the buffers: each one's block of consumers found
+    among its producer's (at most k, indexed by producer first) and the rows counted;
+    then the producers' rows written, then the chains."""
     nbuf, n = buf_node.shape[0], node_device.shape[0]
-    first = np.zeros(n + 1, np.int64)               # keys[first[u]:first[u + 1]] are u's
+    of = np.zeros(n + 1, np.int64)                  # keys[of[u]:of[u + 1]] are producer u's
     for i in range(keys.shape[0]):
-        first[keys[i] // k + 1] += 1
+        of[keys[i] // k + 1] += 1
     for u in range(n):
-        first[u + 1] += first[u]
+        of[u + 1] += of[u]
     block = np.full(nbuf, -1, np.int64)
     own, chained = 0, 0
     for b in range(nbuf):
         if on[buf_device[b]]:
             key = buf_node[b] * k + buf_device[b]
-            for i in range(first[buf_node[b]], first[buf_node[b] + 1]):
+            for i in range(of[buf_node[b]], of[buf_node[b] + 1]):
                 if keys[i] == key:
                     block[b] = i
                     chained += starts[i + 1] - starts[i]
@@ -88,7 +88,8 @@ def _rows(group, buf_node, buf_device, node_device, alloc, ready, free, nbytes, 
     r, c = 0, own
     for b in range(nbuf):
         if on[buf_device[b]] and buf_device[b] == node_device[buf_node[b]]:
-            g[r], dev[r], lo[r], held[r], active[r] = group[buf_node[b]], buf_device[b], alloc[b], nbytes[b], True
+            g[r], dev[r], lo[r], held[r] = group[buf_node[b]], buf_device[b], alloc[b], nbytes[b]
+            active[r] = True
             hi[r] = ready[b] if block[b] >= 0 else free[b]
             r += 1
     for b in range(nbuf):

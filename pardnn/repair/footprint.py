@@ -150,8 +150,8 @@ class Footprints:
         if graph.num_nodes < INTERPRETED_BELOW:
             rows = _needed_by_numpy(group, graph.num_groups, p, on)
         else:
-            rows = _needed_rows.compiled(group, graph.num_groups, on, p.buf_device, p.node_device, p.buf_node, p.buf_owner,
-                                         p.buf_alloc, p.buf_ready, p.buf_free, p.buf_bytes)
+            rows = _needed_rows.compiled(group, graph.num_groups, on, p.buf_device, p.node_device, p.buf_node,
+                                         p.buf_owner, p.buf_alloc, p.buf_ready, p.buf_free, p.buf_bytes)
         (self.need_ptr, self.need_buf, self.need_lo, self.need_ready, self.need_hi, self.need_bytes,
          self.need_prod) = rows
 
@@ -191,17 +191,18 @@ def _by_group(g, dev, lo, hi, nbytes, active, nxt, num_groups):
     for i in range(n):
         where[i] = fill[g[i]]
         fill[g[i]] += 1
-    group, on, start, end, held = (np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n), np.empty(n),
-                                   np.empty(n, np.int64))
+    group, device, start, end, held = (np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n), np.empty(n),
+                                       np.empty(n, np.int64))
     live, down, up = np.empty(n, np.bool_), np.empty(n, np.int64), np.full(n, -1, np.int64)
     for i in range(n):
         r = where[i]
-        group[r], on[r], start[r], end[r], held[r], live[r] = g[i], dev[i], lo[i], hi[i], nbytes[i], active[i]
+        group[r], device[r], start[r], end[r] = g[i], dev[i], lo[i], hi[i]
+        held[r], live[r] = nbytes[i], active[i]
         down[r] = where[nxt[i]] if nxt[i] >= 0 else -1
     for r in range(n):
         if down[r] >= 0:
             up[down[r]] = r
-    return group, on, start, end, held, live, down, up, ptr
+    return group, device, start, end, held, live, down, up, ptr
 
 
 def grid_positions(grid, values, nodes) -> np.ndarray:
@@ -218,13 +219,16 @@ def _bucketed_search(grid, values):
     the grid: each value is searched for only among the grid points in its span. A
     point in an earlier span is earlier than the value, one in a later span later, as
     the span of a time never decreases with it, rounding included; so the answer is
-    exact, and the searches touch a few points each instead of the whole grid."""
+    numpy's, and the searches touch a few points each instead of the whole grid. A grid
+    whose span per point is not a positive finite double (one point, or a few ulps
+    wide) is searched whole."""
     n, out = grid.shape[0], np.empty(values.shape[0], np.int64)
-    if n < 2 or not grid[n - 1] > grid[0]:
+    width = (grid[n - 1] - grid[0]) / n if n > 1 else 0.0
+    if not 0.0 < width < np.inf:
         for j in range(values.shape[0]):
             out[j] = np.searchsorted(grid, values[j])
         return out
-    first, width = grid[0], (grid[n - 1] - grid[0]) / n
+    first = grid[0]
     table, i = np.empty(n + 2, np.int64), 0        # table[s]: the first point in span s or later
     for s in range(n + 2):
         while i < n and min(int((grid[i] - first) / width), n) < s:
@@ -263,12 +267,12 @@ def _needed_by_numpy(group, num_groups, p, on):
 
 
 @kernel
-def _needed_rows(group, groups, on, buf_device, node_device, buf_node, buf_owner, alloc, ready, free, nbytes):
+def _needed_rows(group, num_groups, on, buf_device, node_device, buf_node, buf_owner, alloc, ready, free, nbytes):
     """`_needed_by_numpy`'s rows by a counting sort on the group: buffers in increasing
     order, each under its producer's group (a member's own output) and its last
     local reader's group (one row if the two are the same group)."""
     nbuf = buf_device.shape[0]
-    ptr = np.zeros(groups + 1, np.int64)
+    ptr = np.zeros(num_groups + 1, np.int64)
     made, read = np.full(nbuf, -1, np.int64), np.full(nbuf, -1, np.int64)
     for b in range(nbuf):
         if on[buf_device[b]]:
@@ -278,20 +282,20 @@ def _needed_rows(group, groups, on, buf_device, node_device, buf_node, buf_owner
             if buf_owner[b] >= 0 and group[buf_owner[b]] != made[b]:
                 read[b] = group[buf_owner[b]]
                 ptr[read[b] + 1] += 1
-    for g in range(groups):
+    for g in range(num_groups):
         ptr[g + 1] += ptr[g]
-    size = ptr[groups]
-    fill = ptr[:groups].copy()
-    buf, lo, at, hi, held, prod = (np.empty(size, np.int64), np.empty(size), np.empty(size), np.empty(size),
+    size = ptr[num_groups]
+    fill = ptr[:num_groups].copy()
+    buf, lo, done, hi, held, prod = (np.empty(size, np.int64), np.empty(size), np.empty(size), np.empty(size),
                                    np.empty(size, np.int64), np.empty(size, np.int64))
     for b in range(nbuf):
         for g in (made[b], read[b]):
             if g >= 0:
                 r = fill[g]
                 fill[g] += 1
-                buf[r], at[r], hi[r], held[r] = b, ready[b], free[b], nbytes[b]
+                buf[r], done[r], hi[r], held[r] = b, ready[b], free[b], nbytes[b]
                 lo[r], prod[r] = (alloc[b], -1) if g == made[b] else (ready[b], buf_node[b])
-    return ptr, buf, lo, at, hi, held, prod
+    return ptr, buf, lo, done, hi, held, prod
 
 
 def _state_reads(graph) -> np.ndarray:

@@ -44,10 +44,11 @@ class RangeMax:
 
     @classmethod
     def of_steps(cls, ptr, levels, starts, n: int):
-        """The same as RangeMax(rows, len(ptr) - 1, n) where row d is the step function
-        holding levels[j] from position starts[j] (0 for its first, j = ptr[d]) up to
-        the next one's start (n after its last, j = ptr[d + 1] - 1); filled by the kernel
-        `_fill_steps` without building the rows."""
+        """The same as RangeMax(timelines, len(ptr) - 1, n) where timeline d is the step
+        function holding levels[j] from position starts[j] (0 for its first, j = ptr[d])
+        up to the next one's start (n after its last, j = ptr[d + 1] - 1); filled by the
+        kernel `_fill_steps` without building the timelines. Every timeline has a step
+        (pardnn.emulator.memory gives each device an event at time 0)."""
         tl = cls.__new__(cls)
         tl._allocate(len(ptr) - 1, n)
         _fill_steps.compiled(ptr, levels, starts, n, tl.vals, tl.bmax)
