@@ -157,3 +157,32 @@ def test_refining_with_memory_to_spare_tracks_memory_once_with_the_same_result(m
     assert np.array_equal(a.moved, b.moved) and np.array_equal(a.peak_before, b.peak_before)
     assert np.array_equal(a.profile.peak_bytes, b.profile.peak_bytes)
     assert np.array_equal(a.profile.levels, b.profile.levels)
+
+
+def test_a_candidate_without_its_profile_tracks_the_same_one_again():
+    """Candidates wait and cross between processes without their memory profile
+    (pardnn.pipeline.judge.without_profile); with_memory tracks it again: the same
+    profile as the repair's last emulation, and the peaks before the repair kept."""
+    from pardnn.pipeline.judge import judge, with_memory, without_profile
+    g = CostGraph.build(names=["a", "b", "c", "d"], comp_us=[10, 10, 1, 1], out_bytes=[100, 100, 1, 1],
+                        edge_src=[0, 1], edge_dst=[2, 3], edge_bytes=[100, 100])
+    cluster = parse_devices("cpu:2").with_options(memory=150, reserve=0.0, bandwidth=1e6, latency=0.0)
+    fixed = judge(g, cluster, np.zeros(4, np.int32))
+    assert fixed.moved.any() and fixed.peak_before[0] > 150 >= fixed.profile.peak_bytes.max()
+    light = without_profile(fixed)
+    again = with_memory(g, cluster, light)
+    assert light.profile is None and np.array_equal(again.peak_before, fixed.peak_before)
+    for name in ("buf_alloc", "buf_free", "buf_bytes", "times", "levels", "peak_bytes"):
+        assert np.array_equal(getattr(again.profile, name), getattr(fixed.profile, name))
+
+
+def test_the_reported_peaks_before_repair_are_the_winners_when_candidates_drop_profiles():
+    """The report's peaks before repair are those of the winning candidate's placement
+    before its repair, though its profile was dropped while the others were built."""
+    g = synth_graph(3000, seed=0)
+    cluster = tight(g, 4, 0.35)
+    _, report = placer.place(g, cluster, "pardnn")
+    raw = choose(g, cluster, "pardnn").raw
+    before = evaluate(g, cluster.with_options(memory=UNLIMITED), raw)["peak_memory_bytes"]
+    assert report["peak_memory_before_repair_bytes"] == [int(x) for x in before]
+    assert max(before) > cluster.capacity[0] >= max(report["peak_memory_bytes"])

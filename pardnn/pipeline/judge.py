@@ -85,12 +85,22 @@ def judge(graph, cluster, device, schedule=None, judging=None) -> Judged:
 
 
 def with_memory(graph, cluster, judged) -> Judged:
-    """`judged` with its memory profile and peaks, tracked now if `judge` skipped them
-    (the same numbers judge would have given: nothing was repaired)."""
+    """`judged` with its memory profile, tracked now if `judge` skipped it or
+    `without_profile` dropped it (the profile judge gives is that of its last
+    emulation); and its peaks before repair, the profile's when judge skipped them
+    (then nothing was repaired)."""
     if judged.profile is not None:
         return judged
     profile = track_memory(graph, cluster, judged.device, judged.schedule)
-    return replace(judged, profile=profile, peak_before=profile.peak_bytes.copy())
+    before = profile.peak_bytes.copy() if judged.peak_before is None else judged.peak_before
+    return replace(judged, profile=profile, peak_before=before)
+
+
+def without_profile(judged) -> Judged:
+    """`judged` without its memory profile, which `with_memory` can track again: what a
+    candidate keeps while the others are built and refined, and what goes between
+    processes (at a million nodes a profile is about 120 MB)."""
+    return replace(judged, profile=None)
 
 
 def _emulate(graph, cluster, device, schedule=None):

@@ -40,7 +40,7 @@ from pardnn.emulator import lower_bound_us
 from pardnn.emulator.trial import emulate
 from pardnn.errors import UserError
 from pardnn.graph.constraints import allowed_devices
-from pardnn.pipeline.judge import Judging, judge, with_memory
+from pardnn.pipeline.judge import Judging, judge, with_memory, without_profile
 from pardnn.pipeline.refine_memory import refine_within_memory
 from pardnn.pipeline.workers import Inline, peaks_of, ready, workers
 from pardnn.placers import registry
@@ -119,9 +119,9 @@ def choose(graph, cluster, algorithm, timings=None, budget_s=None) -> Chosen:
               or (role == registry.EXTRA and graph.num_nodes < EXTRAS_MAX_NODES)]
     beside.sort(key=lambda name: -registry.PLACERS[name].build_rank)      # the slowest first
     judging = Judging(graph, cluster)
-    with workers(judging, beside, _candidate, _refined) as pool:
+    with workers(judging, beside, _candidate, _refined_beside) as pool:
         pending = {name: pool.submit(name) for name in beside}
-        results, step1_output = _first(judging, first[0], timings)
+        results, step1_output = _first(judging, first[0], timings, alone=len(roles) == 1)
         early, bound = _refine_early(judging, results, pending, list(roles), pool, timings, deadline)
         for name in reversed(beside):           # help with those no worker has started yet
             if pool.claim(name):
@@ -136,13 +136,14 @@ def choose(graph, cluster, algorithm, timings=None, budget_s=None) -> Chosen:
         return _pick(judging, ordered, step1_output, timings, deadline, pool, early, bound)
 
 
-def _first(judging, name, timings):
+def _first(judging, name, timings, alone=False):
     """({name: Candidate}, step1_output) for the FIRST candidate, built here with the
     stage timings: Step 1 through `partition`, which says what it returned and gives
-    the emulation of its result."""
+    the emulation of its result. `alone`: the portfolio has no other candidate (its
+    memory profile is kept: see `_judged`)."""
     graph, cluster = judging.graph, judging.cluster
     if name != "step1":
-        return {name: _candidate(judging, name, timings)}, None
+        return {name: _candidate(judging, name, timings, keep_profile=alone)}, None
     first = step1.partition(graph, cluster, timings, emulate=emulate)
     output = "one-device" if first.one_device else "affinity" if first.affinity else "thesis"
     return {name: _judged(judging, first.device, 0.0, first.schedule)}, output
@@ -171,7 +172,7 @@ def _refine_early(judging, results, pending, order, pool, timings, deadline):
     lead, bound = known[finalists[0]], pool.bound()
     waiting = [name for name, job in pending.items() if name not in results and not job.done()]
     queued = any(not pool.started(name) for name in waiting)
-    peaks = None if queued or lead.profile is not None else pool.peaks(lead.device)
+    peaks = None if queued or lead.peak_before is not None else pool.peaks(lead.device)
     t0 = time.perf_counter()
     fitted = _refined(judging, lead, deadline, peaks)
     timings["refine_memory"] = time.perf_counter() - t0
@@ -226,11 +227,12 @@ def _pick(judging, results, step1_output, timings, deadline, pool, early=None, b
 
 def _refined(judging, judged, deadline, peaks=None):
     """`judged` refined within memory (refine_memory.py), at most K rounds. `peaks`, a
-    job giving the emulated peaks of `judged` when it has no memory profile yet
-    (pardnn.pipeline.workers), stands in for tracking them here: they are the result's
-    peaks before repair, unless refinement kept nothing and tracked them itself."""
+    job giving the emulated peaks of `judged` when it has none yet (it was judged by
+    emulation alone: pardnn.pipeline.workers), stands in for tracking them here: they
+    are the result's peaks before repair, unless refinement kept nothing and tracked
+    them itself."""
     graph, cluster = judging.graph, judging.cluster
-    if peaks is None:
+    if peaks is None and judged.peak_before is None:
         judged = with_memory(graph, cluster, judged)
     fitted = refine_within_memory(graph, cluster, judged, allowed_devices(graph, cluster),
                                   rounds=cluster.num_devices, deadline=deadline, judging=judging)
@@ -242,11 +244,19 @@ def _refined(judging, judged, deadline, peaks=None):
     return fitted
 
 
+def _refined_beside(judging, judged, deadline):
+    """`_refined` as the runner-up's job runs it (in a worker, where there are any):
+    its result without the memory profile, which costs more to send back than to track
+    again in the rare case that it wins (`without_profile`)."""
+    fitted = _refined(judging, judged, deadline)
+    return replace(fitted, judged=without_profile(fitted.judged))
+
+
 def _peaks_beside(pool, judged, refined, jobs, deadline):
     """A worker's job tracking the peaks of the one candidate to refine, when it has no
-    memory profile, no runner-up is refined beside it, and no budget is set (a worker
-    may still be busy with a skipped candidate then); else None."""
-    if refined and not jobs and judged[refined[0]].profile is None and deadline == math.inf:
+    peaks yet (judged by emulation alone), no runner-up is refined beside it, and no
+    budget is set (a worker may still be busy with a skipped candidate then); else None."""
+    if refined and not jobs and judged[refined[0]].peak_before is None and deadline == math.inf:
         return pool.peaks(judged[refined[0]].device)
     return None
 
@@ -271,18 +281,21 @@ def _finalists(judged, num_nodes, order) -> list:
     return sorted(few or judged, key=lambda n: (judged[n].schedule.makespan, order.index(n)))[:2]
 
 
-def _candidate(judging, name, timings=None):
+def _candidate(judging, name, timings=None, keep_profile=False):
     """Build candidate `name` and judge it (runs in a worker process when there are any)."""
     t0 = time.perf_counter()
     device = build(judging.graph, judging.cluster, name, timings)
-    return _judged(judging, device, time.perf_counter() - t0)
+    return _judged(judging, device, time.perf_counter() - t0, keep_profile=keep_profile)
 
 
-def _judged(judging, device, build_s, schedule=None) -> Candidate:
-    """The candidate `device` judged (`schedule`: its emulation, if known)."""
+def _judged(judging, device, build_s, schedule=None, keep_profile=False) -> Candidate:
+    """The candidate `device` judged (`schedule`: its emulation, if known), without its
+    memory profile unless `keep_profile`: candidates wait for the others, and cross
+    between processes, without it, and only the finalists track it again."""
     t0 = time.perf_counter()
     try:
         fixed, error = judge(judging.graph, judging.cluster, device, schedule, judging), None
+        fixed = fixed if keep_profile else without_profile(fixed)
     except UserError as exc:
         fixed, error = None, exc
     repair_s = time.perf_counter() - t0
