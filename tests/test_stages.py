@@ -361,8 +361,8 @@ def test_a_leader_refined_while_a_worker_still_builds_gives_the_same_placement(m
             go.wait(120)
         return build(judging, name, timings)
 
-    def first_then_wait(*args):
-        out = first(*args)
+    def first_then_wait(*args, **kwargs):
+        out = first(*args, **kwargs)
         assert reached.wait(120)
         return out
 
