@@ -146,7 +146,7 @@ def _first(judging, name, timings, alone=False):
         return {name: _candidate(judging, name, timings, keep_profile=alone)}, None
     first = step1.partition(graph, cluster, timings, emulate=emulate)
     output = "one-device" if first.one_device else "affinity" if first.affinity else "thesis"
-    return {name: _judged(judging, first.device, 0.0, first.schedule)}, output
+    return {name: _judged(judging, first.device, 0.0, first.schedule, keep_profile=alone)}, output
 
 
 def _refine_early(judging, results, pending, order, pool, timings, deadline):
