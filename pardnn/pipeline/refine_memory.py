@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 
 from pardnn.emulator.scheduler import simulate
 from pardnn.errors import UserError
-from pardnn.pipeline.judge import Judged, Judging, judge, with_memory
+from pardnn.pipeline.judge import Judged, Judging, judge, with_memory, without_profile
 from pardnn.placers.pardnn.refinement import move_rounds
 
 HOPELESS_SLACK = 0.02   # a trial this much slower than the step to beat before its repair is not repaired
@@ -78,7 +78,8 @@ def _until(deadline, judged):
 
 def judged_by_repair(graph, cluster, judging=None, tally=None):
     """A refinement judge (pardnn.placers.pardnn.refinement.first_improving) that repairs the
-    trial first: (repaired device, its makespan, the Judged), or None when the trial
+    trial first: (repaired device, its makespan, the Judged without its memory profile,
+    which refine_within_memory tracks again for the one it keeps last), or None when the trial
     cannot be repaired, or when its emulated step before any repair is more than
     HOPELESS_SLACK longer than the step `beat` it must beat (counted in
     `tally["far_behind"]` when a tally is given).
@@ -106,5 +107,5 @@ def judged_by_repair(graph, cluster, judging=None, tally=None):
             fixed = judge(graph, cluster, trial, schedule, judging=judging)
         except UserError:
             return None
-        return fixed.device, fixed.schedule.makespan, fixed
+        return fixed.device, fixed.schedule.makespan, without_profile(fixed)
     return judged
