@@ -51,6 +51,23 @@ def test_args_that_do_not_fit_the_signature_are_refused(tmp_path):
     assert not (tmp_path / "p").exists()
 
 
+def test_keyword_arguments_are_fed_in_signature_order(tmp_path):
+    """The step's inputs follow its signature (x, y, weight); keywords given as
+    y=, weight= must feed y and weight, not the order of their sorted names."""
+    w = tf.Variable(tf.ones([4, 2]), name="w")
+
+    @tf.function
+    def step(x, y, weight):
+        tf.debugging.assert_positive(y, message="y fed with weight's values")
+        return tf.reduce_sum((tf.matmul(x, w) - y) ** 2 * weight[:, None])
+
+    x, y, weight = tf.ones([3, 4]), tf.ones([3, 2]), -tf.ones([3])
+    assert float(step(x, weight=weight, y=y)) < 0                     # the step as TF calls it
+    doc = profile_function(step, (x,), kwargs={"y": y, "weight": weight}, steps=1,
+                           out_dir=str(tmp_path / "p"))
+    assert doc["steps"] == 1 and (tmp_path / "p" / "graph.pb").exists()
+
+
 def test_a_placement_naming_unknown_devices_is_refused(tmp_path):
     csv = tmp_path / "placement.csv"
     csv.write_text("node,device\nx,/job:localhost/replica:0/task:0/device:CPU:9\n")

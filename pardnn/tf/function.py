@@ -96,7 +96,7 @@ def profile_function(step_fn, args, steps: int = 5, out_dir: str = "profile", kw
         doc.update(devices=[target.device], steps=1, warmup_steps=0, feeds=[],
                    costs=costs_doc(target, info))
     else:
-        feed = _arg_feed(fn, args, kwargs)
+        feed = _arg_feed(fn, _in_signature_order(step_fn, args, kwargs))
         metas, names = _measure(graph, variables, feed, fetches, steps, session_config(cpu_devices, gpus))
         doc.update(devices=names, steps=steps, feeds=sorted(feed), profile_devices=devices)
     write_profile_dir(out_dir, profile_def, metas, doc)
@@ -160,10 +160,25 @@ def _replica_graph_def(fn):
     return graph_def, variables
 
 
-def _arg_feed(fn, args, kwargs):
-    """Feed dict: the function's argument placeholders -> the given tensors' values,
-    then its captured (non-variable) tensors -> their values."""
-    flat = [a for a in tf.nest.flatten((list(args), kwargs or {}), expand_composites=True)
+def _in_signature_order(step_fn, args, kwargs):
+    """The call's arguments as one list in the order of step_fn's Python signature,
+    the order of the concrete function's inputs (keyword arguments included: a dict
+    of them would flatten in the order of its sorted keys)."""
+    if not kwargs:
+        return list(args)
+    bound = inspect.signature(step_fn.python_function).bind(*args, **kwargs)
+    values = []
+    for name, value in bound.arguments.items():
+        kind = bound.signature.parameters[name].kind
+        values.extend(value if kind == inspect.Parameter.VAR_POSITIONAL else [value])
+    return values
+
+
+def _arg_feed(fn, values):
+    """Feed dict: the function's argument placeholders -> the given tensors' values
+    (`values`, the call's arguments in signature order), then its captured
+    (non-variable) tensors -> their values."""
+    flat = [a for a in tf.nest.flatten(values, expand_composites=True)
             if isinstance(a, (tf.Tensor, np.ndarray, tf.Variable))]
     captured = [(e, i) for e, i in fn.graph.captures if i.dtype != tf.resource]
     inputs = fn.inputs[:len(fn.inputs) - len(fn.graph.captures)]
