@@ -139,6 +139,32 @@ def test_profile_of_a_graph_with_nested_while_loops_is_a_dag_with_one_group_per_
     assert info["untimed_nodes"] < cost.num_nodes and cost.comp_us[ix["out"]] > 0
 
 
+def test_the_time_of_a_functional_while_and_cond_body_is_charged_to_them(tmp_path):
+    """Control flow v2 (TF 2's default, in TF1-style graphs too): the session lowers
+    the While / If node's body into nodes named under it, which graph.pb lacks; their
+    time belongs to that node, not to the unknown records."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [64, 64], name="x")
+        w = tf1.get_variable("w", [64, 64], initializer=tf1.ones_initializer())
+        _, h = tf1.while_loop(lambda i, a: i < 20, lambda i, a: (i + 1, tf.tanh(tf.matmul(a, w))),
+                              (tf.constant(0), x), name="loop")
+        h = tf.cond(tf.reduce_sum(h) > 0.0, lambda: tf.matmul(h, w), lambda: h - 1.0, name="branch")
+        out = tf.reduce_sum(h, name="out")
+        init = tf1.global_variables_initializer()
+    with tf1.Session(graph=graph, config=session_config()) as session:
+        session.run(init)
+        profile(session, out, lambda step: {"x:0": np.full((64, 64), 0.01, np.float32)}, steps=2,
+                out_dir=str(tmp_path / "cf"))
+    cost, info = load_profile(str(tmp_path / "cf"))
+    ix = cost.index()
+    assert cost.ops[ix["loop"]].endswith("While") and cost.ops[ix["branch"]].endswith("If")
+    assert info["unknown_stats_records"] == 0
+    # 20 iterations of a MatMul and a Tanh: far above the one MatMul outside any body
+    assert cost.comp_us[ix["loop"]] > 5 * cost.comp_us[ix["out"]] > 0
+    assert cost.comp_us[ix["branch"]] > 0
+
+
 def test_ops_without_gpu_kernels_are_pinned_to_cpu():
     ops = ["MatMul", "SaveV2", "NoOp", "NotARegisteredOp"]
     assert cpu_pins(ops, None) == [""] * 4                  # a build without GPU kernels: unknown

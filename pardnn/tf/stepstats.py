@@ -14,6 +14,15 @@ placeholder appears as `_arg_<name>_<slot>_<index>`; GPU stream records may read
 and replicated constants named `.../_<n>`) are skipped. When most remaining names
 are unknown, the RunMetadata belongs to another graph: UserError naming the file.
 
+Control flow: TF 2.x builds `tf.while_loop` and `tf.cond` (in TF1-style graphs too)
+as one functional node (While, If, their Stateless forms, Case, a function call)
+whose body the session lowers into nodes of its own, named under the node's name
+(`while/body/_1/while/MatMul`). Those records are charged to that node: its time in
+a step is its own longest record plus the time its body ran (every iteration's
+records, summed per device and the busiest device's sum taken, so a GPU kernel is
+not counted again on its launch device), and its scratch memory the largest of the
+body's. The body's intermediate outputs are not counted as memory.
+
 Output bytes per slot are the largest `requested_bytes` seen over steps; a node's
 scratch memory is the largest `memory_stats.temp_memory_size` seen over steps.
 """
@@ -32,6 +41,9 @@ from pardnn.tf.protos import RunMetadata
 _ARG = re.compile(r"_arg_(.+)_\d+_\d+")
 _INTERNAL = re.compile(r"_|.*/_\d+$")
 MAX_UNKNOWN_FRACTION = 0.5
+# ops whose body a session lowers into nodes named under theirs (see "Control flow")
+FUNCTIONAL_OPS = frozenset({"While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase",
+                            "PartitionedCall", "StatefulPartitionedCall"})
 
 
 @dataclass
@@ -50,10 +62,14 @@ def read_step_stats(paths, table) -> StepStats:
     slot_bytes = np.full(int(table.slot_ptr[-1]), -1, np.int64)
     temp = np.zeros(n, np.int64)
     unknown = 0
+    calls = {i for i, op in enumerate(table.ops) if op in FUNCTIONAL_OPS}
     for step, path in enumerate(paths):
-        ids, us, scratch, outs, bad = _records(path, table)
+        ids, us, scratch, outs, bad, body = _records(path, table, calls)
         np.fmax.at(times[step], ids, us)
         np.maximum.at(temp, ids, scratch)
+        for i, (body_us, body_scratch) in body.items():
+            times[step, i] = np.nan_to_num(times[step, i]) + body_us
+            temp[i] = max(temp[i], body_scratch)
         if len(outs):
             np.maximum.at(slot_bytes, outs[:, 0], outs[:, 1])
         unknown += bad
@@ -64,9 +80,10 @@ def read_step_stats(paths, table) -> StepStats:
     return StepStats(comp, timed, slot_bytes, temp, unknown)
 
 
-def _records(path, table):
-    """(node ids, durations in us, scratch bytes, [[global slot, bytes]], unknown count)
-    of one step.
+def _records(path, table, calls=frozenset()):
+    """(node ids, durations in us, scratch bytes, [[global slot, bytes]], unknown count,
+    {functional node id: (its body's time in us, its body's largest scratch)}) of one
+    step; `calls`, the ids of the nodes whose ops are FUNCTIONAL_OPS.
 
     A tight loop over the protobuf records (a 200k-node step has 200k of them);
     slot bookkeeping is done afterwards on arrays."""
@@ -74,25 +91,35 @@ def _records(path, table):
     index = table.index
     get = index.get
     ids, us, scratch, out_node, out_slot, out_size = [], [], [], [], [], []
-    unknown = 0
+    unknown, body = 0, {}
     for dev in meta.step_stats.dev_stats:
+        here = {}
         for ns in dev.node_stats:
             name = ns.node_name
             i = get(name)
             if i is None:
                 i = _resolve(name, index)
                 if i is None:
-                    unknown += not _INTERNAL.match(name)
+                    if _INTERNAL.match(name):
+                        continue
+                    call = _enclosing_call(name, index, calls) if calls else None
+                    if call is None:
+                        unknown += 1
+                    else:
+                        t, most = here.get(call, (0.0, 0))
+                        here[call] = (t + _duration_us(ns), max(most, ns.memory_stats.temp_memory_size))
                     continue
             ids.append(i)
-            nanos = ns.all_end_rel_nanos
-            us.append(nanos / 1e3 if nanos else ns.all_end_rel_micros)
+            us.append(_duration_us(ns))
             scratch.append(ns.memory_stats.temp_memory_size)
             for out in ns.output:
                 out_node.append(i)
                 out_slot.append(out.slot)
                 out_size.append(out.tensor_description.allocation_description.requested_bytes)
-    if not ids and not unknown:
+        for call, (t, most) in here.items():         # the busiest device's sum (see "Control flow")
+            before = body.get(call, (0.0, 0))
+            body[call] = (max(before[0], t), max(before[1], most))
+    if not ids and not unknown and not body:
         raise UserError(f"{path}: no step_stats (trace the step with RunOptions(trace_level=FULL_TRACE))")
     if unknown > MAX_UNKNOWN_FRACTION * (unknown + len(ids)):
         raise UserError(f"{path}: {unknown} of {unknown + len(ids)} step_stats nodes are not in graph.pb "
@@ -101,7 +128,23 @@ def _records(path, table):
     nslots = table.slot_ptr[node + 1] - table.slot_ptr[node]
     ok = (slot >= 0) & (slot < nslots) & (size > 0)
     outs = np.stack([table.slot_ptr[node[ok]] + slot[ok], size[ok]], axis=1)
-    return np.asarray(ids, np.int64), np.asarray(us, float), np.asarray(scratch, np.int64), outs, unknown
+    return np.asarray(ids, np.int64), np.asarray(us, float), np.asarray(scratch, np.int64), outs, unknown, body
+
+
+def _duration_us(ns) -> float:
+    nanos = ns.all_end_rel_nanos
+    return nanos / 1e3 if nanos else ns.all_end_rel_micros
+
+
+def _enclosing_call(name, index, calls):
+    """The functional node (id in `calls`) whose lowered body ran the node `name`: the
+    longest of its '/'-separated prefixes that names one; or None."""
+    parts = name.split("/")
+    for end in range(len(parts) - 1, 0, -1):
+        i = index.get("/".join(parts[:end]))
+        if i is not None and i in calls:
+            return i
+    return None
 
 
 def _resolve(name, index):
