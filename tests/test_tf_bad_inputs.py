@@ -109,6 +109,46 @@ def test_profile_script_whose_build_fails(tmp_path, capsys):
     assert not out.exists()
 
 
+_GRAPH = """import tensorflow as tf
+from pardnn.models import Model
+def build():
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [2], name="x")
+        v = tf.Variable([1.0, 2.0], name="v")
+        loss = tf.identity(tf.debugging.check_numerics(tf.reduce_sum(x * v) / 0.0 * 0.0, "nan!"), name="loss")
+        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, name="train")
+        init = tf.compat.v1.global_variables_initializer()
+    return Model(graph=g, train_op=TRAIN, loss="loss:0", init=init.name, feed=FEED)
+"""
+
+
+@pytest.mark.parametrize("train, feed, needle", [
+    ("'train'", "None", "its step failed to run (InvalidArgumentError: at node 'x': You must feed a value "
+                        "for placeholder tensor 'x'"),
+    ("'train'", "lambda step: {'x:0': [1.0, 2.0]}", "its step failed to run (InvalidArgumentError: at node "),
+    ("'no_such_op'", "lambda step: {'x:0': [1.0, 2.0]}", "its step failed to run (ValueError: "),
+    ("'train'", "lambda step: {'x:0': [1.0]}", "its step failed to run (ValueError: Cannot feed value of shape"),
+])
+def test_profile_script_whose_step_fails_to_run(tmp_path, capsys, train, feed, needle):
+    script = tmp_path / "mine.py"
+    script.write_text(f"TRAIN = {train}\nFEED = {feed}\n" + _GRAPH)
+    out = tmp_path / "prof"
+    assert main(["profile", str(script), "--steps", "1", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"MODEL: {script}: {needle}" in err and "Traceback" not in err, err
+    assert not out.exists()
+
+
+def test_profile_script_whose_build_returns_no_model(tmp_path, capsys):
+    script = tmp_path / "mine.py"
+    script.write_text("def build():\n    return 42\n")
+    assert main(["profile", str(script), "-o", str(tmp_path / "prof")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "build() returned int, not a pardnn.models.Model" in err
+    assert not (tmp_path / "prof").exists()
+
+
 def test_run_needs_a_placed_dir_with_profile_json(good_profile, tmp_path, capsys):
     assert main(["run", str(tmp_path / "nowhere")]) == 2
     assert "is not a directory" in capsys.readouterr().err
@@ -117,10 +157,18 @@ def test_run_needs_a_placed_dir_with_profile_json(good_profile, tmp_path, capsys
     assert "names no model" in err and len(err.splitlines()) == 1
 
 
+def test_run_of_a_tf2_plan_says_how_to_train_it(tmp_path, capsys):
+    (tmp_path / "profile.json").write_text('{"api": "profile_function", "function": "step"}')
+    assert main(["run", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pardnn.tf.variables_placed and pardnn.tf.placed" in err
+
+
 @pytest.mark.parametrize("source, needle", [
     ("import no_such_module\n", "failed to import (ModuleNotFoundError: No module named 'no_such_module')"),
     ("def build(:\n", "failed to import (SyntaxError"),
     ("KNOBS = {'n': 1}\n", "defines no build(**knobs) function"),
+    ("import sys\nsys.exit(3)\n", "called sys.exit(3) at import"),
 ])
 def test_profile_script_that_cannot_be_used(tmp_path, capsys, source, needle):
     script = tmp_path / "mine.py"

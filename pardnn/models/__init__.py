@@ -65,6 +65,8 @@ def load_module(family: str):
             spec.loader.exec_module(module)
         except Exception as exc:   # a user's script: report, don't crash
             raise UserError(f"MODEL: {family} failed to import ({type(exc).__name__}: {exc})") from None
+        except SystemExit as exc:  # sys.exit() at import: pardnn's own exit code and line instead
+            raise UserError(f"MODEL: {family} called sys.exit({exc.code!r}) at import") from None
         if not callable(getattr(module, "build", None)):
             raise UserError(f"MODEL: {family} defines no build(**knobs) function")
         return module

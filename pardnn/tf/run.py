@@ -107,6 +107,9 @@ def _profile_doc(placed_dir):
                         f"`pardnn profile` (use pardnn.tf.import_placed_graph in your own script)") from None
     except (OSError, ValueError) as exc:
         raise UserError(f"{path}: not readable JSON ({exc})") from None
+    if doc.get("api") == "profile_function":
+        raise UserError(f"{path}: a TF2 step's plan (pardnn.tf.profile_function); train it in your own "
+                        f"script with pardnn.tf.variables_placed and pardnn.tf.placed (docs/tf2.md)")
     if "model" not in doc:
         raise UserError(f"{path}: names no model (profiled through the Python API?); "
                         f"train it with pardnn.tf.import_placed_graph in your own script")
