@@ -68,6 +68,24 @@ def test_keyword_arguments_are_fed_in_signature_order(tmp_path):
     assert doc["steps"] == 1 and (tmp_path / "p" / "graph.pb").exists()
 
 
+def test_a_step_that_creates_its_variables_when_traced_is_refused(tmp_path):
+    """An optimizer built lazily makes its slots on the step's first trace: the
+    profile would hold their initialisers, which no later trace has."""
+    w = tf.Variable(tf.ones([4, 2]), name="w")
+    slots = []
+
+    @tf.function
+    def step(x):
+        if not slots:
+            slots.append(tf.Variable(tf.zeros([4, 2]), name="slot"))
+        loss = tf.reduce_sum(tf.matmul(x, w))
+        slots[0].assign_add(tf.ones([4, 2]) * loss)
+        return loss
+    with pytest.raises(UserError, match=r"step_fn: step creates variables when traced \(slot.*optimizer.build"):
+        profile_function(step, (tf.ones([3, 4]),), steps=1, out_dir=str(tmp_path / "p"))
+    assert not (tmp_path / "p").exists()
+
+
 def test_a_placement_naming_unknown_devices_is_refused(tmp_path):
     csv = tmp_path / "placement.csv"
     csv.write_text("node,device\nx,/job:localhost/replica:0/task:0/device:CPU:9\n")

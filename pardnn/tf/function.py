@@ -76,7 +76,8 @@ def profile_function(step_fn, args, steps: int = 5, out_dir: str = "profile", kw
     cpu_devices, gpus = parse_profile_devices(devices, "devices")
     check_tf_function(step_fn)
     retraced, trace = _retraced(step_fn)
-    fn = concrete_function(retraced, args, kwargs)
+    with _refusing_new_variables(step_fn):
+        fn = concrete_function(retraced, args, kwargs)
     graph_def, variables = _replica_graph_def(fn)
     drop_nodes(graph_def, trace["bypassed"])
     graph = tf.Graph()
@@ -101,6 +102,26 @@ def profile_function(step_fn, args, steps: int = 5, out_dir: str = "profile", kw
         doc.update(devices=names, steps=steps, feeds=sorted(feed), profile_devices=devices)
     write_profile_dir(out_dir, profile_def, metas, doc)
     return doc
+
+
+@contextlib.contextmanager
+def _refusing_new_variables(step_fn):
+    """UserError when tracing step_fn creates variables (an optimizer built on its first
+    step, a Keras layer first called there): they exist only from that trace on, so
+    the profile would hold their initialisers and no later trace (`placed`) matches it."""
+    created = []
+
+    def creator(next_creator, **kwargs):
+        variable = next_creator(**kwargs)
+        created.append(variable.name)
+        return variable
+    with tf.variable_creator_scope(creator):
+        yield
+    if created:
+        shown = ", ".join(created[:3]) + (f" and {len(created) - 3} more" if len(created) > 3 else "")
+        raise UserError(f"step_fn: {_name(step_fn)} creates variables when traced ({shown}); create them "
+                        f"before profiling: build the model, and the optimizer with "
+                        f"optimizer.build(model.trainable_variables) (docs/tf2.md)")
 
 
 def _estimate_target(estimate, op_overhead_us, precision, conv_efficiency=None):
