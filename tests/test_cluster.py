@@ -113,6 +113,19 @@ def test_cluster_file_round_trip(tmp_path):
     assert d.memory.tolist() == c.memory.tolist()
 
 
+def test_a_cluster_files_reserve_holds_unless_the_flag_is_given(tmp_path, capsys):
+    from pardnn.hardware import cluster_file
+    from pardnn.cli import main
+    from pardnn.graph import RESIDUAL
+    path = tmp_path / "cluster.json"
+    cluster_file.save(parse_devices("gpu:1").with_options(memory=1_000_000, reserve=0.5), str(path))
+    graph = tmp_path / "g.json"
+    CostGraph.build(["w"], persist_bytes=[700_000], kind=[RESIDUAL]).to_json(str(graph))
+    assert main(["place", str(graph), "--devices", str(path), "-o", str(tmp_path / "a")]) == 2
+    assert "no placement fits" in capsys.readouterr().err     # 700 kB > half of 1 MB
+    assert main(["place", str(graph), "--devices", str(path), "--reserve", "0.1", "-o", str(tmp_path / "b")]) == 0
+
+
 def test_cluster_file_with_intra_and_inter_links(tmp_path):
     import json
     path = tmp_path / "c.json"

@@ -66,6 +66,47 @@ def test_bad_output_paths_exit_2_with_one_line(chain_json, tmp_path, capsys, nam
     assert snapshot(tmp_path) == before
 
 
+def test_an_empty_output_path_is_refused_and_the_current_folder_untouched(chain_json, tmp_path, capsys,
+                                                                         monkeypatch):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "precious.txt").write_text("mine")
+    monkeypatch.chdir(work)
+    assert place(chain_json, "") == 2
+    assert "-o: empty path" in capsys.readouterr().err
+    assert listing(work) == ["precious.txt"]
+
+
+def test_a_cluster_file_is_an_input_no_output_replaces(chain_json, tmp_path, capsys):
+    from pardnn.hardware import cluster_file, parse_devices
+    folder = tmp_path / "pd"
+    assert place(chain_json, folder) == 0                     # a folder pardnn wrote
+    cluster = folder / "cluster.json"
+    cluster_file.save(parse_devices("cpu:2"), str(cluster))
+    before = cluster.read_bytes()
+    assert main(["place", str(chain_json), "--devices", str(cluster), "-o", str(folder)]) == 2
+    assert "holds the input" in capsys.readouterr().err
+    placement = folder / "placement.csv"
+    assert main(["emulate", str(chain_json), "--devices", str(cluster), "--placement", str(placement),
+                 "--report", str(cluster)]) == 2
+    assert "would overwrite or go into the input" in capsys.readouterr().err
+    assert cluster.read_bytes() == before
+
+
+def test_two_outputs_to_one_file_are_refused(chain_json, tmp_path, capsys):
+    out = tmp_path / "placed"
+    assert place(chain_json, out) == 0
+    same = tmp_path / "same.json"
+    assert main(["emulate", str(chain_json), "--devices", "cpu:2", "--placement", str(out / "placement.csv"),
+                 "--report", str(same), "--trace", str(same)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--trace: " in err and "is also --report's file" in err
+    assert not same.exists()
+    assert main(["emulate", str(chain_json), "--devices", "cpu:2", "--placement", str(out / "placement.csv"),
+                 "--report", ""]) == 2
+    assert "--report: empty path" in capsys.readouterr().err
+
+
 def test_an_output_folder_holding_the_input_is_refused(chain_json, tmp_path, capsys):
     assert place(chain_json, tmp_path) == 2
     assert f"-o: {tmp_path} holds the input {chain_json}" in capsys.readouterr().err

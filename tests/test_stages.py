@@ -204,7 +204,7 @@ def test_without_a_time_budget_no_clock_changes_the_answer(monkeypatch):
                if n not in ("hier", "exact"))
 
 
-@pytest.mark.parametrize("budget", ["0", "-5s", "soon"])
+@pytest.mark.parametrize("budget", ["0", "-5s", "soon", "-5", "1e30", "nan", "2days"])
 def test_a_time_budget_that_is_not_positive_exits_2(tmp_path, capsys, budget):
     path = tmp_path / "g.json"
     training_chain(3).to_json(str(path))
@@ -269,7 +269,8 @@ def test_range_argmin_matches_brute_force_and_empty_ranges_give_minus_one():
             assert got[q] == want
 
 
-@pytest.mark.parametrize("text, seconds", [("90", 90.0), ("1.5", 1.5), ("90s", 90.0), ("1500ms", 1.5)])
+@pytest.mark.parametrize("text, seconds", [("90", 90.0), ("1.5", 1.5), ("90s", 90.0), ("1500ms", 1.5),
+                                                  ("1e3", 1000.0), ("1.5e2", 150.0)])
 def test_a_plain_time_budget_is_seconds(text, seconds):
     from argparse import Namespace
     from pardnn.commands.common import budget_from_args

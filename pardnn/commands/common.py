@@ -7,12 +7,16 @@ from pardnn.hardware import parse_devices
 from pardnn.units import parse_rate, parse_size, parse_time
 
 
+DAY_S = 86400.0     # the longest --time-budget, as for any time pardnn reads
+
+
 def add_cluster_args(parser, required=True):
     parser.add_argument("--devices", required=required, metavar="SPEC",
                         help="preset (dgx1-v100, dgx2, dgx-a100, dgx-h100), cpu:K, gpu:K or a count")
     parser.add_argument("--memory", metavar="SIZE", help="memory per device, e.g. 32GiB (overrides the preset)")
-    parser.add_argument("--reserve", type=float, default=0.10,
-                        help="fraction of each device's memory kept free (default 0.10)")
+    parser.add_argument("--reserve", type=float,
+                        help="fraction of each device's memory kept free (default: a cluster file's, "
+                             "else 0.10)")
     parser.add_argument("--bandwidth", metavar="RATE", help="link bandwidth for every device pair, e.g. 300GB/s")
     parser.add_argument("--latency", metavar="TIME", help="link latency for every device pair, e.g. 25us")
 
@@ -29,11 +33,20 @@ def budget_from_args(args):
     if args.time_budget is None:
         return None
     text = str(args.time_budget).strip()
-    plain = text.replace(".", "", 1).lstrip("+-").isdigit()
-    seconds = parse_time(text + "s" if plain else text, "--time-budget") / 1e6
-    if not seconds > 0:
-        raise UserError(f"--time-budget: must be more than 0, got {args.time_budget!r}")
+    seconds = _plain_number(text)
+    if seconds is None:
+        seconds = parse_time(text, "--time-budget") / 1e6
+    if not 0 < seconds <= DAY_S:
+        raise UserError(f"--time-budget: must be more than 0 and at most a day, got {args.time_budget!r}")
     return seconds
+
+
+def _plain_number(text):
+    """The number `text` spells without a unit (12, 1.5, 1e3), else None."""
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def cluster_from_args(args):
@@ -45,12 +58,33 @@ def cluster_from_args(args):
         latency=None if args.latency is None else parse_time(args.latency, "--latency"))
 
 
+def cluster_inputs(args) -> list:
+    """The cluster file `--devices` names, if it names one: an input no output may replace."""
+    return [args.devices] if args.devices and os.path.isfile(args.devices) else []
+
+
+def check_output_files(inputs, **paths) -> None:
+    """`check_output_file` for each given flag's path (flag name -> path or None), and
+    UserError when two flags name the same file (one would overwrite the other)."""
+    seen = {}
+    for flag, path in paths.items():
+        check_output_file(flag, path, inputs)
+        if path is None:
+            continue
+        full = os.path.realpath(path)
+        if full in seen:
+            raise UserError(f"{flag}: {path} is also {seen[full]}'s file; name another file")
+        seen[full] = flag
+
+
 def check_output_file(flag, path, inputs=()) -> None:
-    """UserError unless an output file can go to `path`: its folder exists, it is not
-    a folder, and it is none of the `inputs` (files or folders) nor inside one of
-    them. Checked before the real work, so a bad path fails fast."""
-    if not path:
+    """UserError unless an output file can go to `path` (None: the flag was not given):
+    its folder exists, it is not a folder, and it is none of the `inputs` (files or
+    folders) nor inside one of them. Checked before the real work, so a bad path fails fast."""
+    if path is None:
         return
+    if not path.strip():
+        raise UserError(f"{flag}: empty path; name a file")
     if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
         raise UserError(f"{flag}: directory of {path} does not exist")
     if os.path.isdir(path):

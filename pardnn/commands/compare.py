@@ -17,7 +17,8 @@ import sys
 
 from pardnn.pipeline import place as placer
 from pardnn.placers import registry as algorithms
-from pardnn.commands.common import add_budget_arg, add_cluster_args, budget_from_args, cluster_from_args
+from pardnn.commands.common import (add_budget_arg, add_cluster_args, budget_from_args, check_output_file,
+                                    cluster_from_args, cluster_inputs)
 from pardnn.errors import UserError
 from pardnn.pipeline.load import load_cost_graph
 from pardnn.units import format_size, format_time
@@ -40,6 +41,7 @@ def run(args):
     cluster = cluster_from_args(args)
     names = parse_algorithms(args.algorithms)
     budget_s = budget_from_args(args)
+    check_output_file("--plot", args.plot, [args.profile, *cluster_inputs(args)])
     if args.plot and not args.plot.lower().endswith(".png"):
         raise UserError(f"--plot: {args.plot} must end in .png")
     graph, _ = load_cost_graph(args.profile)

@@ -12,7 +12,7 @@ the step as a Chrome Trace Event file for Perfetto or TensorBoard's trace viewer
 import os
 import time
 
-from pardnn.commands.common import add_cluster_args, check_output_file, cluster_from_args
+from pardnn.commands.common import add_cluster_args, check_output_files, cluster_from_args, cluster_inputs
 from pardnn.graph.constraints import violations
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
@@ -42,8 +42,8 @@ def add_parser(sub):
 
 def run(args):
     cluster = cluster_from_args(args)
-    for flag, path in (("--report", args.report), ("--plot", args.plot), ("--trace", args.trace)):
-        check_output_file(flag, path, inputs=[args.profile, args.placement])
+    check_output_files([args.profile, args.placement, *cluster_inputs(args)],
+                       **{"--report": args.report, "--plot": args.plot, "--trace": args.trace})
     graph, _ = load_cost_graph(args.profile)
     device = read_csv(args.placement, graph, cluster)
     problems = violations(graph, cluster, device)

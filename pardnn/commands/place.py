@@ -12,7 +12,7 @@ from pardnn.graph.averaging import check_averaged
 from pardnn.hardware.hosts import replica_cluster
 from pardnn.pipeline import place as placer, replicas
 from pardnn.placers import registry as algorithms
-from pardnn.commands.common import add_budget_arg, add_cluster_args, budget_from_args, cluster_from_args
+from pardnn.commands.common import add_budget_arg, add_cluster_args, budget_from_args, cluster_from_args, cluster_inputs
 from pardnn.pipeline.load import load_cost_graph
 from pardnn.io.outputs import OutputDir, check_output_dir
 from pardnn.progress import stage
@@ -46,7 +46,7 @@ def run(args):
     cluster = cluster_from_args(args)
     algorithms.candidates(args.algorithm)   # reject a bad name before loading anything
     budget_s = budget_from_args(args)
-    check_output_dir(args.out, inputs=[args.profile])
+    check_output_dir(args.out, inputs=[args.profile, *cluster_inputs(args)])
     one_replica = cluster if args.replicas is None else replica_cluster(cluster, args.replicas)
     t0 = time.perf_counter()
     with stage(f"loading {args.profile}"):

@@ -26,6 +26,8 @@ def check_output_dir(path, flag="-o", inputs=()) -> None:
     and holds none of the `inputs` (replacing it would destroy them). Commands call
     it before their real work, so a bad `-o` fails fast."""
     path = str(path)
+    if not path.strip():
+        raise UserError(f"{flag}: empty path; name a folder")
     full = os.path.realpath(path)
     for item in inputs:
         if os.path.commonpath([full, os.path.realpath(str(item))]) == full:
