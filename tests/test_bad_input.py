@@ -35,6 +35,8 @@ def fails(argv, needle, capsys, folder):
     (b"", "placement.csv:1: expected the header 'node,device'"),
     (b"node,device\na,0\nb,1\na,1\nc,0\n", "placement.csv:4: node 'a' is listed twice"),
     (b"node,device\na,0\n\xff\xfe,1\nc,0\n", "--placement: "),
+    (b"node,device\na,0\n\"b,1\nc,0\n" + b"x" * 140_000 + b"\n", "placement.csv:3: not a CSV row"),
+    (b"node,device\na,0\nb,\xc2\xb2\nc,0\n", "placement.csv:3: device '\u00b2' is not in the cluster"),
 ])
 def test_bad_placement_csv(chain_json, tmp_path, capsys, content, needle):
     csv_path = tmp_path / "placement.csv"
@@ -42,6 +44,16 @@ def test_bad_placement_csv(chain_json, tmp_path, capsys, content, needle):
     err = fails(["emulate", str(chain_json), "--placement", str(csv_path), "--devices", "cpu:2",
                  "--report", str(tmp_path / "r.json")], needle, capsys, tmp_path)
     assert str(csv_path) in err
+
+
+def test_placement_csv_names_are_exact_and_a_bom_is_no_header(tmp_path):
+    from pardnn.graph import CostGraph
+    from pardnn.hardware import parse_devices
+    from pardnn.io.placement import read_csv
+    graph = CostGraph.build([" a", "b ", "c"], edge_src=[" a", "b "], edge_dst=["b ", "c"])
+    path = tmp_path / "p.csv"
+    path.write_text('\ufeffnode,device\n a,1\nb ,0\n c , 1\n', encoding="utf-8")
+    assert read_csv(str(path), graph, parse_devices("cpu:2")).tolist() == [1, 0, 1]
 
 
 def _cluster(tmp_path, hosts, **extra):

@@ -46,8 +46,9 @@ def read_csv(path, graph, cluster) -> np.ndarray:
     index = graph.index()
     device = np.full(graph.num_nodes, -1, np.int32)
     try:
-        with open(path, newline="") as f:
+        with open(path, newline="", encoding="utf-8-sig") as f:      # (an editor's BOM is no header)
             rows = csv.reader(f)
+            lineno = 1
             header = next(rows, None)
             if header is None or [h.strip() for h in header[:2]] != ["node", "device"]:
                 raise UserError(f"{path}:1: expected the header 'node,device'")
@@ -57,6 +58,8 @@ def read_csv(path, graph, cluster) -> np.ndarray:
         raise UserError(f"--placement: cannot read {path} ({exc.strerror})") from None
     except UnicodeDecodeError:
         raise UserError(f"--placement: {path} is not a text CSV file") from None
+    except csv.Error as exc:         # a stray quote runs a field to the end of the file
+        raise UserError(f"{path}:{lineno + 1}: not a CSV row ({exc})") from None
     missing = np.flatnonzero(device < 0)
     if len(missing):
         raise UserError(f"{path}: {len(missing)} nodes of the profile have no device, "
@@ -69,12 +72,15 @@ def _read_row(path, lineno, row, index, cluster, device):
         return
     if len(row) != 2:
         raise UserError(f"{path}:{lineno}: expected 'node,device', got {','.join(row)!r}")
-    node, dev = row[0].strip(), row[1].strip()
+    node, dev = row[0], row[1].strip()
+    if node not in index:               # names are exact; a hand-written "a, 0" has spaces to drop
+        node = node.strip()
     if node not in index:
         raise UserError(f"{path}:{lineno}: node {node!r} is not in the profile")
     k = cluster.num_devices
     try:
-        d = int(dev) if dev.lstrip("-").isdigit() else cluster.device_index(dev)
+        number = dev.lstrip("-")
+        d = int(dev) if number.isascii() and number.isdigit() else cluster.device_index(dev)
     except KeyError:
         raise UserError(f"{path}:{lineno}: device {dev!r} is not in the cluster "
                         f"({', '.join(cluster.names)})") from None
