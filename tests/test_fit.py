@@ -186,3 +186,12 @@ def test_the_reported_peaks_before_repair_are_the_winners_when_candidates_drop_p
     before = evaluate(g, cluster.with_options(memory=UNLIMITED), raw)["peak_memory_bytes"]
     assert report["peak_memory_before_repair_bytes"] == [int(x) for x in before]
     assert max(before) > cluster.capacity[0] >= max(report["peak_memory_bytes"])
+
+
+def test_the_summary_gives_each_peak_against_the_memory_left_after_the_reserve(capsys):
+    mib = 2**20
+    report = {"algorithm": "etf", "num_nodes": 3, "num_edges": 2, "devices": ["GPU:0"], "nodes_per_device": [3],
+              "peak_memory_bytes": [int(26.75 * mib)], "memory_capacity_bytes": [30 * mib], "reserve": 0.1,
+              "comm_bytes": 0, "placement_seconds": 0.1}
+    print_summary(report)
+    assert "GPU:0: 3 nodes, peak 26.75 MiB of 27.00 MiB usable" in capsys.readouterr().out

@@ -17,7 +17,7 @@ from pardnn.graph import CostGraph
 from pardnn.hardware import parse_devices
 from pardnn.pipeline import place as placer, portfolio, workers
 from pardnn.placers import exact, registry
-from pardnn.placers.pardnn import stages
+from pardnn.placers.pardnn import stages, step1
 from pardnn.placers.pardnn.stages import _cheapest_cuts, fold_positions
 from pardnn.placers.registry import names
 
@@ -428,3 +428,65 @@ def test_an_early_refinement_is_used_only_for_the_finalist_it_was_run_on():
         assert chosen.candidates == plain.candidates
     right = picked({"heft": (results["heft"].judged, plain.fitted)})
     assert right.fitted is plain.fitted
+
+
+def test_a_worker_killed_while_sending_leaves_no_reader_waiting():
+    """workers() kills workers that may be halfway through sending a large answer (a
+    candidate a time budget no longer waits for): the pool's reading thread then waits
+    for the rest of it, and the interpreter for that thread, unless this process's end
+    of the pipe is closed (`_unblock`)."""
+    import multiprocessing
+    import os
+    import struct
+    import threading
+    from pardnn.pipeline.workers import _unblock
+
+    context = multiprocessing.get_context("fork")
+    results = context.SimpleQueue()
+    sender = context.Process(target=lambda: (os.write(results._writer.fileno(), struct.pack("!i", 10**6) + b"x"),
+                                             os._exit(0)))
+    sender.start()
+    sender.join()                           # it died after 1 byte of a 1 MB answer
+    ended = []
+
+    def read():
+        try:
+            results._reader.recv_bytes()
+        except OSError as exc:              # "got end of file during message"
+            ended.append(str(exc))
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(0.5)
+    assert reader.is_alive()                # waiting for the rest
+    _unblock(results)
+    reader.join(5.0)
+    assert not reader.is_alive() and ended == ["got end of file during message"]
+
+
+def test_a_time_budget_starts_after_step1(monkeypatch):
+    """`--time-budget` caps the work after Step 1: a Step 1 slower than the budget
+    leaves the other candidates their budget (a clock that runs 1000 s during Step 1)."""
+    g = synth_graph(1500, seed=4)
+    late = [0.0]
+    clock = time.perf_counter
+    monkeypatch.setattr(time, "perf_counter", lambda: clock() + late[0])
+    partition = step1.partition
+
+    def slow_step1(*args, **kwargs):
+        late[0] += 1000.0
+        return partition(*args, **kwargs)
+    monkeypatch.setattr(step1, "partition", slow_step1)
+    chosen = portfolio.choose(g, parse_devices("cpu:4"), "pardnn", budget_s=300.0)
+    assert not any("skipped" in c for c in chosen.candidates.values())
+
+
+def test_a_candidate_done_when_the_budget_ends_is_kept():
+    class Done:
+        @staticmethod
+        def done():
+            return True
+
+        @staticmethod
+        def result(timeout):
+            return "built"
+    assert portfolio._collect(Done(), deadline=time.perf_counter() - 1.0) == "built"

@@ -7,14 +7,13 @@ With `--estimate PRESET` nothing runs: op costs are estimated for one GPU of the
 preset by Grappler's analytical cost model (pardnn.tf.estimate, docs/estimates.md).
 """
 
-import contextlib
 import math
 import os
 
 from pardnn.errors import UserError
 from pardnn.hardware.gpu_specs import check_conv_efficiency
 from pardnn.io.outputs import check_output_dir
-from pardnn.models import Model, load_module, resolve_knobs
+from pardnn.models import build_model, load_module, resolve_knobs, script_errors
 from pardnn.progress import stage
 
 
@@ -67,16 +66,16 @@ def run(args):
     module = load_module(args.model)
     knobs = resolve_knobs(module, args.size, args.set)
     with stage(f"building {args.model}"):
-        model = _build(module, args.model, knobs)
+        model = build_model(module, args.model, knobs)
     is_script = args.model.endswith(".py") or os.sep in args.model
     meta = {"model": os.path.abspath(args.model) if is_script else args.model, "size": args.size, "knobs": knobs}
     if target is not None:
-        with stage(f"estimating op costs for {args.estimate}"), _script_step(module, args.model):
+        with stage(f"estimating op costs for {args.estimate}"), script_errors(module, args.model):
             result = estimate_model(model, target, args.out, meta)
         print(summary_line(args.model, result, args.out))
         return 0
     with stage(f"profiling {args.model}: warm-up + {args.steps} traced steps on {args.devices}"), \
-            _script_step(module, args.model):
+            script_errors(module, args.model):
         doc = profile_model(model, args.steps, args.devices, args.out, meta=meta,
                             rewrites=args.rewrites == "on")
     nodes = len(model.graph.as_graph_def().node)
@@ -108,39 +107,3 @@ def _conv_efficiency(text):
     except ValueError:
         share = math.nan
     return check_conv_efficiency(share, "--conv-efficiency", repr(text))
-
-
-def _build(module, name, knobs):
-    """module.build(**knobs); a user script's exception, or anything but a Model
-    returned, becomes a one-line UserError."""
-    with _script_step(module, name, "build() failed"):
-        model = module.build(**knobs)
-    if not isinstance(model, Model):
-        raise UserError(f"MODEL: {name}: build() returned {type(model).__name__}, not a pardnn.models.Model")
-    return model
-
-
-@contextlib.contextmanager
-def _script_step(module, name, what="its step failed to run"):
-    """Turns an exception raised while running a user's script (its build(), or its
-    graph in a session: a missing feed, a bad train_op name, a failed check) into a
-    one-line UserError naming the script, with the exception's first line; a
-    built-in model's exception is pardnn's own bug and stays a traceback."""
-    try:
-        yield
-    except UserError:
-        raise
-    except Exception as exc:
-        if module.__name__.startswith("pardnn."):
-            raise
-        raise UserError(f"MODEL: {name}: {what} ({type(exc).__name__}: {_gist(exc)})") from None
-
-
-def _gist(exc) -> str:
-    """The line that says what went wrong: the first of the message, or for TF's
-    "Graph execution error" the node and the line after "Node: 'x'"."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    for at, line in enumerate(lines[:-1]):
-        if line.startswith("Node: "):
-            return f"at node {line[6:]}: {lines[at + 1]}"
-    return lines[0] if lines else ""

@@ -23,8 +23,9 @@ def print_summary(report, out_dir=None, file=None):
     caps = report["memory_capacity_bytes"]
     for i, name in enumerate(report["devices"]):
         line = f"  {name}: {report['nodes_per_device'][i]} nodes"
-        if peaks is not None:
-            line += f", peak {format_size(peaks[i])} of {format_size(caps[i])}"
+        if peaks is not None:       # against what the placement may use: memory minus the reserve
+            usable = int(caps[i] * (1.0 - report["reserve"]))
+            line += f", peak {format_size(peaks[i])} of {format_size(usable)} usable"
         if name in report.get("repaired_devices", ()):
             line += f" (repaired: was {format_size(report['peak_memory_before_repair_bytes'][i])})"
         lines.append(line)

@@ -19,12 +19,15 @@ layers.py holds the layers they share; a user's script may use it too.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 from dataclasses import dataclass, field
 from typing import Callable
 
 from pardnn.errors import UserError
+
+USER_MODULE = "pardnn_user_model"     # the name a user's script is loaded under
 
 FAMILIES = {
     "mlp": "pardnn_models.mlp",
@@ -56,10 +59,15 @@ class Model:
 
 def load_module(family: str):
     """The module for a built-in family name or a path to a user's script."""
+    if not isinstance(family, str):
+        raise UserError(f"MODEL: {family!r} is neither a model family nor a script path")
     if family.endswith(".py") or os.sep in family:
         if not os.path.isfile(family):
             raise UserError(f"MODEL: {family} does not exist")
-        spec = importlib.util.spec_from_file_location("pardnn_user_model", family)
+        spec = importlib.util.spec_from_file_location(USER_MODULE, family)
+        if spec is None:
+            raise UserError(f"MODEL: {family} is not a Python script (name it .py); "
+                            f"a cost graph or profile is placed with `pardnn place`")
         module = importlib.util.module_from_spec(spec)
         try:
             spec.loader.exec_module(module)
@@ -104,3 +112,41 @@ def _convert(key, text, default):
         return kind(text)
     except ValueError:
         raise UserError(f"--set: knob {key!r} takes {kind.__name__}, got {text!r}") from None
+
+
+def build_model(module, name, knobs) -> Model:
+    """module.build(**knobs) checked: a user script's exception, or anything but a
+    Model returned, becomes a one-line UserError naming the script."""
+    if not isinstance(knobs, dict):
+        raise UserError(f"MODEL: {name}: knobs must be a mapping of name to value, got {knobs!r}")
+    with script_errors(module, name, "build() failed"):
+        model = module.build(**knobs)
+    if not isinstance(model, Model):
+        raise UserError(f"MODEL: {name}: build() returned {type(model).__name__}, not a pardnn.models.Model")
+    return model
+
+
+@contextlib.contextmanager
+def script_errors(module, name, what="its step failed to run"):
+    """Turns an exception raised while running a user's script (its build(), or its
+    graph in a session: a missing feed, a bad train_op name, a failed check) into a
+    one-line UserError naming the script, with the line that says what went wrong; a
+    built-in model's exception is pardnn's own bug and stays a traceback."""
+    try:
+        yield
+    except UserError:
+        raise
+    except Exception as exc:
+        if module.__name__ != USER_MODULE:
+            raise
+        raise UserError(f"MODEL: {name}: {what} ({type(exc).__name__}: {_gist(exc)})") from None
+
+
+def _gist(exc) -> str:
+    """The first line of the message, or for TF's "Graph execution error" the node
+    and the line after "Node: 'x'"."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    for at, line in enumerate(lines[:-1]):
+        if line.startswith("Node: "):
+            return f"at node {line[6:]}: {lines[at + 1]}"
+    return lines[0] if lines else ""

@@ -105,7 +105,6 @@ def build(graph, cluster, name, timings=None) -> np.ndarray:
 def choose(graph, cluster, algorithm, timings=None, budget_s=None) -> Chosen:
     """Build and judge `algorithm`'s candidates; refine the two fastest within memory."""
     timings = {} if timings is None else timings
-    deadline = math.inf if budget_s is None else time.perf_counter() + budget_s
     names = registry.candidates(algorithm)
     if len(names) == 1:
         roles = {names[0]: registry.FIRST}      # a portfolio of one: built here, always
@@ -122,6 +121,7 @@ def choose(graph, cluster, algorithm, timings=None, budget_s=None) -> Chosen:
     with workers(judging, beside, _candidate, _refined_beside) as pool:
         pending = {name: pool.submit(name) for name in beside}
         results, step1_output = _first(judging, first[0], timings, alone=len(roles) == 1)
+        deadline = math.inf if budget_s is None else time.perf_counter() + budget_s    # (after Step 1)
         early, bound = _refine_early(judging, results, pending, list(roles), pool, timings, deadline)
         for name in reversed(beside):           # help with those no worker has started yet
             if pool.claim(name):
@@ -311,11 +311,11 @@ def _left(deadline, grace=0.0):
 
 
 def _collect(job, deadline):
-    """A candidate's result; a skipped entry once the budget has ended (with or without
-    workers alike), a failed one when its worker process died."""
+    """A candidate's result; a skipped entry when the budget has ended before it was
+    done (with or without workers alike), a failed one when its worker process died."""
     remaining = _left(deadline)
     try:
-        if remaining is not None and remaining <= 0:
+        if remaining is not None and remaining <= 0 and not getattr(job, "done", lambda: False)():
             raise futures.TimeoutError
         return job.result(timeout=remaining)
     except futures.TimeoutError:

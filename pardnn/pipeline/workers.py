@@ -48,10 +48,25 @@ def workers(judging, names, candidate, refine):
         yield Forked(pool)
     finally:
         processes = list((getattr(pool, "_processes", None) or {}).values())
+        results = getattr(pool, "_result_queue", None)      # (shutdown forgets it)
         pool.shutdown(wait=False, cancel_futures=True)
         for process in processes:
             process.kill()
+        for process in processes:
+            process.join()
+        _unblock(results)
         _SHARED.clear()
+
+
+def _unblock(results):
+    """After the workers are killed: closes this process's end of the pipe `results`
+    through which they send their answers. A worker killed halfway through sending a
+    large one (a candidate a time budget no longer waits for) leaves the pool's
+    reading thread waiting for the rest; with no writer left it reads the end of the
+    pipe instead, and the interpreter can exit (else it waits for that thread for ever)."""
+    writer = getattr(results, "_writer", None)
+    if writer is not None:
+        writer.close()
 
 
 def usable_cpus() -> int:

@@ -20,7 +20,7 @@ import pardnn.tf.quiet_import  # noqa: F401  (first: hides TensorFlow's start-up
 import tensorflow as tf
 
 from pardnn.errors import UserError
-from pardnn.models import load_module
+from pardnn.models import build_model, load_module, script_errors
 from pardnn.tf.graphdef import read_graph_def
 from pardnn.tf.rewrite import PlacementCheck, check_placement, import_placed_graph
 from pardnn.tf.session import SESSION_CONFIGS
@@ -56,8 +56,15 @@ def run_placed(placed_dir, steps: int, config: str = "pardnn", trace: bool = Fal
     if config not in SESSION_CONFIGS:
         raise UserError(f"--config: expected {' or '.join(SESSION_CONFIGS)}, got {config!r}")
     doc = _profile_doc(placed_dir)
-    model = load_module(doc["model"]).build(**doc.get("knobs", {}))
+    module = load_module(doc["model"])
+    model = build_model(module, doc["model"], doc.get("knobs", {}))
     graph_def = read_graph_def(os.path.join(str(placed_dir), "placed_graph.pb"))
+    with script_errors(module, doc["model"]):
+        return _run(graph_def, model, steps, config, trace)
+
+
+def _run(graph_def, model, steps, config, trace):
+    """run_placed's session: the placed graph imported, trained and checked."""
     cpus, gpus = device_counts(graph_def)
     graph = tf.Graph()
     with graph.as_default():
