@@ -205,3 +205,36 @@ def test_profile_refuses_an_output_folder_before_profiling(tmp_path, capsys):
     assert main(["profile", str(script), "-o", str(script.parent)]) == 2
     assert f"holds the input {script}" in capsys.readouterr().err
     assert script.exists() and (mine / "notes.txt").read_text() == "keep"
+
+
+def test_profile_of_a_file_that_is_no_python_script(tmp_path, capsys):
+    graph = tmp_path / "g.json"
+    graph.write_text('{"format": "pardnn-costgraph", "version": 1, "nodes": [], "edges": []}')
+    assert main(["profile", str(graph), "-o", str(tmp_path / "prof")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not a Python script" in err and "pardnn place" in err
+
+
+@pytest.mark.parametrize("doc, needle", [
+    ('{"model": 5}', "MODEL: 5 is neither a model family nor a script path"),
+    ('{"model": "mlp", "knobs": [1, 2]}', "knobs must be a mapping"),
+])
+def test_run_of_a_profile_json_naming_no_usable_model(tmp_path, capsys, doc, needle):
+    (tmp_path / "profile.json").write_text(doc)
+    assert main(["run", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err
+
+
+def test_run_of_a_script_whose_step_now_fails(good_profile, tmp_path, capsys):
+    script = tmp_path / "mine.py"
+    script.write_text("TRAIN = 'train'\nFEED = lambda step: {'x:0': [1.0, 2.0]}\n" + _GRAPH.replace(
+        "tf.debugging.check_numerics(tf.reduce_sum(x * v) / 0.0 * 0.0, \"nan!\")", "tf.reduce_sum(x * v)"))
+    prof, placed = tmp_path / "prof", tmp_path / "placed"
+    assert main(["profile", str(script), "--steps", "1", "-o", str(prof)]) == 0
+    assert main(["place", str(prof), "--devices", "cpu:2", "-o", str(placed)]) == 0
+    script.write_text(script.read_text().replace("[1.0, 2.0]", "[1.0]"))      # the feed changed since
+    capsys.readouterr()
+    assert main(["run", str(placed), "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "its step failed to run (ValueError: Cannot feed value of shape" in err
