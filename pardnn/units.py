@@ -1,7 +1,9 @@
 """Parsing of the sizes, rates and times users type on the command line.
 
 Sizes: `32GiB`, `16GB`, `512MiB`, `1.5TB`, `2PiB`, `1EB`, plain bytes (`1048576`).
-Rates: `300GB/s`, `12.5GiB/s`, `1e9` (bytes per second), returned in bytes per us.
+Rates: `300GB/s`, `12.5GiB/s`, `1e9` (bytes per second), returned in bytes per us;
+`200Gb/s` or `200Gbit/s` (an upper-case prefix and a lower-case b, as links are quoted)
+are bits per second. A size written that way (`16Gb`) is refused: memory is in bytes.
 Times: `25us`, `1ms`, `0.5s`, `100ns`, plain numbers are microseconds.
 Every parser raises UserError naming the flag and the text it could not read, or
 the value when it lies outside the range below (an absurd value is bad input, not
@@ -27,6 +29,9 @@ _TIME_UNITS = {"": 1.0, "us": 1.0, "µs": 1.0, "ns": 1e-3, "ms": 1e3, "s": 1e6}
 _NUMBER = r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*"
 
 
+_BITS = re.compile(r"([KMGTPE])b|([kKMGTPE])bit")     # Gb, Gbit, kbit: bits (module docstring)
+
+
 def _split(text, flag, what):
     match = re.fullmatch(_NUMBER + r"([A-Za-zµ/]*)\s*", str(text))
     if not match:
@@ -34,9 +39,18 @@ def _split(text, flag, what):
     return float(match.group(1)), match.group(2).lower()
 
 
+def _bits(text):
+    """The decimal size unit (`gb`) of a unit in bits such as `Gb/s` or `Gbit`, else None."""
+    match = re.fullmatch(_NUMBER + r"(\w+?)(/s)?\s*", str(text))
+    bits = match and _BITS.fullmatch(match.group(2))
+    return (bits.group(1) or bits.group(2)).lower() + "b" if bits else None
+
+
 def parse_size(text, flag="--memory") -> int:
     """Bytes in a size such as `32GiB`, `16GB` or `1073741824`."""
     value, unit = _split(text, flag, "size")
+    if _bits(text):
+        raise UserError(f"{flag}: {text!r} reads as bits; give bytes, e.g. {value:g}GB or {value:g}GiB")
     if unit not in _SIZE_UNITS:
         raise UserError(f"{flag}: unknown size unit in {text!r} "
                         f"(use B, KB, MB, GB, TB, PB, EB, KiB, MiB, GiB, TiB, PiB, EiB)")
@@ -50,8 +64,11 @@ def parse_rate(text, flag="--bandwidth") -> float:
     """Bytes per microsecond in a rate such as `300GB/s` (plain numbers are bytes/s)."""
     value, unit = _split(text, flag, "rate")
     size_unit = unit[:-2] if unit.endswith("/s") else unit
+    bits = _bits(text)
+    if bits:
+        value, size_unit = value / 8, bits
     if size_unit not in _SIZE_UNITS:
-        raise UserError(f"{flag}: unknown rate unit in {text!r} (use e.g. 300GB/s or 12GiB/s)")
+        raise UserError(f"{flag}: unknown rate unit in {text!r} (use e.g. 300GB/s, 12GiB/s or 200Gb/s)")
     per_second = value * _SIZE_UNITS[size_unit]
     if not MIN_RATE_BPS <= per_second <= MAX_SIZE:
         raise UserError(f"{flag}: rate {text!r} is out of range (1 B/s to 1 EiB/s)")
