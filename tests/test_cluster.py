@@ -90,6 +90,11 @@ def test_bad_presets(spec):
         parse_devices(spec)
 
 
+def test_hosts_composed_twice_are_refused():
+    with pytest.raises(UserError, match="--devices: '2x2xdgx-h100' composes hosts twice"):
+        parse_devices("2x2xdgx-h100")
+
+
 def test_bad_reserve():
     with pytest.raises(UserError, match="--reserve"):
         parse_devices("gpu:2").with_options(reserve=1.5)

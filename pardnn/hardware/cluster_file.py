@@ -22,7 +22,7 @@ import numpy as np
 from pardnn.hardware.cluster import GBps, Cluster, Device, Host, check_device_count
 from pardnn.errors import UserError
 from pardnn.jsonfile import read_json, write_json
-from pardnn.units import parse_rate, parse_size, parse_time
+from pardnn.units import MAX_SIZE, MAX_TIME_US, MIN_RATE_BPS, parse_rate, parse_size, parse_time
 
 CLUSTER_FORMAT = "pardnn-cluster"
 CLUSTER_VERSION = 1
@@ -64,6 +64,8 @@ def parse_composed(text: str, parse_single, flag: str):
     copies = int(match.group(1))
     if copies < 1:
         raise UserError(f"{flag}: {text!r} asks for {copies} hosts")
+    if re.fullmatch(r"[0-9]+x.+", match.group(2)):
+        raise UserError(f"{flag}: {text!r} composes hosts twice; give NxPRESET once (e.g. 4xdgx-h100)")
     single = parse_single(match.group(2), flag)
     check_device_count(copies * single.num_devices, flag, text)
     return compose(single, copies)
@@ -77,7 +79,7 @@ def load(path: str, flag: str = "--devices") -> Cluster:
         raise UserError(f"{flag}: {path} is not a pardnn cluster file (format {CLUSTER_FORMAT!r}, version {CLUSTER_VERSION})")
     try:
         return _from_doc(doc, os.path.basename(path))
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         raise UserError(f"{flag}: {path}: malformed cluster file ({type(exc).__name__}: {exc})") from None
     except UserError as exc:
         raise UserError(f"{flag}: {path}: {exc}") from None
@@ -108,8 +110,11 @@ def _from_doc(doc, name) -> Cluster:
         lat = np.array(doc["links"]["latency_us"], float).reshape(k, k)
         bw = np.array(doc["links"]["bandwidth_bytes_per_us"], float).reshape(k, k)
     off = ~np.eye(len(devices), dtype=bool)
-    if not (np.all(np.isfinite(bw[off]) & (bw[off] > 0)) and np.all(np.isfinite(lat[off]) & (lat[off] >= 0))):
-        raise UserError("links need finite positive bandwidth and finite non-negative latency")
+    # the ranges the flags and intra_host/inter_host accept (pardnn.units)
+    if not (np.all((bw[off] >= MIN_RATE_BPS / 1e6) & (bw[off] <= MAX_SIZE / 1e6))
+            and np.all((lat[off] >= 0) & (lat[off] <= MAX_TIME_US))):
+        raise UserError("links need bandwidths of 1 B/s to 1 EiB/s (1e-6 to 1.15e12 bytes per us) "
+                        "and latencies of 0 to one day (8.64e10 us)")
     np.fill_diagonal(lat, 0.0)
     np.fill_diagonal(bw, np.inf)
     reserve = float(doc.get("reserve", 0.10))
