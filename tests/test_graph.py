@@ -175,6 +175,14 @@ def test_absurd_costs_are_refused_not_wrapped(field, value, message):
         CostGraph.from_dict(doc)
 
 
+
+def test_bytes_that_would_overflow_int64_sums_together_are_refused():
+    """Each value is within 1 EiB, but 16 of them pass int64 when summed: the peaks
+    came out negative and 'fits' before this was refused."""
+    with pytest.raises(GraphError, match="bytes add up to .* more than .* sums of them would overflow"):
+        CostGraph.build([f"v{i}" for i in range(16)], persist_bytes=[2**60] * 16, kind=[RESIDUAL] * 16)
+    CostGraph.build(["a", "b"], persist_bytes=[2**60, 2**60], kind=[RESIDUAL] * 2)      # 2 EiB: fine
+
 @pytest.mark.parametrize("seed", range(4))
 def test_integer_group_labels_number_groups_as_any_labels_do(seed):
     # integer labels are numbered by sorting, others through a dict: the same numbers

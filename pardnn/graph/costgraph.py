@@ -34,6 +34,7 @@ from pardnn.jsonfile import NotStreamable, read_json
 from pardnn.units import MAX_SIZE, MAX_TIME_US
 
 NORMAL, RESIDUAL, REFERENCE = 0, 1, 2       # the kinds; KIND_NAMES are their JSON names
+MAX_TOTAL_BYTES = 2**62      # all bytes of a graph together (`_check_total_bytes`)
 
 
 @dataclass(frozen=True, eq=False)
@@ -118,6 +119,7 @@ class CostGraph:
         src, dst = _edge_ids(names, edge_src, edge_dst)
         m = len(src)
         ebytes = _column(edge_bytes, m, np.int64, "edge bytes")
+        _check_total_bytes(cols, ebytes)
         eslot = (np.zeros(m, np.int32) if edge_slot is None
                  else np.asarray(edge_slot, np.int32).reshape(m))
         if np.any(eslot < -1):
@@ -244,6 +246,16 @@ def _column(values, n, dtype, what):
         raise GraphError(f"{what} too large ({arr[arr > limit][0]:g}) at entry "
                          f"{int(np.flatnonzero(arr > limit)[0])}; at most {limit:g}")
     return arr.astype(dtype)
+
+
+def _check_total_bytes(cols, edge_bytes):
+    """GraphError when all the graph's bytes together pass MAX_TOTAL_BYTES: each value
+    may be up to 1 EiB, but the emulator's levels and the reports' sums are int64."""
+    total = sum(float(x.sum(dtype=np.float64))
+                for x in (cols["out_bytes"], cols["persist_bytes"], cols["temp_bytes"], edge_bytes))
+    if total > MAX_TOTAL_BYTES:
+        raise GraphError(f"the graph's bytes add up to {total:.3g}, more than {MAX_TOTAL_BYTES:.3g} "
+                         f"(4 EiB): sums of them would overflow")
 
 
 def _node_columns(n, ops, comp_us, out_bytes, persist_bytes, kind, pinned):
