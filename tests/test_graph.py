@@ -1,4 +1,5 @@
 import json
+import re
 
 import numpy as np
 import pytest
@@ -182,6 +183,15 @@ def test_bytes_that_would_overflow_int64_sums_together_are_refused():
     with pytest.raises(GraphError, match="bytes add up to .* more than .* sums of them would overflow"):
         CostGraph.build([f"v{i}" for i in range(16)], persist_bytes=[2**60] * 16, kind=[RESIDUAL] * 16)
     CostGraph.build(["a", "b"], persist_bytes=[2**60, 2**60], kind=[RESIDUAL] * 2)      # 2 EiB: fine
+
+
+@pytest.mark.parametrize("names, ops, message", [
+    (["a", "\ud800x"], None, "node name '\\ud800x' is not valid Unicode text"),
+    (["a", "b"], ["MatMul", "\udc00"], "op '\\udc00' is not valid Unicode text"),
+])
+def test_names_no_file_can_hold_are_refused(names, ops, message):
+    with pytest.raises(GraphError, match=re.escape(message)):
+        CostGraph.build(names, ops=ops)
 
 @pytest.mark.parametrize("seed", range(4))
 def test_integer_group_labels_number_groups_as_any_labels_do(seed):

@@ -115,6 +115,8 @@ class CostGraph:
         names = list(map(str, names))
         n = len(names)
         cols = _node_columns(n, ops, comp_us, out_bytes, persist_bytes, kind, pinned)
+        _check_text(names, "node name")
+        _check_text(cols["ops"], "op")
         cols["temp_bytes"] = _column(temp_bytes, n, np.int64, "temp bytes")
         src, dst = _edge_ids(names, edge_src, edge_dst)
         m = len(src)
@@ -246,6 +248,24 @@ def _column(values, n, dtype, what):
         raise GraphError(f"{what} too large ({arr[arr > limit][0]:g}) at entry "
                          f"{int(np.flatnonzero(arr > limit)[0])}; at most {limit:g}")
     return arr.astype(dtype)
+
+
+def _check_text(strings, what):
+    """GraphError on a string no file can hold: a lone surrogate (JSON's "\\ud800")
+    is valid in a Python str but not in UTF-8, so placement.csv could not be written."""
+    try:
+        "\n".join(strings).encode("utf-8")
+    except UnicodeEncodeError:
+        bad = next(x for x in strings if not _encodes(x))
+        raise GraphError(f"{what} {bad!r} is not valid Unicode text (a lone surrogate)") from None
+
+
+def _encodes(text) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _check_total_bytes(cols, edge_bytes):
