@@ -84,6 +84,8 @@ def test_untraced_run_metadata(good_profile, tmp_path, capsys):
     (["mlp", "--devices", "tpu:1"], "--devices"),
     (["mlp", "--devices", "cpu:0"], "--devices"),
     (["mlp", "--steps", "0"], "--steps"),
+    (["mlp", "--steps", "100000000000"], "--steps: need 1 to 1000 traced steps"),
+    (["mlp", "--devices", "cpu:100000"], "--devices: expected cpu:K (1 <= K <= 1024)"),
     (["mlp", "--set", "depth=3"], "unknown knob 'depth'"),
     (["mlp", "--set", "layers=two"], "takes int"),
     (["mlp", "--set", "hidden=0"], "'hidden' must be at least 1"),
@@ -180,15 +182,15 @@ def test_profile_script_that_cannot_be_used(tmp_path, capsys, source, needle):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.py"] and script.read_text() == source
 
 
-@pytest.mark.parametrize("steps", ["0", "-2"])
-def test_run_needs_at_least_one_step(good_profile, tmp_path, capsys, steps):
+@pytest.mark.parametrize("steps", ["0", "-2", "1000000000000"])
+def test_run_needs_at_least_one_step_and_not_absurdly_many(good_profile, tmp_path, capsys, steps):
     placed = tmp_path / "placed"
     assert main(["place", str(good_profile), "--devices", "cpu:2", "--algorithm", "round-robin",
                  "-o", str(placed)]) == 0
     before = {p: p.read_bytes() for p in placed.rglob("*") if p.is_file()}
     capsys.readouterr()
     assert main(["run", str(placed), "--steps", steps]) == 2
-    assert capsys.readouterr().err == f"pardnn run: error: --steps: need at least 1 step, got {steps}\n"
+    assert capsys.readouterr().err == f"pardnn run: error: --steps: need 1 to 100000 steps, got {steps}\n"
     assert {p: p.read_bytes() for p in placed.rglob("*") if p.is_file()} == before
 
 

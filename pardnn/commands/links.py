@@ -20,6 +20,7 @@ from pardnn.errors import UserError
 from pardnn.units import parse_size, parse_time
 
 DEFAULT_SIZES = "4KiB,256KiB,4MiB,32MiB"
+MAX_REPEATS = 1_000     # timed runs per chain: the median of a handful is the measure
 
 
 def add_parser(sub):
@@ -47,8 +48,8 @@ def add_parser(sub):
 
 def run(args):
     sizes = parse_sizes(args.sizes)
-    if args.repeats < 1:
-        raise UserError(f"--repeats: need at least 1, got {args.repeats}")
+    if not 1 <= args.repeats <= MAX_REPEATS:
+        raise UserError(f"--repeats: need 1 to {MAX_REPEATS}, got {args.repeats}")
     if args.hops < 2 or args.hops % 2:
         raise UserError(f"--hops: need an even number of at least 2, got {args.hops}")
     if not 0.0 <= args.reserve < 1.0:

@@ -13,7 +13,7 @@ import os
 from pardnn.errors import UserError
 from pardnn.hardware.gpu_specs import check_conv_efficiency
 from pardnn.io.outputs import check_output_dir
-from pardnn.models import build_model, load_module, resolve_knobs, script_errors
+from pardnn.models import MAX_TRACED_STEPS, build_model, load_module, resolve_knobs, script_errors
 from pardnn.progress import stage
 
 
@@ -60,8 +60,8 @@ def run(args):
     elif any(v is not None for v in (args.op_overhead, args.precision, args.conv_efficiency)):
         raise UserError("--op-overhead, --precision and --conv-efficiency apply to estimated costs: "
                         "add --estimate PRESET")
-    if args.steps < 1:
-        raise UserError(f"--steps: need at least 1 traced step, got {args.steps}")
+    if not 1 <= args.steps <= MAX_TRACED_STEPS:
+        raise UserError(f"--steps: need 1 to {MAX_TRACED_STEPS} traced steps, got {args.steps}")
     check_output_dir(args.out, inputs=[args.model] if os.path.exists(args.model) else [])
     module = load_module(args.model)
     knobs = resolve_knobs(module, args.size, args.set)

@@ -37,6 +37,7 @@ from tensorflow.python.autograph.impl import api as autograph_api
 from tensorflow.python.eager import context
 
 from pardnn.errors import UserError
+from pardnn.models import MAX_TRACED_STEPS
 from pardnn.tf.estimate import costs_doc, estimate_graph, gpu_target
 from pardnn.tf.gathers import bypass_gathers, drop_nodes
 from pardnn.tf.plan_devices import local_device, read_devices
@@ -71,8 +72,8 @@ def profile_function(step_fn, args, steps: int = 5, out_dir: str = "profile", kw
     Grappler costs one step for that GPU from the variables' shapes and dtypes, so
     args may be tf.TensorSpecs and the variables shape-only stand-ins."""
     target = _estimate_target(estimate, op_overhead_us, precision, conv_efficiency)
-    if steps < 1:
-        raise UserError(f"steps: need at least 1 traced step, got {steps}")
+    if not 1 <= steps <= MAX_TRACED_STEPS:
+        raise UserError(f"steps: need 1 to {MAX_TRACED_STEPS} traced steps, got {steps}")
     cpu_devices, gpus = parse_profile_devices(devices, "devices")
     check_tf_function(step_fn)
     retraced, trace = _retraced(step_fn)

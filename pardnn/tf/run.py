@@ -20,7 +20,7 @@ import pardnn.tf.quiet_import  # noqa: F401  (first: hides TensorFlow's start-up
 import tensorflow as tf
 
 from pardnn.errors import UserError
-from pardnn.models import build_model, load_module, script_errors
+from pardnn.models import MAX_RUN_STEPS, build_model, load_module, script_errors
 from pardnn.tf.graphdef import read_graph_def
 from pardnn.tf.rewrite import PlacementCheck, check_placement, import_placed_graph
 from pardnn.tf.session import SESSION_CONFIGS
@@ -51,8 +51,8 @@ def run_placed(placed_dir, steps: int, config: str = "pardnn", trace: bool = Fal
     "default": TF's default ConfigProto, Grappler on); the first step also checks
     where TF ran each node. With `trace`, the last step is traced too and the
     result holds it as trace events."""
-    if steps < 1:
-        raise UserError(f"--steps: need at least 1 step, got {steps}")
+    if not 1 <= steps <= MAX_RUN_STEPS:
+        raise UserError(f"--steps: need 1 to {MAX_RUN_STEPS} steps, got {steps}")
     if config not in SESSION_CONFIGS:
         raise UserError(f"--config: expected {' or '.join(SESSION_CONFIGS)}, got {config!r}")
     doc = _profile_doc(placed_dir)

@@ -26,6 +26,7 @@ import pardnn.tf.quiet_import  # noqa: F401  (first: hides TensorFlow's start-up
 import tensorflow as tf
 
 from pardnn.errors import UserError
+from pardnn.hardware.cluster import MAX_DEVICES
 
 tf1 = tf.compat.v1
 
@@ -66,6 +67,6 @@ def parse_profile_devices(spec: str, flag: str = "--devices"):
     if text == "gpu":
         return 1, True
     match = re.fullmatch(r"cpu:([0-9]+)", text)
-    if not match or int(match.group(1)) < 1:
-        raise UserError(f"{flag}: expected cpu:K (K >= 1) or gpu, got {spec!r}")
+    if not match or not 1 <= int(match.group(1)) <= MAX_DEVICES:
+        raise UserError(f"{flag}: expected cpu:K (1 <= K <= {MAX_DEVICES}) or gpu, got {spec!r}")
     return int(match.group(1)), False
