@@ -111,3 +111,11 @@ def test_output_into_a_missing_directory_exits_2(small, tmp_path, capsys):
     rows = ["v,0", "r,0", "a1,0", "a2,0", "b1,0", "b2,0", "j,0"]
     assert emulate_rows(small, tmp_path, rows, "--plot", str(tmp_path / "nope" / "t.png")) == 2
     assert "--plot" in capsys.readouterr().err
+
+
+def test_table_names_devices_apart_across_hosts(small, tmp_path, capsys):
+    placement = tmp_path / "p.csv"
+    placement.write_text("node,device\nv,0\nr,0\na1,1\na2,2\nb1,3\nb2,0\nj,1\n")
+    assert main(["emulate", str(small), "--placement", str(placement), "--devices", "2xgpu:2"]) == 0
+    rows = [line.split()[0] for line in capsys.readouterr().out.splitlines() if "device:GPU" in line]
+    assert len(rows) == len(set(rows)) == 4                  # each host's GPU:0 and GPU:1 told apart

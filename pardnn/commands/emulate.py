@@ -21,7 +21,7 @@ from pardnn.pipeline.load import load_cost_graph
 from pardnn.io.placement import Placement, read_csv
 from pardnn.pipeline.report import base_report, judged_fields
 from pardnn.emulator.trace import emulated_step
-from pardnn.io.trace_events import write_trace
+from pardnn.io.trace_events import short_names, write_trace
 from pardnn.jsonfile import write_json
 from pardnn.units import format_size, format_time
 
@@ -95,17 +95,19 @@ def _write(args, report, plot, trace):
 def print_table(report, cluster, file=None):
     """Per-device busy time, utilisation and peak memory against capacity."""
     span = report["makespan_us"]
+    names = short_names(report["devices"])        # whole names where hosts share short ones
+    width = max(28, *map(len, names))
     lines = [f"emulated step {format_time(span)} on {len(report['devices'])} devices; "
              f"one device {format_time(report['single_device_us'])} "
              f"(speedup {report['single_device_us'] / span if span else 1.0:.2f}x), "
              f"lower bound {format_time(report['lower_bound_us'])}"
              + (f" (gap {span / report['lower_bound_us']:.3f}x)" if report["lower_bound_us"] > 0 else ""),
-             f"{'device':<28} {'nodes':>8} {'busy':>12} {'util':>6} {'peak memory':>12} "
+             f"{'device':<{width}} {'nodes':>8} {'busy':>12} {'util':>6} {'peak memory':>12} "
              f"{'capacity':>12} {'use':>6}"]
     capacity = cluster.capacity.tolist()
-    for i, name in enumerate(report["devices"]):
+    for i, name in enumerate(names):
         busy, peak = report["busy_us"][i], report["peak_memory_bytes"][i]
-        lines.append(f"{name.rsplit('/', 1)[-1]:<28} {report['nodes_per_device'][i]:>8} "
+        lines.append(f"{name:<{width}} {report['nodes_per_device'][i]:>8} "
                      f"{format_time(busy):>12} {busy / span if span else 0:>6.0%} "
                      f"{format_size(peak):>12} {format_size(capacity[i]):>12} "
                      f"{peak / capacity[i] if capacity[i] else float('inf'):>6.0%}")
