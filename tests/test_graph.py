@@ -202,3 +202,24 @@ def test_integer_group_labels_number_groups_as_any_labels_do(seed):
     by_str = CostGraph.build(names=[f"n{i}" for i in range(50)], group=[str(x) for x in labels])
     for attr in ("group", "group_ptr", "group_nodes"):
         assert np.array_equal(getattr(by_int, attr), getattr(by_str, attr)), attr
+
+
+@pytest.mark.parametrize("where, field, value, message", [
+    ("nodes", "comp_us", "5", "nodes[1].comp_us must be a number, not '5'"),
+    ("nodes", "out_bytes", 1.5, "nodes[1].out_bytes must be a whole number, not 1.5"),
+    ("edges", "slot", 1.5, "edges[0].slot must be a whole number, not 1.5"),
+    ("edges", "slot", "3", "edges[0].slot must be a number, not '3'"),
+    ("edges", "bytes", True, "edges[0].bytes must be a number, not True"),
+    ("nodes", "group", True, "nodes[1].group must be a string or an integer, not True"),
+])
+def test_json_values_of_the_wrong_type_are_refused_not_converted(tmp_path, where, field, value, message):
+    doc = _doc([{"name": "a", "group": 1}, {"name": "b"}], [{"src": "a", "dst": "b"}])
+    doc[where][1 if where == "nodes" else 0][field] = value
+    with pytest.raises(GraphError, match=re.escape(message)):
+        CostGraph.from_dict(doc)
+    path = tmp_path / "g.json"                   # the file reader (in batches) says the same
+    path.write_text(json.dumps(doc))
+    with pytest.raises(GraphError, match=re.escape(message)):
+        CostGraph.from_json(str(path))
+    doc[where][1 if where == "nodes" else 0][field] = 1e6 if field != "group" else "g"      # whole: fine
+    CostGraph.from_dict(doc)

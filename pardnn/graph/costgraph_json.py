@@ -52,6 +52,9 @@ def naming(source):
 def columns_from_dict(doc) -> dict:
     """CostGraph.build's arguments from a parsed document whose header is checked."""
     nodes, edges = _entries(doc, "nodes"), _entries(doc, "edges")
+    _check_numbers(nodes, "nodes", comp_us=False, out_bytes=True, persist_bytes=True, temp_bytes=True)
+    _check_numbers(edges, "edges", bytes=True, slot=True)
+    _check_groups(nodes)
     return dict(
         names=[_field(x, "name") for x in nodes], ops=[_field(x, "op", "") for x in nodes],
         comp_us=[_field(x, "comp_us", 0.0) for x in nodes],
@@ -67,6 +70,28 @@ def columns_from_dict(doc) -> dict:
 
 
 _REQUIRED = object()
+
+
+def _check_numbers(entries, key, **integral):
+    """GraphError unless each of the fields named (when present) is a JSON number, and
+    a whole one where `integral[field]` (bytes, slots): a string "5", a boolean or 1.5
+    bytes would otherwise be converted without a word."""
+    for i, entry in enumerate(entries):
+        for field, whole in integral.items():
+            value = entry.get(field)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise GraphError(f"{key}[{i}].{field} must be a number, not {value!r:.40}")
+            if whole and isinstance(value, float) and not value.is_integer():
+                raise GraphError(f"{key}[{i}].{field} must be a whole number, not {value!r}")
+
+
+def _check_groups(nodes):
+    """GraphError on a boolean group label: JSON's true would share a group with 1."""
+    for i, entry in enumerate(nodes):
+        if isinstance(entry.get("group"), bool):
+            raise GraphError(f"nodes[{i}].group must be a string or an integer, not {entry['group']!r}")
 
 
 def _entries(doc, key) -> list:
@@ -132,7 +157,7 @@ class _Columns:
         if len(self.index) != start + len(names) or self.arrays["edge_src"]:
             raise NotStreamable                             # a duplicate name, or nodes after edges
         groups = cols["group"]
-        if float in set(map(type, groups)):
+        if set(map(type, groups)) & {float, bool}:
             raise NotStreamable                     # perhaps an integer beyond 64 bits, read as a float
         if None in groups:
             groups = [("node", name) if g is None else g for g, name in zip(groups, names)]
@@ -140,7 +165,7 @@ class _Columns:
                             ("group", groups), ("pinned", (p or "" for p in cols["pinned"]))):
             self.lists[key] += values
         for key, default in _NODE_NUMBERS:
-            self.arrays[key].append(_numbers(cols[key], default))
+            self.arrays[key].append(_numbers(cols[key], default, whole=key != "comp_us"))
         try:
             kinds = np.fromiter(map(_KIND_IDS.__getitem__, cols["kind"]), np.int64, len(entries))
         except (KeyError, TypeError):
@@ -158,7 +183,7 @@ class _Columns:
             except KeyError:
                 raise NotStreamable from None             # a dangling edge (or edges before nodes)
             self.arrays[key].append(ids)
-        self.arrays["edge_bytes"].append(_numbers(cols["bytes"], 0))
+        self.arrays["edge_bytes"].append(_numbers(cols["bytes"], 0, whole=True))
         slots = cols["slot"]
         if None in slots:
             slots = [0 if s is None else s for s in slots]
@@ -195,13 +220,16 @@ def _strings(values, required=False) -> list:
     return values
 
 
-def _numbers(values, default) -> np.ndarray:
+def _numbers(values, default, whole=False) -> np.ndarray:
     """`values` as float64 (null: the default), converted one by one as build's
-    np.asarray converts a whole column."""
+    np.asarray converts a whole column; `whole`: bytes, where a fraction is an error."""
     kinds = set(map(type, values))
     if type(None) in kinds:
         values = [default if v is None else v for v in values]
         kinds = set(map(type, values))
     if not kinds <= _NUMBERS:
         raise NotStreamable                                 # build's messages on strings, booleans
-    return np.array(values, np.float64)
+    column = np.array(values, np.float64)
+    if whole and float in kinds and not np.all(column == np.floor(column)):
+        raise NotStreamable                                 # columns_from_dict's message on fractions
+    return column
