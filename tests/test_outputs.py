@@ -141,3 +141,18 @@ def test_a_folder_the_system_refuses_to_create_is_a_user_error(tmp_path):
         with OutputDir(tmp_path / "new" / ("x" * 300) / "out"):
             pass
     assert listing(tmp_path) == []
+
+
+def test_a_link_to_an_output_folder_is_kept_and_its_folder_replaced(chain_json, tmp_path):
+    real, link = tmp_path / "real", tmp_path / "out"
+    link.symlink_to(real.name)
+    assert place(chain_json, link) == 0 and place(chain_json, link) == 0
+    assert link.is_symlink() and listing(real) == [MANIFEST, "placement.csv", "report.json", "tensorboard",
+                                                  "trace.json"]
+    assert listing(tmp_path) == ["g.json", "out", "real"]          # no staging folder left behind
+
+
+def test_an_output_folder_with_a_long_name_is_replaced_again(chain_json, tmp_path):
+    out = tmp_path / ("a" * 240)
+    assert place(chain_json, out) == 0 and place(chain_json, out) == 0
+    assert listing(tmp_path) == ["a" * 240, "g.json"]

@@ -49,7 +49,8 @@ class OutputDir:
     """`with OutputDir(path) as out:` write each file to `out.temp(name)`."""
 
     def __init__(self, path, flag="-o"):
-        self.path = os.path.abspath(str(path))
+        # a link to a folder: the folder it names is replaced, and the link kept
+        self.path = os.path.realpath(str(path)) if os.path.islink(str(path)) else os.path.abspath(str(path))
         self.shown = str(path)
         self.flag = flag
         self.staging = None
@@ -64,7 +65,8 @@ class OutputDir:
             raise UserError(f"{self.flag}: cannot create {self.shown} ({existing} is a file)")
         try:
             os.makedirs(parent, exist_ok=True)
-            self.staging = tempfile.mkdtemp(prefix=f".{os.path.basename(self.path)}.tmp", dir=parent)
+            # a short name of its own, so that any folder name that fits fits here too
+            self.staging = tempfile.mkdtemp(prefix=".pardnn-out.", dir=parent)
         except OSError as exc:
             self._remove_made()
             raise UserError(f"{self.flag}: cannot create {self.shown} ({exc.strerror})") from None
