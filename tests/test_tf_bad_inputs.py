@@ -6,6 +6,7 @@ import shutil
 import pytest
 
 import pardnn.tf.quiet_import  # noqa: F401  (quiet TensorFlow import first)
+import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
 from pardnn.cli import main
@@ -83,6 +84,8 @@ def test_untraced_run_metadata(good_profile, tmp_path, capsys):
 @pytest.mark.parametrize("argv, needle", [
     (["mlp", "--devices", "tpu:1"], "--devices"),
     (["mlp", "--devices", "cpu:0"], "--devices"),
+    pytest.param(["mlp", "--devices", "gpu"], "--devices: gpu: TensorFlow sees no GPU here",
+                 marks=pytest.mark.skipif(bool(tf.config.list_physical_devices("GPU")), reason="a GPU is here")),
     (["mlp", "--steps", "0"], "--steps"),
     (["mlp", "--steps", "100000000000"], "--steps: need 1 to 1000 traced steps"),
     (["mlp", "--devices", "cpu:100000"], "--devices: expected cpu:K (1 <= K <= 1024)"),

@@ -65,6 +65,9 @@ def parse_profile_devices(spec: str, flag: str = "--devices"):
     """(cpu_devices, gpus) for `cpu:K` or `gpu`: where a profile runs."""
     text = str(spec).strip().lower()
     if text == "gpu":
+        if not tf.config.list_physical_devices("GPU"):     # else the step would run, timed, on the CPU
+            raise UserError(f"{flag}: gpu: TensorFlow sees no GPU here; profile on cpu:K, or estimate "
+                            f"a GPU's costs with --estimate PRESET")
         return 1, True
     match = re.fullmatch(r"cpu:([0-9]+)", text)
     if not match or not 1 <= int(match.group(1)) <= MAX_DEVICES:
