@@ -165,6 +165,27 @@ def test_the_time_of_a_functional_while_and_cond_body_is_charged_to_them(tmp_pat
     assert cost.comp_us[ix["branch"]] > 0
 
 
+def test_a_functional_op_taking_variables_ties_none_of_them(tmp_path):
+    """A tf.cond (an If node) updating two variables: the session lowers it, and each
+    update runs with its variable, so the If joins neither group, nor they each other."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [4], name="x")
+        a = tf1.get_variable("a", [4], use_resource=True, initializer=tf1.ones_initializer())
+        b = tf1.get_variable("b", [4], use_resource=True, initializer=tf1.ones_initializer())
+        step = tf.cond(tf.reduce_sum(x) > 0, lambda: tf.group(a.assign_add(x), b.assign_add(2 * x)),
+                       lambda: tf.group(a.assign_sub(x)), name="branch")
+        init = tf1.global_variables_initializer()
+    with tf1.Session(graph=graph, config=session_config()) as session:
+        session.run(init)
+        profile(session, step, lambda i: {"x:0": np.ones(4, np.float32)}, steps=1, out_dir=str(tmp_path / "p"))
+    cost, _ = load_profile(str(tmp_path / "p"))
+    ix = cost.index()
+    assert cost.ops[ix["branch"]] == "If"
+    groups = [cost.group[ix[name]] for name in ("a", "b", "branch")]
+    assert len(set(groups)) == 3
+
+
 def test_ops_without_gpu_kernels_are_pinned_to_cpu():
     ops = ["MatMul", "SaveV2", "NoOp", "NotARegisteredOp"]
     assert cpu_pins(ops, None) == [""] * 4                  # a build without GPU kernels: unknown

@@ -25,6 +25,12 @@ from google.protobuf.message import DecodeError
 
 from pardnn.errors import UserError
 from pardnn.tf.protos import DTYPE_SIZE, GraphDef
+
+# Functional control flow and calls (TF 2's tf.while_loop / tf.cond, in TF1-style graphs
+# too): a session lowers each into nodes of its own, named under the node's name, before
+# it places them (pardnn.tf.stepstats charges their time; pardnn.tf.colocation their ties)
+FUNCTIONAL_OPS = frozenset({"While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase",
+                            "PartitionedCall", "StatefulPartitionedCall"})
 _BACK_EDGE_SRC = ("NextIteration", "RefNextIteration")
 
 

@@ -36,14 +36,12 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from pardnn.errors import UserError
+from pardnn.tf.graphdef import FUNCTIONAL_OPS
 from pardnn.tf.protos import RunMetadata
 
 _ARG = re.compile(r"_arg_(.+)_\d+_\d+")
 _INTERNAL = re.compile(r"_|.*/_\d+$")
 MAX_UNKNOWN_FRACTION = 0.5
-# ops whose body a session lowers into nodes named under theirs (see "Control flow")
-FUNCTIONAL_OPS = frozenset({"While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase",
-                            "PartitionedCall", "StatefulPartitionedCall"})
 
 
 @dataclass
