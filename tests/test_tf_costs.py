@@ -186,6 +186,22 @@ def test_a_functional_op_taking_variables_ties_none_of_them(tmp_path):
     assert len(set(groups)) == 3
 
 
+def test_a_while_loop_reading_a_variable_stays_with_it(tmp_path):
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [4], name="x")
+        w = tf1.get_variable("w", [4], use_resource=True, initializer=tf1.ones_initializer())
+        _, h = tf1.while_loop(lambda i, a: i < 3, lambda i, a: (i + 1, a * w.read_value()), (0, x), name="loop")
+        out = tf.reduce_sum(h, name="out")
+        init = tf1.global_variables_initializer()
+    with tf1.Session(graph=graph, config=session_config()) as session:
+        session.run(init)
+        profile(session, out, lambda i: {"x:0": np.ones(4, np.float32)}, steps=1, out_dir=str(tmp_path / "p"))
+    cost, _ = load_profile(str(tmp_path / "p"))
+    ix = cost.index()
+    assert cost.ops[ix["loop"]].endswith("While") and cost.group[ix["loop"]] == cost.group[ix["w"]]
+
+
 def test_ops_without_gpu_kernels_are_pinned_to_cpu():
     ops = ["MatMul", "SaveV2", "NoOp", "NotARegisteredOp"]
     assert cpu_pins(ops, None) == [""] * 4                  # a build without GPU kernels: unknown

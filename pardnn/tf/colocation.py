@@ -6,12 +6,14 @@ groups"):
 - ref- and resource-typed edges: TF's placer colocates every consumer of a ref or
   a resource handle with its producer, so a VarHandleOp joins its readers
   (ReadVariableOp), its updaters (ResourceApplyAdam, AssignVariableOp) and any
-  Identity/Enter the handle flows through; but not a functional op (If, While, a
-  call: graphdef.FUNCTIONAL_OPS) the handle enters: the session lowers it first,
-  and each op of its body that uses the handle runs with that variable (an If on
-  one device updating variables on two others runs so under TF's default config),
-  so such an op ties no variables together (a LossScaleOptimizer's tf.cond takes
-  every variable's handle);
+  Identity/Enter the handle flows through; but not a branch or a call (If, Case, a
+  function call: graphdef.FUNCTIONAL_OPS but the loops) the handle enters: the
+  session lowers it first, and each op of its body that uses the handle runs with
+  that variable (an If on one device updating variables on two others runs so
+  under TF's default config), so such an op ties no variables together (a
+  LossScaleOptimizer's tf.cond takes every variable's handle). A While stays tied
+  to its variables: its body would read a variable elsewhere on every iteration,
+  transfers the emulator, which sees the loop as one op, could not count;
 - TF1 while-loop frames: every node inside an Enter..Exit frame (at any nesting
   depth) joins its frame's group, so a loop is never split across devices. Nested
   frames end up in their outermost frame's group;
@@ -44,8 +46,9 @@ def colocation_groups(table, extra_ties=()) -> np.ndarray:
     data = gslot >= 0
     tied = np.zeros(len(gslot), bool)
     tied[data] = table.slot_ref[gslot[data]] | (table.slot_dtype[gslot[data]] == DT_RESOURCE)
-    functional = np.fromiter((op in FUNCTIONAL_OPS for op in table.ops), bool, table.num_nodes)
-    tied &= ~functional[table.edge_dst]
+    run_once = np.fromiter((op in FUNCTIONAL_OPS and "While" not in op for op in table.ops), bool,
+                           table.num_nodes)
+    tied &= ~run_once[table.edge_dst]
     for a, b in zip(table.edge_src[tied].tolist(), table.edge_dst[tied].tolist()):
         _union(parent, a, b)
     if any(op in _ENTER for op in table.ops):
