@@ -1,6 +1,7 @@
 """TF2: a Keras model planned without allocating it, its variables created where
 the plan says (pardnn.tf.variables_placed), trained placed; bad inputs refused."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -137,3 +138,36 @@ def test_a_variable_of_another_shape_is_another_models(tmp_path):
         with pytest.raises(UserError, match=r"variable 'kernel:0' has shape \[8, 12\], the plan's has "
                                             r"\[8, 16\]: a placement of another model"):
             tf.Variable(tf.zeros([8, 12]), name="kernel")
+
+
+def test_a_mixed_precision_model_traces_the_same_shape_only():
+    """Keras casts each variable to its layer's compute dtype; TF skips a cast to the
+    variable's own dtype only for a ResourceVariable, so shape-only stand-ins must
+    trace as one, or a plan made shape-only names ops ("Cast/Cast/ReadVariableOp")
+    the real model's trace lacks."""
+    import keras
+    policy = keras.mixed_precision.dtype_policy()
+
+    def names(shape_only):
+        keras.backend.clear_session()
+        with shape_only_variables() if shape_only else contextlib.nullcontext():
+            keras.mixed_precision.set_dtype_policy("mixed_float16")
+            model = keras.Sequential([keras.layers.Input((16,)), keras.layers.Dense(32, activation="relu"),
+                                      keras.layers.Dense(32, activation="relu"),
+                                      keras.layers.Dense(4, dtype="float32")])
+            opt = keras.optimizers.Adam(1e-2)
+            opt.build(model.trainable_variables)
+
+        @tf.function
+        def step(x, y):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+            opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+            return loss
+        graph = step.get_concrete_function(tf.TensorSpec([8, 16]), tf.TensorSpec([8, 4])).graph
+        return sorted(op.name for op in graph.get_operations())
+    try:
+        real, shape_only = names(False), names(True)
+    finally:
+        keras.mixed_precision.set_dtype_policy(policy)
+    assert any("Cast/ReadVariableOp" in name for name in real) and shape_only == real

@@ -41,8 +41,18 @@ def shape_only_variables():
 
 def _shape_only(next_creator, **kwargs):
     shape, dtype = _shape_and_dtype(kwargs)
-    return resource_variable_ops.UninitializedVariable(
+    variable = resource_variable_ops.UninitializedVariable(
         shape=shape, dtype=dtype, name=kwargs.get("name"), trainable=kwargs.get("trainable"))
+    variable.__class__ = _ShapeOnlyVariable
+    return variable
+
+
+class _ShapeOnlyVariable(resource_variable_ops.ResourceVariable):
+    """An UninitializedVariable (no value, no memory) that traces as a ResourceVariable
+    does: TF skips `tf.cast` to a variable's own dtype only for ResourceVariables, so
+    Keras' mixed-precision casts of other variables named their reads "Cast/Cast/..."
+    and a plan made shape-only did not match the real model's trace. Its state is the
+    UninitializedVariable's (both classes only add methods to BaseResourceVariable)."""
 
 
 def _shape_and_dtype(kwargs):
