@@ -175,11 +175,7 @@ def test_a_functional_op_taking_variables_ties_none_of_them(tmp_path):
         b = tf1.get_variable("b", [4], use_resource=True, initializer=tf1.ones_initializer())
         step = tf.cond(tf.reduce_sum(x) > 0, lambda: tf.group(a.assign_add(x), b.assign_add(2 * x)),
                        lambda: tf.group(a.assign_sub(x)), name="branch")
-        init = tf1.global_variables_initializer()
-    with tf1.Session(graph=graph, config=session_config()) as session:
-        session.run(init)
-        profile(session, step, lambda i: {"x:0": np.ones(4, np.float32)}, steps=1, out_dir=str(tmp_path / "p"))
-    cost, _ = load_profile(str(tmp_path / "p"))
+    cost = _profiled(graph, step, tmp_path)
     ix = cost.index()
     assert cost.ops[ix["branch"]] == "If"
     groups = [cost.group[ix[name]] for name in ("a", "b", "branch")]
@@ -193,13 +189,19 @@ def test_a_while_loop_reading_a_variable_stays_with_it(tmp_path):
         w = tf1.get_variable("w", [4], use_resource=True, initializer=tf1.ones_initializer())
         _, h = tf1.while_loop(lambda i, a: i < 3, lambda i, a: (i + 1, a * w.read_value()), (0, x), name="loop")
         out = tf.reduce_sum(h, name="out")
+    cost = _profiled(graph, out, tmp_path)
+    ix = cost.index()
+    assert cost.ops[ix["loop"]].endswith("While") and cost.group[ix["loop"]] == cost.group[ix["w"]]
+
+
+def _profiled(graph, fetch, tmp_path):
+    """The CostGraph of one traced step of `graph` (its variables initialised, x:0 fed ones)."""
+    with graph.as_default():
         init = tf1.global_variables_initializer()
     with tf1.Session(graph=graph, config=session_config()) as session:
         session.run(init)
-        profile(session, out, lambda i: {"x:0": np.ones(4, np.float32)}, steps=1, out_dir=str(tmp_path / "p"))
-    cost, _ = load_profile(str(tmp_path / "p"))
-    ix = cost.index()
-    assert cost.ops[ix["loop"]].endswith("While") and cost.group[ix["loop"]] == cost.group[ix["w"]]
+        profile(session, fetch, lambda i: {"x:0": np.ones(4, np.float32)}, steps=1, out_dir=str(tmp_path / "p"))
+    return load_profile(str(tmp_path / "p"))[0]
 
 
 def test_ops_without_gpu_kernels_are_pinned_to_cpu():
