@@ -2,8 +2,8 @@
 
 Sizes: `32GiB`, `16GB`, `512MiB`, `1.5TB`, `2PiB`, `1EB`, plain bytes (`1048576`).
 Rates: `300GB/s`, `12.5GiB/s`, `1e9` (bytes per second), returned in bytes per us;
-`200Gb/s` or `200Gbit/s` (an upper-case prefix and a lower-case b, as links are quoted)
-are bits per second. A size written that way (`16Gb`) is refused: memory is in bytes.
+`200Gb/s` or `200Gbit/s` (an upper-case prefix and a lower-case b, as links are quoted;
+`Gib/s`, binary) are bits per second. A size written that way (`16Gb`) is refused: memory is in bytes.
 Times: `25us`, `1ms`, `0.5s`, `100ns`, plain numbers are microseconds.
 Every parser raises UserError naming the flag and the text it could not read, or
 the value when it lies outside the range below (an absurd value is bad input, not
@@ -29,7 +29,8 @@ _TIME_UNITS = {"": 1.0, "us": 1.0, "µs": 1.0, "ns": 1e-3, "ms": 1e3, "s": 1e6}
 _NUMBER = r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*"
 
 
-_BITS = re.compile(r"([KMGTPE])b|([kKMGTPE])bit")     # Gb, Gbit, kbit: bits (module docstring)
+# Gb, Gib, Gbit, Gibit, kbit: bits, decimal or binary (see the module docstring)
+_BITS = re.compile(r"(?:([KMGTPE])(i?)b|([kKMGTPE])(i?)bit)")
 
 
 def _split(text, flag, what):
@@ -40,17 +41,24 @@ def _split(text, flag, what):
 
 
 def _bits(text):
-    """The decimal size unit (`gb`) of a unit in bits such as `Gb/s` or `Gbit`, else None."""
+    """The size unit in bytes (`gb`, `gib`) of a unit in bits such as `Gb/s`, `Gib/s` or
+    `Gbit`, else None."""
     match = re.fullmatch(_NUMBER + r"(\w+?)(/s)?\s*", str(text))
     bits = match and _BITS.fullmatch(match.group(2))
-    return (bits.group(1) or bits.group(2)).lower() + "b" if bits else None
+    if not bits:
+        return None
+    prefix, binary = (bits.group(1), bits.group(2)) if bits.group(1) else (bits.group(3), bits.group(4))
+    return prefix.lower() + binary + "b"
 
 
 def parse_size(text, flag="--memory") -> int:
     """Bytes in a size such as `32GiB`, `16GB` or `1073741824`."""
     value, unit = _split(text, flag, "size")
-    if _bits(text):
-        raise UserError(f"{flag}: {text!r} reads as bits; give bytes, e.g. {value:g}GB or {value:g}GiB")
+    bits = _bits(text)
+    if bits:
+        prefix = bits[0].upper()
+        raise UserError(f"{flag}: {text!r} reads as bits; give bytes, e.g. {value:g}{prefix}B or "
+                        f"{value:g}{prefix}iB")
     if unit not in _SIZE_UNITS:
         raise UserError(f"{flag}: unknown size unit in {text!r} "
                         f"(use B, KB, MB, GB, TB, PB, EB, KiB, MiB, GiB, TiB, PiB, EiB)")

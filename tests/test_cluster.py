@@ -22,6 +22,7 @@ def test_rates_and_times():
     assert parse_rate("300GB/s") == pytest.approx(300e3)      # bytes per us
     assert parse_rate("200Gb/s") == parse_rate("200Gbit/s") == pytest.approx(25e3)     # bits, as links are quoted
     assert parse_rate("12gb/s") == pytest.approx(12e3)        # all lower case: bytes, as before
+    assert parse_rate("8Gib/s") == parse_rate("8Gibit/s") == pytest.approx(2**30 / 1e6)   # binary bits
     assert parse_rate("1GiB/s") == pytest.approx(2**30 / 1e6)
     assert parse_time("25us") == 25 and parse_time("1ms") == 1000
     assert parse_time("0.5s") == 5e5 and parse_time("100ns") == pytest.approx(0.1)
@@ -30,7 +31,8 @@ def test_rates_and_times():
 @pytest.mark.parametrize("func, text, flag", [
     (parse_size, "12 parsecs", "--memory"), (parse_size, "lots", "--memory"),
     (parse_rate, "fast", "--bandwidth"), (parse_time, "3 fortnights", "--latency"),
-    (parse_size, "16Gb", "--memory: '16Gb' reads as bits; give bytes, e.g. 16GB or 16GiB")])
+    (parse_size, "16Gb", "--memory: '16Gb' reads as bits; give bytes, e.g. 16GB or 16GiB"),
+    (parse_size, "1Mb", "--memory: '1Mb' reads as bits; give bytes, e.g. 1MB or 1MiB")])
 def test_bad_units_name_the_flag(func, text, flag):
     with pytest.raises(UserError, match=flag):
         func(text)

@@ -347,3 +347,10 @@ def test_cli_estimated_profile_places_unchanged(tmp_path, capsys):
     graph_def = tf.compat.v1.GraphDef.FromString((placed / "placed_graph.pb").read_bytes())
     assert all(node.device == rows[node.name] for node in graph_def.node if node.name in rows)
     assert len(report["devices"]) == 2 and sum(node.name in rows for node in graph_def.node) == len(rows)
+
+
+def test_an_estimate_asks_for_no_gpu_here(tmp_path):
+    out = tmp_path / "est"
+    assert main(["profile", "mlp", "--size", "tiny", "--estimate", "dgx-a100", "--devices", "gpu",
+                 "-o", str(out)]) == 0
+    assert (out / "graph.pb").exists()

@@ -223,3 +223,22 @@ def test_json_values_of_the_wrong_type_are_refused_not_converted(tmp_path, where
         CostGraph.from_json(str(path))
     doc[where][1 if where == "nodes" else 0][field] = 1e6 if field != "group" else "g"      # whole: fine
     CostGraph.from_dict(doc)
+
+
+def test_numpy_numbers_in_a_document_are_numbers():
+    doc = _doc([{"name": "a", "comp_us": np.float32(3.5), "out_bytes": np.int64(8)}, {"name": "b"}],
+               [{"src": "a", "dst": "b", "bytes": np.int32(8), "slot": np.int64(0)}])
+    g = CostGraph.from_dict(doc)
+    assert g.comp_us.tolist() == [3.5, 0.0] and g.edge_bytes.tolist() == [8]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"comp_us": ["5", 1.0]}, "compute time must be numbers, not np.str_('5')"),
+    ({"out_bytes": [1.5, 7]}, "output bytes must be whole numbers, not np.float64(1.5) at entry 0"),
+    ({"edge_bytes": [True]}, "edge bytes must be numbers"),
+    ({"edge_slot": [1.9]}, "edge slot must be whole numbers"),
+])
+def test_the_python_api_refuses_values_numpy_would_convert(kwargs, message):
+    args = {"names": ["a", "b"], "edge_src": ["a"], "edge_dst": ["b"], **kwargs}
+    with pytest.raises(GraphError, match=re.escape(message)):
+        CostGraph.build(**args)

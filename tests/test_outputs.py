@@ -147,6 +147,7 @@ def test_a_link_to_an_output_folder_is_kept_and_its_folder_replaced(chain_json, 
     real, link = tmp_path / "real", tmp_path / "out"
     link.symlink_to(real.name)
     assert place(chain_json, link) == 0 and place(chain_json, link) == 0
+    assert place(chain_json, f"{link}/") == 0                      # as tab completion writes it
     assert link.is_symlink() and listing(real) == [MANIFEST, "placement.csv", "report.json", "tensorboard",
                                                   "trace.json"]
     assert listing(tmp_path) == ["g.json", "out", "real"]          # no staging folder left behind

@@ -490,3 +490,15 @@ def test_a_candidate_done_when_the_budget_ends_is_kept():
         def result(timeout):
             return "built"
     assert portfolio._collect(Done(), deadline=time.perf_counter() - 1.0) == "built"
+
+
+def test_workers_close_the_result_pipe_once_they_are_killed(monkeypatch):
+    from pardnn.pipeline.judge import Judging
+    closed = []
+    monkeypatch.setattr(workers, "_unblock", closed.append)
+    monkeypatch.setattr(workers, "PARALLEL_MIN_NODES", 0)
+    monkeypatch.setattr(workers, "usable_cpus", lambda: 2)
+    judging = Judging(synth_graph(50, seed=1), parse_devices("cpu:2"))
+    with workers.workers(judging, ["etf"], portfolio._candidate, portfolio._refined_beside) as pool:
+        assert pool.parallel
+    assert len(closed) == 1 and hasattr(closed[0], "_writer")

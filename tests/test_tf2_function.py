@@ -67,6 +67,13 @@ def test_keyword_arguments_are_fed_in_signature_order(tmp_path):
                            out_dir=str(tmp_path / "p"))
     assert doc["steps"] == 1 and (tmp_path / "p" / "graph.pb").exists()
 
+    @tf.function
+    def keyword_only(x, *rest, y, weight):                          # TF binds these by sorted name
+        tf.debugging.assert_positive(y, message="y fed with weight's values")
+        return tf.reduce_sum((tf.matmul(x, w) - y) ** 2 * weight[:, None])
+    profile_function(keyword_only, (x,), kwargs={"y": y, "weight": weight}, steps=1,
+                     out_dir=str(tmp_path / "q"))
+
 
 def test_a_step_that_creates_its_variables_when_traced_is_refused(tmp_path):
     """An optimizer built lazily makes its slots on the step's first trace: the
@@ -95,3 +102,19 @@ def test_a_placement_naming_unknown_devices_is_refused(tmp_path):
         return x * 2.0
     with pytest.raises(UserError, match=r"placement.csv:2: device '.*CPU:9' is not one of this process's"):
         placed(step, str(csv))
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"\xef\xbb\xbfnode,device\nx,/device:CPU:0\n", None),            # an editor's BOM: a header still
+    (b"node,device\n\xff\xfe,1\n", "placement.csv: not a text CSV file"),
+    (b"node,device\n\"x,/device:CPU:0\n" + b"y" * 140_000 + b"\n", "placement.csv: not a CSV file"),
+])
+def test_a_tf2_plans_placement_csv_is_read_as_emulate_reads_it(tmp_path, content, message):
+    from pardnn.tf.plan_devices import read_devices
+    path = tmp_path / "placement.csv"
+    path.write_bytes(content)
+    if message is None:
+        assert read_devices(str(path)) == {"x": "/device:CPU:0"}
+    else:
+        with pytest.raises(UserError, match=message):
+            read_devices(str(path))

@@ -84,7 +84,7 @@ def test_untraced_run_metadata(good_profile, tmp_path, capsys):
 @pytest.mark.parametrize("argv, needle", [
     (["mlp", "--devices", "tpu:1"], "--devices"),
     (["mlp", "--devices", "cpu:0"], "--devices"),
-    pytest.param(["mlp", "--devices", "gpu"], "--devices: gpu: TensorFlow sees no GPU here",
+    pytest.param(["mlp", "--devices", "gpu"], "--devices: gpu: TensorFlow sees no GPU here; give cpu:K",
                  marks=pytest.mark.skipif(bool(tf.config.list_physical_devices("GPU")), reason="a GPU is here")),
     (["mlp", "--steps", "0"], "--steps"),
     (["mlp", "--steps", "100000000000"], "--steps: need 1 to 1000 traced steps"),
@@ -243,3 +243,16 @@ def test_run_of_a_script_whose_step_now_fails(good_profile, tmp_path, capsys):
     assert main(["run", str(placed), "--steps", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "its step failed to run (ValueError: Cannot feed value of shape" in err
+
+
+def test_a_failure_of_pardnn_itself_is_not_blamed_on_the_script(tmp_path, monkeypatch):
+    import pardnn.tf.profiling as profiling
+    script = tmp_path / "mine.py"
+    script.write_text("TRAIN = 'train'\nFEED = lambda step: {'x:0': [1.0, 2.0]}\n" + _GRAPH.replace(
+        "tf.debugging.check_numerics(tf.reduce_sum(x * v) / 0.0 * 0.0, \"nan!\")", "tf.reduce_sum(x * v)"))
+
+    from pardnn.units import format_size
+    # a bug raised in pardnn's own code (here units.py) while it writes the profile
+    monkeypatch.setattr(profiling, "write_profile_dir", lambda *args, **kwargs: format_size("a bug"))
+    with pytest.raises(ValueError, match="could not convert string to float"):
+        main(["profile", str(script), "--steps", "1", "-o", str(tmp_path / "prof")])

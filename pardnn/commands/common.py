@@ -83,7 +83,7 @@ def check_output_file(flag, path, inputs=()) -> None:
     folders) nor inside one of them. Checked before the real work, so a bad path fails fast."""
     if path is None:
         return
-    if not path.strip():
+    if not path:
         raise UserError(f"{flag}: empty path; name a file")
     if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
         raise UserError(f"{flag}: directory of {path} does not exist")

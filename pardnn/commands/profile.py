@@ -51,7 +51,7 @@ def run(args):
     from pardnn.tf.profiling import profile_model
     from pardnn.tf.session import parse_profile_devices
 
-    parse_profile_devices(args.devices)      # reject a bad flag before building anything
+    parse_profile_devices(args.devices, runs=args.estimate is None)     # a bad flag: before any work
     target = None
     if args.estimate is not None:
         from pardnn.tf.estimate import estimate_model, gpu_target, summary_line

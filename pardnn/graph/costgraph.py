@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import numbers
 import os
 from dataclasses import dataclass
 from functools import cached_property
@@ -122,10 +123,14 @@ class CostGraph:
         m = len(src)
         ebytes = _column(edge_bytes, m, np.int64, "edge bytes")
         _check_total_bytes(cols, ebytes)
-        eslot = (np.zeros(m, np.int32) if edge_slot is None
-                 else np.asarray(edge_slot, np.int32).reshape(m))
-        if np.any(eslot < -1):
-            raise GraphError(f"edge slot {int(eslot.min())}: give -1 (a control edge) or an output index >= 0")
+        slots = np.zeros(m) if edge_slot is None else _numeric(edge_slot, "edge slot", whole=True).reshape(m)
+        if not np.all(np.isfinite(slots)):
+            raise GraphError("edge slot has a non-finite value")
+        if np.any(slots < -1):
+            raise GraphError(f"edge slot {int(slots.min())}: give -1 (a control edge) or an output index >= 0")
+        if np.any(slots >= 2**31):
+            raise GraphError(f"edge slot {int(slots.max())}: an output index below 2**31")
+        eslot = slots.astype(np.int32)
         if np.any(src == dst):
             raise GraphError(f"self-loop on node {names[int(src[src == dst][0])]!r}")
         order = _topological_order(n, src, dst, names)
@@ -236,7 +241,8 @@ class CostGraph:
 def _column(values, n, dtype, what):
     if values is None:
         return np.zeros(n, dtype)
-    arr = np.asarray(values, dtype=np.float64 if dtype != np.int8 else np.int64).reshape(-1)
+    arr = _numeric(values, what, whole=dtype != np.float64).astype(
+        np.float64 if dtype != np.int8 else np.int64).reshape(-1)
     if len(arr) != n:
         raise GraphError(f"{what} has {len(arr)} entries, expected {n}")
     if not np.all(np.isfinite(arr)):
@@ -248,6 +254,23 @@ def _column(values, n, dtype, what):
         raise GraphError(f"{what} too large ({arr[arr > limit][0]:g}) at entry "
                          f"{int(np.flatnonzero(arr > limit)[0])}; at most {limit:g}")
     return arr.astype(dtype)
+
+
+def _numeric(values, what, whole) -> np.ndarray:
+    """`values` as an array of numbers (whole ones where `whole`: bytes, slots, kinds);
+    GraphError on strings, booleans or fractions, which numpy would convert silently."""
+    raw = np.asarray(values)
+    if raw.dtype.kind == "O" and all(isinstance(x, numbers.Real) and not isinstance(x, bool)
+                                     for x in raw.reshape(-1)):
+        raw = raw.astype(np.float64)            # integers beyond 64 bits: numbers, too large ones
+    if raw.size and raw.dtype.kind not in "iuf":
+        raise GraphError(f"{what} must be numbers, not {raw.reshape(-1)[0]!r} ({raw.dtype})")
+    if whole and raw.dtype.kind == "f":
+        frac = np.flatnonzero(np.isfinite(raw.reshape(-1)) & (raw.reshape(-1) != np.floor(raw.reshape(-1))))
+        if len(frac):
+            raise GraphError(f"{what} must be whole numbers, not {raw.reshape(-1)[frac[0]]!r} "
+                             f"at entry {int(frac[0])}")
+    return raw
 
 
 def _check_text(strings, what):

@@ -10,6 +10,7 @@ anything else it raises NotStreamable and the caller reads the file whole, which
 gives the same graph or the same error message.
 """
 
+import numbers
 from contextlib import contextmanager
 from operator import itemgetter
 
@@ -81,16 +82,16 @@ def _check_numbers(entries, key, **integral):
             value = entry.get(field)
             if value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.number)):
                 raise GraphError(f"{key}[{i}].{field} must be a number, not {value!r:.40}")
-            if whole and isinstance(value, float) and not value.is_integer():
+            if whole and not float(value).is_integer():
                 raise GraphError(f"{key}[{i}].{field} must be a whole number, not {value!r}")
 
 
 def _check_groups(nodes):
     """GraphError on a boolean group label: JSON's true would share a group with 1."""
     for i, entry in enumerate(nodes):
-        if isinstance(entry.get("group"), bool):
+        if isinstance(entry.get("group"), (bool, np.bool_)):
             raise GraphError(f"nodes[{i}].group must be a string or an integer, not {entry['group']!r}")
 
 

@@ -26,7 +26,7 @@ def check_output_dir(path, flag="-o", inputs=()) -> None:
     and holds none of the `inputs` (replacing it would destroy them). Commands call
     it before their real work, so a bad `-o` fails fast."""
     path = str(path)
-    if not path.strip():
+    if not path:
         raise UserError(f"{flag}: empty path; name a folder")
     full = os.path.realpath(path)
     for item in inputs:
@@ -49,8 +49,9 @@ class OutputDir:
     """`with OutputDir(path) as out:` write each file to `out.temp(name)`."""
 
     def __init__(self, path, flag="-o"):
-        # a link to a folder: the folder it names is replaced, and the link kept
-        self.path = os.path.realpath(str(path)) if os.path.islink(str(path)) else os.path.abspath(str(path))
+        # a link to a folder (`out` or `out/`): the folder it names is replaced, the link kept
+        full = os.path.abspath(str(path))
+        self.path = os.path.realpath(full) if os.path.islink(full) else full
         self.shown = str(path)
         self.flag = flag
         self.staging = None

@@ -34,7 +34,7 @@ class Placement:
         """Write placement.csv (temp file, then rename)."""
         tmp = f"{path}.tmp{os.getpid()}"
         names = self.cluster.names
-        with open(tmp, "w", newline="") as f:
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
             out = csv.writer(f)
             out.writerow(["node", "device"])
             out.writerows(zip(graph.names, (names[d] for d in self.device.tolist())))

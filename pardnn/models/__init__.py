@@ -132,16 +132,29 @@ def build_model(module, name, knobs) -> Model:
 def script_errors(module, name, what="its step failed to run"):
     """Turns an exception raised while running a user's script (its build(), or its
     graph in a session: a missing feed, a bad train_op name, a failed check) into a
-    one-line UserError naming the script, with the line that says what went wrong; a
-    built-in model's exception is pardnn's own bug and stays a traceback."""
+    one-line UserError naming the script, with the line that says what went wrong.
+    One raised by pardnn's own code, or by a built-in model, is pardnn's bug and
+    stays a traceback."""
     try:
         yield
     except UserError:
         raise
     except Exception as exc:
-        if module.__name__ != USER_MODULE:
+        if module.__name__ != USER_MODULE or _raised_in_pardnn(exc):
             raise
         raise UserError(f"MODEL: {name}: {what} ({type(exc).__name__}: {_gist(exc)})") from None
+
+
+def _raised_in_pardnn(exc) -> bool:
+    """Whether the innermost frame of exc's traceback is in pardnn's own package (not
+    the user's script, nor TensorFlow running the script's graph)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_PACKAGE + os.sep)
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _gist(exc) -> str:

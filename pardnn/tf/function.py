@@ -74,7 +74,7 @@ def profile_function(step_fn, args, steps: int = 5, out_dir: str = "profile", kw
     target = _estimate_target(estimate, op_overhead_us, precision, conv_efficiency)
     if not 1 <= steps <= MAX_TRACED_STEPS:
         raise UserError(f"steps: need 1 to {MAX_TRACED_STEPS} traced steps, got {steps}")
-    cpu_devices, gpus = parse_profile_devices(devices, "devices")
+    cpu_devices, gpus = parse_profile_devices(devices, "devices", runs=target is None)
     check_tf_function(step_fn)
     retraced, trace = _retraced(step_fn)
     with _refusing_new_variables(step_fn):
@@ -183,17 +183,25 @@ def _replica_graph_def(fn):
 
 
 def _in_signature_order(step_fn, args, kwargs):
-    """The call's arguments as one list in the order of step_fn's Python signature,
-    the order of the concrete function's inputs (keyword arguments included: a dict
-    of them would flatten in the order of its sorted keys)."""
+    """The call's arguments in the order of the concrete function's inputs, as TF binds
+    them: the parameters that may be positional in the order of step_fn's signature
+    (however they were given), then the keyword-only ones and **kwargs by sorted name
+    (the order of a flattened dict, which the call's own kwargs dict would give to all)."""
     if not kwargs:
         return list(args)
     bound = inspect.signature(step_fn.python_function).bind(*args, **kwargs)
-    values = []
+    positional, named = [], {}
     for name, value in bound.arguments.items():
         kind = bound.signature.parameters[name].kind
-        values.extend(value if kind == inspect.Parameter.VAR_POSITIONAL else [value])
-    return values
+        if kind == inspect.Parameter.VAR_POSITIONAL:
+            positional.extend(value)
+        elif kind == inspect.Parameter.VAR_KEYWORD:
+            named.update(value)
+        elif kind == inspect.Parameter.KEYWORD_ONLY:
+            named[name] = value
+        else:
+            positional.append(value)
+    return [positional, named]
 
 
 def _arg_feed(fn, values):

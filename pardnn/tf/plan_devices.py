@@ -14,10 +14,14 @@ def read_devices(path) -> dict:
     """Node name -> device of a placement.csv, every device one this process has."""
     known = known_devices()
     try:
-        with open(path, newline="") as f:
+        with open(path, newline="", encoding="utf-8-sig") as f:      # (an editor's BOM is no header)
             rows = list(csv.reader(f))
     except OSError as exc:
         raise UserError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a text CSV file") from None
+    except csv.Error as exc:         # a stray quote runs a field to the end of the file
+        raise UserError(f"{path}: not a CSV file ({exc})") from None
     if not rows or [h.strip() for h in rows[0][:2]] != ["node", "device"]:
         raise UserError(f"{path}:1: expected the header 'node,device'")
     devices = {}

@@ -61,13 +61,14 @@ def default_session_config(cpu_devices: int = 1, gpus: bool = False):
 SESSION_CONFIGS = {"pardnn": session_config, "default": default_session_config}
 
 
-def parse_profile_devices(spec: str, flag: str = "--devices"):
-    """(cpu_devices, gpus) for `cpu:K` or `gpu`: where a profile runs."""
+def parse_profile_devices(spec: str, flag: str = "--devices", runs: bool = True):
+    """(cpu_devices, gpus) for `cpu:K` or `gpu`: where a profile (or a measurement)
+    runs; `gpu` only where TensorFlow sees one when anything `runs` there (else the
+    step would run, and be timed, on the CPU)."""
     text = str(spec).strip().lower()
     if text == "gpu":
-        if not tf.config.list_physical_devices("GPU"):     # else the step would run, timed, on the CPU
-            raise UserError(f"{flag}: gpu: TensorFlow sees no GPU here; profile on cpu:K, or estimate "
-                            f"a GPU's costs with --estimate PRESET")
+        if runs and not tf.config.list_physical_devices("GPU"):
+            raise UserError(f"{flag}: gpu: TensorFlow sees no GPU here; give cpu:K")
         return 1, True
     match = re.fullmatch(r"cpu:([0-9]+)", text)
     if not match or not 1 <= int(match.group(1)) <= MAX_DEVICES:
