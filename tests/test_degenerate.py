@@ -77,7 +77,7 @@ MALFORMED = {
     "a number for a name": ([{"name": 5}], [], "nodes[0].name must be a string, not 5"),
     "a number for a pin": ([{"name": "a", "pinned": 3}], [], "nodes[0].pinned must be a string"),
     "a slot too big": ([{"name": "a"}, {"name": "b"}], [{"src": "a", "dst": "b", "slot": 10**30}],
-                       "malformed cost graph (OverflowError"),
+                       "edge slot 1e+30: an output index below 2**31"),
     "a slot below -1": ([{"name": "a"}, {"name": "b"}], [{"src": "a", "dst": "b", "slot": -5}],
                         "edge slot -5: give -1 (a control edge) or an output index >= 0"),
 }

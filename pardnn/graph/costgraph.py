@@ -129,7 +129,7 @@ class CostGraph:
         if np.any(slots < -1):
             raise GraphError(f"edge slot {int(slots.min())}: give -1 (a control edge) or an output index >= 0")
         if np.any(slots >= 2**31):
-            raise GraphError(f"edge slot {int(slots.max())}: an output index below 2**31")
+            raise GraphError(f"edge slot {slots.max():.6g}: an output index below 2**31")
         eslot = slots.astype(np.int32)
         if np.any(src == dst):
             raise GraphError(f"self-loop on node {names[int(src[src == dst][0])]!r}")
