@@ -237,8 +237,19 @@ def test_numpy_numbers_in_a_document_are_numbers():
     ({"out_bytes": [1.5, 7]}, "output bytes must be whole numbers, not np.float64(1.5) at entry 0"),
     ({"edge_bytes": [True]}, "edge bytes must be numbers"),
     ({"edge_slot": [1.9]}, "edge slot must be whole numbers"),
+    ({"comp_us": [True, 1]}, "compute time must be numbers, not booleans"),
+    ({"out_bytes": [10**400, 1]}, "output bytes too large (beyond a float)"),
 ])
 def test_the_python_api_refuses_values_numpy_would_convert(kwargs, message):
     args = {"names": ["a", "b"], "edge_src": ["a"], "edge_dst": ["b"], **kwargs}
     with pytest.raises(GraphError, match=re.escape(message)):
         CostGraph.build(**args)
+
+
+def test_decimals_are_numbers_and_huge_json_integers_too_large(tmp_path):
+    import decimal
+    assert CostGraph.build(["a"], comp_us=[decimal.Decimal("1.5")]).comp_us.tolist() == [1.5]
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(_doc([{"name": "a", "comp_us": 10**400}], [])))
+    with pytest.raises(GraphError, match=re.escape("nodes[0].comp_us too large (100000000000...)")):
+        CostGraph.from_json(str(path))

@@ -150,3 +150,13 @@ def test_smaller_thesis_configs_reproduce_the_thesis_node_count(family, size):
     nodes = len(_build(family, size).graph.as_graph_def().node)
     assert nodes == README_NODES[family, size]              # the README's table
     assert abs(nodes / load_module(family).THESIS_NODES[size] - 1) <= 0.09   # worst today: 8.1%
+
+
+def test_the_gist_of_an_error_is_its_cause():
+    from pardnn.models import _gist
+    node = ("Graph execution error:\n\nDetected at node 'x' defined at (most recent call last):\n"
+            "  File \"a.py\", line 6, in build\nNode: 'x'\nYou must feed a value for placeholder tensor 'x'\n")
+    assert _gist(Exception(node)) == "at node 'x': You must feed a value for placeholder tensor 'x'"
+    place = "Graph execution error:\n\nCannot place the graph because a resource edge connects groups\n"
+    assert _gist(Exception(place)) == "Cannot place the graph because a resource edge connects groups"
+    assert _gist(ValueError("first line\nsecond")) == "first line"

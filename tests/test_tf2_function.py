@@ -74,6 +74,11 @@ def test_keyword_arguments_are_fed_in_signature_order(tmp_path):
     profile_function(keyword_only, (x,), kwargs={"y": y, "weight": weight}, steps=1,
                      out_dir=str(tmp_path / "q"))
 
+    @tf.function
+    def with_default(x, y=tf.ones([3, 2])):                           # a tensor default is an input too
+        return tf.reduce_sum(tf.matmul(x, w) - y)
+    profile_function(with_default, (x,), steps=1, out_dir=str(tmp_path / "r"))
+
 
 def test_a_step_that_creates_its_variables_when_traced_is_refused(tmp_path):
     """An optimizer built lazily makes its slots on the step's first trace: the

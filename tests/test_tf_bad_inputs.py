@@ -1,6 +1,7 @@
 """Bad profile dirs and bad flags: exit 2, one line on stderr naming the file or flag,
 nothing written."""
 
+import os
 import shutil
 
 import pytest
@@ -256,3 +257,32 @@ def test_a_failure_of_pardnn_itself_is_not_blamed_on_the_script(tmp_path, monkey
     monkeypatch.setattr(profiling, "write_profile_dir", lambda *args, **kwargs: format_size("a bug"))
     with pytest.raises(ValueError, match="could not convert string to float"):
         main(["profile", str(script), "--steps", "1", "-o", str(tmp_path / "prof")])
+    # and one pardnn's code makes a library raise (here os.path)
+    monkeypatch.setattr(profiling, "write_profile_dir", lambda *args, **kwargs: os.path.join(None, "x"))
+    with pytest.raises(TypeError):
+        main(["profile", str(script), "--steps", "1", "-o", str(tmp_path / "prof")])
+
+
+@pytest.mark.parametrize("feed, needle", [
+    ("lambda: {'x:0': [1.0, 2.0]}", "the Model's feed must be None or a function step -> feed dict"),
+    ("{'x:0': [1.0, 2.0]}", "the Model's feed must be None or a function step -> feed dict"),
+])
+def test_a_script_whose_feed_is_no_function_of_the_step(tmp_path, capsys, feed, needle):
+    script = tmp_path / "mine.py"
+    script.write_text(f"TRAIN = 'train'\nFEED = {feed}\n" + _GRAPH)
+    assert main(["profile", str(script), "--steps", "1", "-o", str(tmp_path / "prof")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err
+
+
+def test_run_of_a_script_whose_loss_is_no_scalar(tmp_path, capsys):
+    script = tmp_path / "mine.py"
+    script.write_text("TRAIN = 'train'\nFEED = lambda step: {'x:0': [1.0, 2.0]}\n" + _GRAPH.replace(
+        "tf.debugging.check_numerics(tf.reduce_sum(x * v) / 0.0 * 0.0, \"nan!\")", "x * v"))
+    prof, placed = tmp_path / "prof", tmp_path / "placed"
+    assert main(["profile", str(script), "--steps", "1", "-o", str(prof)]) == 0
+    assert main(["place", str(prof), "--devices", "cpu:2", "-o", str(placed)]) == 0
+    capsys.readouterr()
+    assert main(["run", str(placed), "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the loss 'loss:0' has shape [2]; `pardnn run` prints one loss" in err

@@ -182,6 +182,23 @@ def test_a_functional_op_taking_variables_ties_none_of_them(tmp_path):
     assert len(set(groups)) == 3
 
 
+def test_a_branch_handing_on_a_variables_handle_stays_with_it(tmp_path):
+    """An If whose output is a handle: its readers run with the variable behind it."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [4], name="x")
+        c0 = tf1.get_variable("c0", [4], use_resource=True, initializer=tf1.ones_initializer())
+        c1 = tf1.get_variable("c1", [4], use_resource=True, initializer=tf1.ones_initializer())
+        handle = tf.cond(tf.reduce_sum(x) > 0, lambda: tf.identity(c0.handle), lambda: tf.identity(c1.handle),
+                         name="pick")
+        read = tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.float32, name="read")
+        out = tf.reduce_sum(read * x, name="out")
+    cost = _profiled(graph, out, tmp_path)
+    ix = cost.index()
+    assert cost.ops[ix["pick"]].endswith("If")
+    assert cost.group[ix["pick"]] == cost.group[ix["c0"]] == cost.group[ix["c1"]] == cost.group[ix["read"]]
+
+
 def test_a_while_loop_reading_a_variable_stays_with_it(tmp_path):
     graph = tf.Graph()
     with graph.as_default():

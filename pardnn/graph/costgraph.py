@@ -20,6 +20,7 @@ The JSON interchange format is documented in docs/costgraph-json.md.
 from __future__ import annotations
 
 import heapq
+import decimal
 import json
 import numbers
 import os
@@ -259,10 +260,15 @@ def _column(values, n, dtype, what):
 def _numeric(values, what, whole) -> np.ndarray:
     """`values` as an array of numbers (whole ones where `whole`: bytes, slots, kinds);
     GraphError on strings, booleans or fractions, which numpy would convert silently."""
+    if isinstance(values, (list, tuple)) and any(isinstance(x, (bool, np.bool_)) for x in values):
+        raise GraphError(f"{what} must be numbers, not booleans")       # numpy would make them 0 and 1
     raw = np.asarray(values)
-    if raw.dtype.kind == "O" and all(isinstance(x, numbers.Real) and not isinstance(x, bool)
+    if raw.dtype.kind == "O" and all(isinstance(x, (numbers.Real, decimal.Decimal)) and not isinstance(x, bool)
                                      for x in raw.reshape(-1)):
-        raw = raw.astype(np.float64)            # integers beyond 64 bits: numbers, too large ones
+        try:                                    # integers beyond 64 bits, Decimals: numbers
+            raw = raw.astype(np.float64)
+        except OverflowError:
+            raise GraphError(f"{what} too large (beyond a float)") from None
     if raw.size and raw.dtype.kind not in "iuf":
         raise GraphError(f"{what} must be numbers, not {raw.reshape(-1)[0]!r} ({raw.dtype})")
     if whole and raw.dtype.kind == "f":

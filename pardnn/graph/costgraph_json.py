@@ -84,6 +84,10 @@ def _check_numbers(entries, key, **integral):
                 continue
             if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.number)):
                 raise GraphError(f"{key}[{i}].{field} must be a number, not {value!r:.40}")
+            try:
+                float(value)
+            except OverflowError:
+                raise GraphError(f"{key}[{i}].{field} too large ({str(value)[:12]}...)") from None
             if whole and not float(value).is_integer():
                 raise GraphError(f"{key}[{i}].{field} must be a whole number, not {value!r}")
 
@@ -230,7 +234,10 @@ def _numbers(values, default, whole=False) -> np.ndarray:
         kinds = set(map(type, values))
     if not kinds <= _NUMBERS:
         raise NotStreamable                                 # build's messages on strings, booleans
-    column = np.array(values, np.float64)
+    try:
+        column = np.array(values, np.float64)
+    except OverflowError:                                   # an integer beyond a float: its message
+        raise NotStreamable from None
     if whole and float in kinds and not np.all(column == np.floor(column)):
         raise NotStreamable                                 # columns_from_dict's message on fractions
     return column

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import inspect
 import os
 from dataclasses import dataclass, field
 from typing import Callable
@@ -125,7 +126,22 @@ def build_model(module, name, knobs) -> Model:
         model = module.build(**knobs)
     if not isinstance(model, Model):
         raise UserError(f"MODEL: {name}: build() returned {type(model).__name__}, not a pardnn.models.Model")
+    if model.feed is not None and not _takes_one_argument(model.feed):
+        raise UserError(f"MODEL: {name}: the Model's feed must be None or a function step -> feed dict, "
+                        f"not {model.feed!r:.60}")
     return model
+
+
+def _takes_one_argument(fn) -> bool:
+    if not callable(fn):
+        return False
+    try:
+        inspect.signature(fn).bind(0)
+    except TypeError:
+        return False
+    except ValueError:          # a builtin without a signature: let the call say
+        return True
+    return True
 
 
 @contextlib.contextmanager
@@ -146,15 +162,27 @@ def script_errors(module, name, what="its step failed to run"):
 
 
 def _raised_in_pardnn(exc) -> bool:
-    """Whether the innermost frame of exc's traceback is in pardnn's own package (not
-    the user's script, nor TensorFlow running the script's graph)."""
+    """Whether pardnn's own code raised `exc`: of the frames in pardnn's package or in
+    the user's script, the innermost is pardnn's, and it was not TensorFlow that raised
+    it (TF refusing the script's graph or feeds, run by pardnn, is the script's error)."""
+    deepest, innermost = None, None
     tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
+    while tb is not None:
+        innermost = os.path.abspath(tb.tb_frame.f_code.co_filename)
+        if innermost.startswith(_PACKAGE + os.sep) or tb.tb_frame.f_globals.get("__name__") == USER_MODULE:
+            deepest = innermost
         tb = tb.tb_next
-    return tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_PACKAGE + os.sep)
+    ours = deepest is not None and deepest.startswith(_PACKAGE + os.sep)
+    return ours and not any((innermost or "").startswith(where + os.sep) for where in _tensorflow())
 
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _tensorflow() -> list:
+    """TensorFlow's package folders, found without importing it (this module imports no TF)."""
+    spec = importlib.util.find_spec("tensorflow")
+    return [os.path.abspath(p) for p in (spec.submodule_search_locations or [])] if spec else []
 
 
 def _gist(exc) -> str:
@@ -164,4 +192,7 @@ def _gist(exc) -> str:
     for at, line in enumerate(lines[:-1]):
         if line.startswith("Node: "):
             return f"at node {line[6:]}: {lines[at + 1]}"
+    if lines and lines[0].startswith("Graph execution error"):
+        told = [x for x in lines[1:] if not x.startswith(("Detected at node", "File ", "[["))]
+        return told[0] if told else lines[0]
     return lines[0] if lines else ""

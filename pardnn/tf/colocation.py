@@ -11,7 +11,8 @@ groups"):
   session lowers it first, and each op of its body that uses the handle runs with
   that variable (an If on one device updating variables on two others runs so
   under TF's default config), so such an op ties no variables together (a
-  LossScaleOptimizer's tf.cond takes every variable's handle). A While stays tied
+  LossScaleOptimizer's tf.cond takes every variable's handle); unless it returns a
+  handle, whose readers TF places with the variable behind it. A While stays tied
   to its variables: its body would read a variable elsewhere on every iteration,
   transfers the emulator, which sees the loop as one op, could not count;
 - TF1 while-loop frames: every node inside an Enter..Exit frame (at any nesting
@@ -48,6 +49,8 @@ def colocation_groups(table, extra_ties=()) -> np.ndarray:
     tied[data] = table.slot_ref[gslot[data]] | (table.slot_dtype[gslot[data]] == DT_RESOURCE)
     run_once = np.fromiter((op in FUNCTIONAL_OPS and "While" not in op for op in table.ops), bool,
                            table.num_nodes)
+    owner = np.repeat(np.arange(table.num_nodes), table.slot_ptr[1:] - table.slot_ptr[:-1])
+    run_once[owner[table.slot_dtype == DT_RESOURCE]] = False     # it hands a variable on: stays with it
     tied &= ~run_once[table.edge_dst]
     for a, b in zip(table.edge_src[tied].tolist(), table.edge_dst[tied].tolist()):
         _union(parent, a, b)

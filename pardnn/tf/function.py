@@ -187,9 +187,8 @@ def _in_signature_order(step_fn, args, kwargs):
     them: the parameters that may be positional in the order of step_fn's signature
     (however they were given), then the keyword-only ones and **kwargs by sorted name
     (the order of a flattened dict, which the call's own kwargs dict would give to all)."""
-    if not kwargs:
-        return list(args)
-    bound = inspect.signature(step_fn.python_function).bind(*args, **kwargs)
+    bound = inspect.signature(step_fn.python_function).bind(*args, **(kwargs or {}))
+    bound.apply_defaults()          # a tensor default is an input too (others are dropped later)
     positional, named = [], {}
     for name, value in bound.arguments.items():
         kind = bound.signature.parameters[name].kind

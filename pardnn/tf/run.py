@@ -60,15 +60,19 @@ def run_placed(placed_dir, steps: int, config: str = "pardnn", trace: bool = Fal
     model = build_model(module, doc["model"], doc.get("knobs", {}))
     graph_def = read_graph_def(os.path.join(str(placed_dir), "placed_graph.pb"))
     with script_errors(module, doc["model"]):
-        return _run(graph_def, model, steps, config, trace)
+        return _run(graph_def, model, steps, config, trace, doc["model"])
 
 
-def _run(graph_def, model, steps, config, trace):
+def _run(graph_def, model, steps, config, trace, name):
     """run_placed's session: the placed graph imported, trained and checked."""
     cpus, gpus = device_counts(graph_def)
     graph = tf.Graph()
     with graph.as_default():
         import_placed_graph(graph_def)
+    shape = graph.get_tensor_by_name(model.loss).shape
+    if shape.rank is not None and shape.num_elements() != 1:
+        raise UserError(f"MODEL: {name}: the loss {model.loss!r} has shape {shape.as_list()}; "
+                        f"`pardnn run` prints one loss per step: give a scalar")
     with tf1.Session(graph=graph, config=SESSION_CONFIGS[config](cpus, gpus)) as session:
         session.run(model.init)
         feed0 = model.feed(0) if model.feed else None
