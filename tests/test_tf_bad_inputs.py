@@ -232,13 +232,20 @@ def test_run_of_a_profile_json_naming_no_usable_model(tmp_path, capsys, doc, nee
     assert err.count("\n") == 1 and needle in err
 
 
-def test_run_of_a_script_whose_step_now_fails(good_profile, tmp_path, capsys):
+def _placed_script(tmp_path, loss):
+    """(the script, its placed dir): _GRAPH with `loss` for a loss that trains, profiled
+    and placed on 2 CPUs."""
     script = tmp_path / "mine.py"
     script.write_text("TRAIN = 'train'\nFEED = lambda step: {'x:0': [1.0, 2.0]}\n" + _GRAPH.replace(
-        "tf.debugging.check_numerics(tf.reduce_sum(x * v) / 0.0 * 0.0, \"nan!\")", "tf.reduce_sum(x * v)"))
+        "tf.debugging.check_numerics(tf.reduce_sum(x * v) / 0.0 * 0.0, \"nan!\")", loss))
     prof, placed = tmp_path / "prof", tmp_path / "placed"
     assert main(["profile", str(script), "--steps", "1", "-o", str(prof)]) == 0
     assert main(["place", str(prof), "--devices", "cpu:2", "-o", str(placed)]) == 0
+    return script, placed
+
+
+def test_run_of_a_script_whose_step_now_fails(tmp_path, capsys):
+    script, placed = _placed_script(tmp_path, "tf.reduce_sum(x * v)")
     script.write_text(script.read_text().replace("[1.0, 2.0]", "[1.0]"))      # the feed changed since
     capsys.readouterr()
     assert main(["run", str(placed), "--steps", "1"]) == 2
@@ -276,12 +283,7 @@ def test_a_script_whose_feed_is_no_function_of_the_step(tmp_path, capsys, feed, 
 
 
 def test_run_of_a_script_whose_loss_is_no_scalar(tmp_path, capsys):
-    script = tmp_path / "mine.py"
-    script.write_text("TRAIN = 'train'\nFEED = lambda step: {'x:0': [1.0, 2.0]}\n" + _GRAPH.replace(
-        "tf.debugging.check_numerics(tf.reduce_sum(x * v) / 0.0 * 0.0, \"nan!\")", "x * v"))
-    prof, placed = tmp_path / "prof", tmp_path / "placed"
-    assert main(["profile", str(script), "--steps", "1", "-o", str(prof)]) == 0
-    assert main(["place", str(prof), "--devices", "cpu:2", "-o", str(placed)]) == 0
+    _, placed = _placed_script(tmp_path, "x * v")
     capsys.readouterr()
     assert main(["run", str(placed), "--steps", "1"]) == 2
     err = capsys.readouterr().err
