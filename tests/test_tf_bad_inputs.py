@@ -288,3 +288,13 @@ def test_run_of_a_script_whose_loss_is_no_scalar(tmp_path, capsys):
     assert main(["run", str(placed), "--steps", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "the loss 'loss:0' has shape [2]; `pardnn run` prints one loss" in err
+
+
+def test_a_failure_in_a_module_of_the_users_is_the_scripts(tmp_path, capsys):
+    (tmp_path / "mydata.py").write_text("def feed(step):\n    raise RuntimeError('no data for step %d' % step)\n")
+    script = tmp_path / "mine.py"
+    script.write_text("import os, sys\nsys.path.insert(0, os.path.dirname(__file__))\nimport mydata\n"
+                      "TRAIN = 'train'\nFEED = mydata.feed\n" + _GRAPH)
+    assert main(["profile", str(script), "--steps", "1", "-o", str(tmp_path / "prof")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "its step failed to run (RuntimeError: no data for step 0)" in err

@@ -23,6 +23,7 @@ import contextlib
 import importlib.util
 import inspect
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -163,17 +164,24 @@ def script_errors(module, name, what="its step failed to run"):
 
 def _raised_in_pardnn(exc) -> bool:
     """Whether pardnn's own code raised `exc`: of the frames in pardnn's package or in
-    the user's script, the innermost is pardnn's, and it was not TensorFlow that raised
-    it (TF refusing the script's graph or feeds, run by pardnn, is the script's error)."""
-    deepest, innermost = None, None
+    the user's script, the innermost is pardnn's, and the error came from pardnn's code
+    or a library it called (Python's or an installed package's), not from TensorFlow
+    (refusing the script's graph or feeds, which pardnn runs) nor from other code of
+    the user's (a feed function in a module of theirs)."""
+    deepest, innermost, raw = None, "", ""
     tb = exc.__traceback__
     while tb is not None:
-        innermost = os.path.abspath(tb.tb_frame.f_code.co_filename)
+        raw = tb.tb_frame.f_code.co_filename
+        innermost = os.path.abspath(raw)
         if innermost.startswith(_PACKAGE + os.sep) or tb.tb_frame.f_globals.get("__name__") == USER_MODULE:
             deepest = innermost
         tb = tb.tb_next
-    ours = deepest is not None and deepest.startswith(_PACKAGE + os.sep)
-    return ours and not any((innermost or "").startswith(where + os.sep) for where in _tensorflow())
+    if deepest is None or not deepest.startswith(_PACKAGE + os.sep):
+        return False
+    libraries = {os.path.abspath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    from_library = innermost.startswith(tuple(libraries)) or raw.startswith("<")     # (<frozen os>)
+    from_tensorflow = innermost.startswith(tuple(where + os.sep for where in _tensorflow()))
+    return (innermost.startswith(_PACKAGE + os.sep) or from_library) and not from_tensorflow
 
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
