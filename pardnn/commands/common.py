@@ -4,10 +4,7 @@ import os
 
 from pardnn.errors import UserError
 from pardnn.hardware import parse_devices
-from pardnn.units import parse_rate, parse_size, parse_time
-
-
-DAY_S = 86400.0     # the longest --time-budget, as for any time pardnn reads
+from pardnn.units import MAX_TIME_US, parse_rate, parse_size, parse_time
 
 
 def add_cluster_args(parser, required=True):
@@ -36,7 +33,7 @@ def budget_from_args(args):
     seconds = _plain_number(text)
     if seconds is None:
         seconds = parse_time(text, "--time-budget") / 1e6
-    if not 0 < seconds <= DAY_S:
+    if not 0 < seconds * 1e6 <= MAX_TIME_US:          # at most a day, as any time pardnn reads
         raise UserError(f"--time-budget: must be more than 0 and at most a day, got {args.time_budget!r}")
     return seconds
 

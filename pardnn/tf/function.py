@@ -205,8 +205,8 @@ def _in_signature_order(step_fn, args, kwargs):
 
 def _arg_feed(fn, values):
     """Feed dict: the function's argument placeholders -> the given tensors' values
-    (`values`, the call's arguments in signature order), then its captured
-    (non-variable) tensors -> their values."""
+    (`values`, the call's arguments in the order of its inputs: `_in_signature_order`),
+    then its captured (non-variable) tensors -> their values."""
     flat = [a for a in tf.nest.flatten(values, expand_composites=True)
             if isinstance(a, (tf.Tensor, np.ndarray, tf.Variable))]
     captured = [(e, i) for e, i in fn.graph.captures if i.dtype != tf.resource]
