@@ -10,7 +10,11 @@ import sys
 
 from pardnn.errors import UserError
 
-COMMANDS = ["models", "profile", "place", "emulate", "compare", "run", "links"]
+# The subcommands, in --help order: each module adds its parser (imported by name, so
+# tests/test_layout.py reads these strings as imports).
+COMMANDS = ("pardnn.commands.models", "pardnn.commands.profile", "pardnn.commands.place",
+            "pardnn.commands.emulate", "pardnn.commands.compare", "pardnn.commands.run",
+            "pardnn.commands.links")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -24,8 +28,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="pardnn", description="Place a TensorFlow graph's operations across devices (ParDNN).")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for name in COMMANDS:
-        importlib.import_module(f"pardnn.commands.{name}").add_parser(sub)
+    for module in COMMANDS:
+        importlib.import_module(module).add_parser(sub)
     return parser
 
 

@@ -1,4 +1,4 @@
-"""Affinity placement (pardnn.placers.pardnn.affinity) on small hand-made graphs."""
+"""Affinity placement (pardnn.placers.step1_phases.affinity) on small hand-made graphs."""
 
 import numpy as np
 
@@ -6,9 +6,9 @@ from pardnn.hardware import parse_devices
 from pardnn.graph.constraints import allowed_devices
 from pardnn.emulator.scheduler import simulate
 from pardnn.graph import CostGraph
-from pardnn.placers.pardnn.affinity import affinity_candidates
+from pardnn.placers.step1_phases.affinity import affinity_candidates
 from pardnn.emulator.trial import emulate
-from pardnn.placers.pardnn.step1 import partition
+from pardnn.placers.step1 import partition
 
 WEIGHT = 10**7          # 100 us on the wire at 1e5 bytes/us, far above the latency
 

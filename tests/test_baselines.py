@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from pardnn.placers import registry as algorithms
-from pardnn.placers.baselines import etf, heft, linear, metis_cut, single, topo
+from pardnn.placers import etf, heft, linear, metis_cut, single, topo
 from pardnn.hardware import Cluster, Device, parse_devices
 from pardnn.graph.constraints import violations
 from pardnn.graph import REFERENCE, RESIDUAL, CostGraph
@@ -133,7 +133,7 @@ TEXTBOOK_COST = [[14, 16, 9], [13, 19, 18], [11, 13, 19], [13, 8, 17], [12, 13, 
 
 def test_heft_reproduces_the_textbook_schedule():
     from pardnn.graph.constraints import allowed_devices
-    from pardnn.placers.baselines.common import link_tables
+    from pardnn.placers.common import link_tables
     from pardnn.graph.levels import bottom_levels
     g = CostGraph.build(names=[f"n{i}" for i in range(1, 11)],
                         edge_src=[a - 1 for a, _ in TEXTBOOK_EDGES], edge_dst=[b - 1 for _, b in TEXTBOOK_EDGES],
@@ -155,7 +155,7 @@ def test_heft_inserts_a_node_into_an_idle_gap():
     # p (cheap on device 1) feeds q (cheap on device 0) after a 10 us transfer, leaving
     # device 0 idle during [0, 11); r, scheduled last, fits into that gap.
     from pardnn.graph.constraints import allowed_devices
-    from pardnn.placers.baselines.common import link_tables
+    from pardnn.placers.common import link_tables
     g = CostGraph.build(names=["p", "q", "r"], edge_src=[0], edge_dst=[1], edge_bytes=[10])
     cluster = parse_devices("gpu:2").with_options(latency=0.0, bandwidth=1.0)
     cost = np.array([[100, 1], [1, 100], [5, 100]], float)
@@ -197,8 +197,8 @@ def naive_linear_clusters(g, w, c):
         tl, bl = top_levels(g, cost, c), bottom_levels(g, cost, c)
         s = int(np.argmax(np.where(label < 0, tl + bl, NEG_INF)))
         path = [s]
-        for nbrs, pick in ((g.predecessors, lambda u, e: tl[u] + cost[u] + c[e]),
-                           (g.successors, lambda x, e: c[e] + bl[x])):
+        for nbrs, pick in ((g.predecessors, lambda u, e, tl=tl: tl[u] + cost[u] + c[e]),
+                           (g.successors, lambda x, e, bl=bl: c[e] + bl[x])):
             v = s
             while True:
                 options = [(pick(u, e), -u, u) for u, e in nbrs_with_edges(g, v, nbrs) if label[u] < 0 and u not in path]

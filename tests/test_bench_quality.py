@@ -1,13 +1,10 @@
 """The target columns of tools/bench_quality.py on hand-made rows."""
 
 import math
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from bench_quality import against, ceiling, lower_bound_us, targets  # noqa: E402
+from tools.bench_quality import against, ceiling, lower_bound_us, targets
 
-from pardnn.graph import CostGraph  # noqa: E402
+from pardnn.graph import CostGraph
 
 
 def row(algorithm, makespan, preset="dgx-h100", k=4, graph="g", feasible=True, bound=50.0):

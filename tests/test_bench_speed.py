@@ -5,12 +5,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from bench_speed import measure_profile  # noqa: E402
-from synth_graph import synth_graph  # noqa: E402
+from tools.bench_speed import measure_profile
+from tools.synth_graph import synth_graph
 
-from pardnn.hardware import parse_devices  # noqa: E402
-from pardnn.pipeline.place import place  # noqa: E402
+from pardnn.hardware import parse_devices
+from pardnn.pipeline.place import place
 
 
 def test_a_profile_is_placed_as_pardnn_place_places_it(tmp_path):
@@ -28,8 +27,8 @@ def test_a_profile_is_placed_as_pardnn_place_places_it(tmp_path):
 def test_a_json_profile_is_placed_without_importing_tensorflow(tmp_path):
     path = tmp_path / "g.json"
     synth_graph(300, seed=2).to_json(str(path))
-    tools = Path(__file__).resolve().parents[1] / "tools"
-    script = (f"import sys; sys.path.insert(0, {str(tools)!r}); from bench_speed import measure_profile; "
+    script = ("import sys; from tools.bench_speed import measure_profile; "
               f"measure_profile('pardnn', {str(path)!r}, 'cpu:2', ''); print('tensorflow' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1]).stdout
     assert out.split() == ["False"]

@@ -4,7 +4,6 @@ graphs, the compiled kernel on large ones."""
 
 import copy
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,18 +18,17 @@ from pardnn.hardware import parse_devices
 from pardnn.graph.constraints import allowed_devices
 from pardnn.graph.edge_costs import mean_edge_costs
 from pardnn.hardware import Cluster, Device
-from pardnn.placers.baselines.common import graph_arrays
-from pardnn.placers.baselines.heft import _schedule as heft_schedule
-from pardnn.placers.pardnn.cut_edges import ClusterLinks, Links, _matvec, numpy_sum_plan
-from pardnn.placers.pardnn.fenwick import FenwickTree
-from pardnn.placers.pardnn.mapping import _map_in_order, _timeline, map_clusters
-from pardnn.placers.pardnn.slicing import slice_graph
-from pardnn.placers.pardnn.swapping import swap_clusters
-from pardnn.placers.pardnn.switching import _critical_path, _moved_finish, _Timing
+from pardnn.placers.common import graph_arrays
+from pardnn.placers.heft import _schedule as heft_schedule
+from pardnn.placers.step1_phases.cut_edges import ClusterLinks, Links, _matvec, numpy_sum_plan
+from pardnn.placers.step1_phases.fenwick import FenwickTree
+from pardnn.placers.step1_phases.mapping import _map_in_order, _timeline, map_clusters
+from pardnn.placers.step1_phases.slicing import slice_graph
+from pardnn.placers.step1_phases.swapping import swap_clusters
+from pardnn.placers.step1_phases.switching import _critical_path, _moved_finish, _Timing
 from pardnn.repair.rangemax import BLOCK, RangeMax
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from synth_graph import synth_graph  # noqa: E402
+from tools.synth_graph import synth_graph
 
 CASES = 50
 
@@ -302,7 +300,7 @@ def test_mapping_sums_as_numpy_does(k):
 def test_communication_costs_by_device(seed, monkeypatch):
     """The communication moves' cost table: the kernel, compiled and interpreted, and
     numpy's bincount column by column (what small graphs run), give the same doubles."""
-    from pardnn.placers.pardnn import volume
+    from pardnn.placers.step1_phases import volume
     g, rng = random_graph(seed)
     cluster = parse_devices(["cpu:3", "dgx1-v100:8", "2xdgx-h100:2", "cpu:2"][seed % 4])
     device = rng.integers(0, cluster.num_devices, g.num_nodes).astype(np.int32)
@@ -531,7 +529,7 @@ def test_a_spike_anywhere_in_the_range_stops_the_move(where):
 def test_pipeline_candidate_queues(seed):
     """The affinity pipeline candidate's device per label: the kernel, compiled and
     interpreted, as the numpy loop (what small graphs run) chooses, ties included."""
-    from pardnn.placers.pardnn.affinity import WINDOWS, _queued, _queued_by_numpy
+    from pardnn.placers.step1_phases.affinity import WINDOWS, _queued, _queued_by_numpy
     assert WINDOWS % 8 == 0 and 8 <= WINDOWS <= 128     # the kernel sums a row as numpy does only then
     rng = np.random.default_rng(seed)
     labels, k = int(rng.integers(1, 300)), int(rng.integers(1, 17))

@@ -8,7 +8,8 @@ import pardnn.tf.quiet_import  # noqa: F401  (quiet TensorFlow import first)
 import tensorflow as tf
 
 from pardnn.cli import main
-from pardnn.models import load_module, resolve_knobs
+from pardnn.models import resolve_knobs
+from pardnn_builtin_models import load_module
 from pardnn.tf.run import run_placed, train
 from pardnn.tf.session import default_session_config
 

@@ -16,20 +16,18 @@ from pardnn.hardware import parse_devices
 from pardnn.pipeline.place import place
 from pardnn.placers import registry
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from synth_graph import synth_graph  # noqa: E402
+from tools.synth_graph import synth_graph
 
 DEVICES = "2xcpu:2"                      # two hosts, so pardnn-hier has a choice too
 
 SCRIPT = """
 import json, sys
-sys.path.insert(0, sys.argv[1])
-from synth_graph import synth_graph
+from tools.synth_graph import synth_graph
 from pardnn.hardware import parse_devices
 from pardnn.pipeline.place import place
 from pardnn.placers import registry
 g = synth_graph(400, seed=5)
-cluster = parse_devices(sys.argv[2]).with_options(memory=int(sys.argv[3]), reserve=0.0)
+cluster = parse_devices(sys.argv[1]).with_options(memory=int(sys.argv[2]), reserve=0.0)
 print(json.dumps({name: place(g, cluster, name)[0].device.tolist() for name in registry.names()}))
 """
 
@@ -63,12 +61,12 @@ def test_every_algorithm_is_covered():
 
 def test_same_input_same_placement_across_hash_seeds(case):
     g, cluster = case
-    tools = str(Path(__file__).resolve().parents[1] / "tools")
+    root = Path(__file__).resolve().parents[1]
     runs = []
     for seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": seed}
-        out = subprocess.run([sys.executable, "-c", SCRIPT, tools, DEVICES, str(int(cluster.memory[0]))],
-                             env=env, capture_output=True, text=True, check=True).stdout
+        out = subprocess.run([sys.executable, "-c", SCRIPT, DEVICES, str(int(cluster.memory[0]))],
+                             env=env, capture_output=True, text=True, check=True, cwd=root).stdout
         runs.append(json.loads(out))
     assert sorted(runs[0]) == sorted(registry.names())
     for name in registry.names():

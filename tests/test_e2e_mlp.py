@@ -11,10 +11,10 @@ import pardnn.tf.quiet_import  # noqa: F401  (quiet TensorFlow import first)
 import tensorflow as tf
 
 from pardnn.cli import main
-from pardnn.models import load_module
+from pardnn_builtin_models import load_module
 from pardnn.tf import check_placement, import_placed_graph, session_config
 from pardnn.tf.run import train
-from trace_viewer import busy_us, names, read_trace, served_devices, tensorboard
+from helpers.trace_viewer import busy_us, names, read_trace, served_devices, tensorboard
 
 pytestmark = [pytest.mark.slow, pytest.mark.tf]
 tf1 = tf.compat.v1

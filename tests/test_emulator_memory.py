@@ -7,7 +7,8 @@ from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import Schedule, simulate
 from pardnn.graph import NORMAL, REFERENCE, RESIDUAL, CostGraph
 from pardnn.hardware import parse_devices
-from test_emulator_scheduler import cluster, placed_graphs
+
+from helpers.random_graphs import cluster, placed_graphs
 
 # A graph in the spirit of thesis Fig. 4.3: output sizes A1 B4 C1 D2 E2 F2 G2.
 FIG43_MEM = {"A": 1, "B": 4, "C": 1, "D": 2, "E": 2, "F": 2, "G": 2}

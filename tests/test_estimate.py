@@ -8,36 +8,23 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from pardnn.cli import main                                        # noqa: E402
-from pardnn.errors import UserError                                # noqa: E402
-from pardnn.graph import RESIDUAL                                  # noqa: E402
-from pardnn.models import Model, load_module, resolve_knobs        # noqa: E402
-from pardnn.tf import estimate                                     # noqa: E402
-from pardnn.tf.profile_loader import load_profile                           # noqa: E402
-from pardnn.tf.graphdef import graph_table, profile_files, read_graph_def   # noqa: E402
-from pardnn.tf.op_defs import from_tensorflow                              # noqa: E402
-from pardnn.tf.grappler_ops import fallback_ns, is_modelled        # noqa: E402
-from pardnn.tf.profiling import profile_model                        # noqa: E402
-from pardnn.tf.stepstats import read_step_stats                    # noqa: E402
+from pardnn.cli import main
+from pardnn.errors import UserError
+from pardnn.graph import RESIDUAL
+from pardnn.models import Model, resolve_knobs
+from pardnn_builtin_models import load_module
+from pardnn.tf import estimate
+from pardnn.tf.profile_loader import load_profile
+from pardnn.tf.graphdef import graph_table, profile_files, read_graph_def
+from pardnn.tf.op_defs import from_tensorflow
+from pardnn.tf.grappler_ops import fallback_ns, is_modelled
+from pardnn.tf.profiling import profile_model
+from pardnn.tf.stepstats import read_step_stats
+
+from helpers.tf_models import N, matmul_model
 
 pytestmark = pytest.mark.tf
 tf1 = tf.compat.v1
-N = 256
-
-
-def matmul_model():
-    """loss = sum(x @ w) with Adam; x is [None, N] and fed N rows."""
-    graph = tf.Graph()
-    with graph.as_default():
-        x = tf1.placeholder(tf.float32, [None, N], name="x")
-        w = tf1.get_variable("w", [N, N], use_resource=True)
-        loss = tf.reduce_sum(tf.matmul(x, w, name="fwd"), name="loss")
-        train = tf1.train.AdamOptimizer().minimize(loss, name="train")
-        init = tf1.global_variables_initializer()
-    feed = lambda step: {"x:0": np.ones((N, N), np.float32)}    # noqa: E731
-    return Model(graph=graph, train_op=train.name, loss=loss.name, init=init.name, feed=feed)
-
-
 def by_name(graph):
     return {name: i for i, name in enumerate(graph.names)}
 

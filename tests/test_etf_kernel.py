@@ -6,7 +6,7 @@ import pytest
 
 from pardnn.graph import RESIDUAL, CostGraph
 from pardnn.hardware import Cluster, Device
-from pardnn.placers.baselines import etf
+from pardnn.placers import etf
 
 SEEDS = range(60)
 

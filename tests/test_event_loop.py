@@ -5,9 +5,7 @@ costs) and random placements, and on 60 small random graphs with control edges,
 colocation groups and placements the memory repair made under a memory limit."""
 
 import heapq
-import sys
 from collections import deque
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,8 +13,7 @@ import pytest
 from pardnn.emulator.scheduler import plan_transfers, simulate
 from pardnn.hardware import parse_devices
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from synth_graph import synth_graph  # noqa: E402
+from tools.synth_graph import synth_graph
 
 
 def interpreted(graph, cluster, device):

@@ -12,15 +12,13 @@ import numpy as np
 from pardnn.hardware import parse_devices
 from pardnn.placers import exact
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from synth_graph import synth_graph  # noqa: E402
+from tools.synth_graph import synth_graph
 
 # TensorFlow first, then the exact model; prints whether it solved apart, and its answer.
 TF_FIRST = """
 import json, sys
 import tensorflow
-sys.path.insert(0, sys.argv[1])
-from synth_graph import synth_graph
+from tools.synth_graph import synth_graph
 from pardnn.hardware import parse_devices
 from pardnn.placers import exact
 solved = exact.solve(synth_graph(60, seed=3), parse_devices("cpu:3"))
@@ -29,8 +27,8 @@ print(json.dumps([exact._tensorflow_first(), solved.placements[0].tolist(), solv
 
 
 def test_tensorflow_first_solves_apart_with_the_same_answer():
-    tools = str(Path(__file__).resolve().parents[1] / "tools")
-    out = subprocess.run([sys.executable, "-c", TF_FIRST, tools], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", TF_FIRST], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
     apart, placement, bound = json.loads(out.stdout.strip().splitlines()[-1])
     here = exact.solve_here(synth_graph(60, seed=3), parse_devices("cpu:3"))
     assert apart is True

@@ -3,7 +3,7 @@
 import numpy as np
 from hypothesis import strategies as st
 
-from pardnn.placers.pardnn.fenwick import FenwickTree
+from pardnn.placers.step1_phases.fenwick import FenwickTree
 
 values = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False)
 

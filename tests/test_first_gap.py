@@ -1,4 +1,4 @@
-"""The move finders' first-gap query (inside pardnn.placers.pardnn.switching._moved_finish),
+"""The move finders' first-gap query (inside pardnn.placers.step1_phases.switching._moved_finish),
 compiled and interpreted, against a readable one written from its docstring, on random
 busy timelines with ties (integer times: intervals that touch, queries at an interval's
 start or end, zero lengths, deadlines on an edge), and on a hand-made one."""
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from pardnn.placers.pardnn.switching import Busy, Edges, Links, Times, _moved_finish
+from pardnn.placers.step1_phases.switching import Busy, Edges, Links, Times, _moved_finish
 
 
 def first_gap(way, start, finish):

@@ -1,9 +1,7 @@
 """ParDNN's refinement within memory (pardnn.pipeline.refine_memory): Step 1's moves again
 after the overflow repair, each batch repaired before it is judged."""
 
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,8 +15,7 @@ from pardnn.pipeline.judge import fits_surely
 from pardnn.pipeline.refine_memory import judged_by_repair
 from pardnn.io.summary import print_summary
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from synth_graph import synth_graph  # noqa: E402
+from tools.synth_graph import synth_graph
 
 UNLIMITED = 2**50
 

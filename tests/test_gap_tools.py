@@ -2,19 +2,16 @@
 tools/planned_order.py, on hand-made inputs."""
 
 import io
-import sys
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from gap_table import COLUMNS, best_candidate, render, with_best_of  # noqa: E402
-from planned_order import planned_us, with_device_order  # noqa: E402
+from tools.gap_table import COLUMNS, best_candidate, render, with_best_of
+from tools.planned_order import planned_us, with_device_order
 
-from pardnn.emulator.scheduler import simulate  # noqa: E402
-from pardnn.graph import CostGraph  # noqa: E402
-from pardnn.hardware import parse_devices  # noqa: E402
-from pardnn.io.summary import print_summary  # noqa: E402
+from pardnn.emulator.scheduler import simulate
+from pardnn.graph import CostGraph
+from pardnn.hardware import parse_devices
+from pardnn.io.summary import print_summary
 
 
 def test_the_summary_prints_the_gap_over_the_lower_bound():

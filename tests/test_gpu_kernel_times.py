@@ -5,24 +5,21 @@ and its errors (the kernels themselves run only where PyTorch and a GPU are)."""
 import csv
 import json
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-import gpu_kernel_times as gkt  # noqa: E402
-import gpu_kernels  # noqa: E402
-import gpu_ops  # noqa: E402
+import tools.gpu_kernel_times as gkt
+import tools.gpu_kernels as gpu_kernels
+import tools.gpu_ops as gpu_ops
 
-from pardnn.tf.protos import GraphDef  # noqa: E402
+from pardnn.tf.protos import GraphDef
 
 
 @pytest.mark.tf
 def test_an_estimated_profile_gives_its_matmul_with_shapes_and_cost(tmp_path):
     pytest.importorskip("tensorflow")
-    from test_estimate import N, matmul_model
+    from helpers.tf_models import N, matmul_model
     from pardnn.tf import estimate
     estimate.estimate_model(matmul_model(), estimate.gpu_target("dgx-h100"), str(tmp_path / "mm"))
     ops = gpu_ops.extract([str(tmp_path / "mm")])

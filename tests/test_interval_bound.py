@@ -1,14 +1,11 @@
 """tools/interval_bound.py: the Fernandez-Bussell lower bound on the step time."""
 
-import sys
-from pathlib import Path
 
 import pytest
 
 from pardnn.graph import CostGraph
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from interval_bound import interval_bound  # noqa: E402
+from tools.interval_bound import interval_bound
 
 
 def test_three_equal_independent_ops_on_two_devices_need_two_rounds():

@@ -1,6 +1,11 @@
 """The house rules of the source tree (docs/architecture.md): the packages form layers
 that import only downwards, no module imports itself back through a cycle, TensorFlow
-stays in pardnn/tf and the model scripts, and setup.cfg installs every package."""
+stays in pardnn/tf and the model scripts, and setup.cfg installs every package.
+
+Imports by name count as imports: in a module that imports importlib, a string constant
+naming a project module ("pardnn.commands.place", or "pardnn.placers.etf:place") is an
+edge, so the registry's placers, the CLI's commands, pardnn.tf's lazy API and the
+built-in families are held to the same layers."""
 
 import ast
 import configparser
@@ -17,7 +22,8 @@ LAYERS = [
     {"pardnn.errors"},
     {"pardnn.units", "pardnn.jsonfile", "pardnn.progress", "pardnn.compiled"},
     {"pardnn.graph", "pardnn.hardware", "pardnn.io", "pardnn.models"},
-    {"pardnn.emulator", "pardnn.repair", "pardnn.placers", "pardnn.tf", "pardnn_models"},
+    {"pardnn_builtin_models"},
+    {"pardnn.emulator", "pardnn.repair", "pardnn.placers", "pardnn.tf"},
     {"pardnn.pipeline"},
     {"pardnn.commands"},
     {"pardnn.cli"},
@@ -38,22 +44,22 @@ NEVER = {
 def module_name(path: Path) -> str:
     rel = path.relative_to(ROOT).with_suffix("")
     parts = list(rel.parts)
-    if parts[0] == "models":
-        parts[0] = "pardnn_models"
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
 def source_modules() -> dict:
-    files = sorted((ROOT / "pardnn").rglob("*.py")) + sorted((ROOT / "models").glob("*.py"))
+    files = sorted((ROOT / "pardnn").rglob("*.py")) + sorted((ROOT / "pardnn_builtin_models").glob("*.py"))
     return {module_name(f): f for f in files}
 
 
 def imports_of(path: Path, known: set) -> set:
-    """Project modules `path` imports, at any depth in the file (lazy imports count)."""
+    """Project modules `path` imports, at any depth in the file (lazy imports count),
+    and, if it imports importlib, the modules its string constants name."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -62,7 +68,20 @@ def imports_of(path: Path, known: set) -> set:
         else:
             continue
         found |= {n for n in names if n in known}
-    return found
+    return found | (named_modules(tree, known) if uses_importlib(tree) else set())
+
+
+def uses_importlib(tree) -> bool:
+    return any(isinstance(node, ast.Import) and any(a.name.startswith("importlib") for a in node.names)
+               or isinstance(node, ast.ImportFrom) and (node.module or "").startswith("importlib")
+               for node in ast.walk(tree))
+
+
+def named_modules(tree, known: set) -> set:
+    """The project modules that the string constants of `tree` name ("a.b" or "a.b:attr")."""
+    strings = {node.value.split(":")[0] for node in ast.walk(tree)
+               if isinstance(node, ast.Constant) and isinstance(node.value, str) and "." in node.value}
+    return strings & known
 
 
 def import_graph() -> nx.DiGraph:
@@ -119,8 +138,8 @@ def test_placers_the_repair_tf_and_the_judge_reach_nothing_they_must_not():
 
 
 @pytest.mark.parametrize("importer, imported", [
-    ("pardnn.placers.baselines.etf", "pardnn.repair.overflow_repair"),
-    ("pardnn.placers.pardnn.refinement", "pardnn.emulator.scheduler"),
+    ("pardnn.placers.etf", "pardnn.repair.overflow_repair"),
+    ("pardnn.placers.step1_phases.refinement", "pardnn.emulator.scheduler"),
     ("pardnn.placers.registry", "pardnn.pipeline.portfolio"),
     ("pardnn.tf.replicate", "pardnn.placers.hierarchical"),
     ("pardnn.repair.overflow_repair", "pardnn.emulator.memory"),
@@ -135,7 +154,7 @@ def test_the_rules_fail_on_a_forbidden_import(importer, imported):
 def test_tensorflow_is_imported_only_in_tf_and_models():
     offenders = []
     for name, path in source_modules().items():
-        if name.startswith(("pardnn.tf", "pardnn_models", "pardnn.models")):
+        if name.startswith(("pardnn.tf", "pardnn_builtin_models", "pardnn.models")):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
@@ -149,8 +168,8 @@ def test_setup_cfg_installs_every_package():
     cfg.read(ROOT / "setup.cfg")
     listed = set(cfg["options"]["packages"].split())
     packages = {module_name(p.parent / "__init__.py") for p in (ROOT / "pardnn").rglob("__init__.py")}
-    assert listed == packages | {"pardnn_models"}
-    assert "pardnn_models = models" in cfg["options"]["package_dir"]
+    assert listed == packages | {"pardnn_builtin_models"}
+    assert "package_dir" not in cfg["options"]      # every package sits in the folder of its name
 
 
 @pytest.mark.parametrize("layer", range(len(LAYERS)))
@@ -158,3 +177,14 @@ def test_every_layer_exists(layer):
     modules = source_modules()
     for package in LAYERS[layer]:
         assert package in modules, f"{package} is named in LAYERS but not in the tree"
+
+
+@pytest.mark.parametrize("importer, imported", [
+    ("pardnn.cli", "pardnn.commands.place"),
+    ("pardnn.placers.registry", "pardnn.placers.etf"),
+    ("pardnn.placers.registry", "pardnn.placers.step1"),
+    ("pardnn.tf", "pardnn.tf.function"),
+    ("pardnn_builtin_models", "pardnn_builtin_models.mlp"),
+])
+def test_imports_by_name_are_edges(importer, imported):
+    assert import_graph().has_edge(importer, imported)

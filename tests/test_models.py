@@ -10,10 +10,11 @@ import pardnn.tf.quiet_import  # noqa: F401  (quiet TensorFlow import first)
 import tensorflow as tf
 
 from pardnn.cli import main
-from pardnn.models import FAMILIES, load_module, resolve_knobs
+from pardnn.models import resolve_knobs
+from pardnn_builtin_models import FAMILIES, load_module
 from pardnn.models import layers as L
-from pardnn_models.char_crn import spellings
-from pardnn_models.e3d import bouncing_squares
+from pardnn_builtin_models.char_crn import spellings
+from pardnn_builtin_models.e3d import bouncing_squares
 
 pytestmark = pytest.mark.tf
 FIVE = ["word-rnn", "char-crn", "wrn", "transformer", "e3d"]

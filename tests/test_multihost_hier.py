@@ -1,9 +1,7 @@
 """Hierarchical placement (`--algorithm pardnn-hier`) on hand-made multi-host clusters."""
 
 import json
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,7 +9,7 @@ import pytest
 from pardnn.pipeline.place import place
 from pardnn.emulator.trial import emulate
 from pardnn.placers import hierarchical
-from pardnn.placers.pardnn import step1
+from pardnn.placers import step1
 from pardnn.cli import main
 from pardnn.hardware import GBps, Cluster, Device, Host, parse_devices
 from pardnn.hardware.cluster_file import compose
@@ -21,8 +19,7 @@ from pardnn.emulator.scheduler import simulate
 from pardnn.errors import UserError
 from pardnn.graph import CostGraph
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from synth_graph import synth_graph  # noqa: E402
+from tools.synth_graph import synth_graph
 
 
 def two_hosts(inter_bandwidth=25 * GBps, per_host=2):

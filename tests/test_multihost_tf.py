@@ -18,7 +18,7 @@ from pardnn.hardware import parse_devices
 from pardnn.hardware.cluster_file import compose, save
 from pardnn.errors import UserError
 from pardnn.hardware.hosts import host_cluster
-from pardnn.models import load_module
+from pardnn_builtin_models import load_module
 from pardnn.io.placement import Placement
 from pardnn.tf import check_placement, import_placed_graph, profile, session_config
 from pardnn.tf.profile_loader import load_profile

@@ -1,8 +1,6 @@
 """ParDNN Step 1 (`--algorithm pardnn`) on small hand-made graphs with known answers."""
 
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,14 +11,13 @@ from pardnn.graph.constraints import allowed_devices, violations
 from pardnn.emulator.scheduler import simulate
 from pardnn.graph import CostGraph
 from pardnn.graph.edge_costs import mean_edge_costs
-from pardnn.placers.pardnn.mapping import map_clusters
+from pardnn.placers.step1_phases.mapping import map_clusters
 from pardnn.emulator.trial import emulate
-from pardnn.placers.pardnn.step1 import partition, place
-from pardnn.placers.pardnn.slicing import slice_graph
-from pardnn.placers.pardnn.switching import unblock_moves
+from pardnn.placers.step1 import partition, place
+from pardnn.placers.step1_phases.slicing import slice_graph
+from pardnn.placers.step1_phases.switching import unblock_moves
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from synth_graph import synth_graph  # noqa: E402
+from tools.synth_graph import synth_graph
 
 
 def link(k, bandwidth=1000.0, latency=0.0):
@@ -226,7 +223,7 @@ def cost_by_device_reference(g, cluster, device, groups):
 def test_communication_costs_by_device_on_uneven_links(seed):
     """comm_moves' costs per group and device, to the bit, on links of several speeds
     (the nodes of one DGX and the link between two)."""
-    from pardnn.placers.pardnn.volume import _cost_by_device
+    from pardnn.placers.step1_phases.volume import _cost_by_device
     g = synth_graph(300, seed=seed, shape="chain" if seed % 2 else "dag")
     cluster = parse_devices(["dgx1-v100:8", "2xdgx-h100:2", "cpu:3"][seed % 3])
     rng = np.random.default_rng(seed)
@@ -242,7 +239,7 @@ def test_a_finder_that_found_nothing_is_asked_again_only_after_a_batch_is_kept(m
     (it is the same placement), and the first is asked again once (it is not)."""
     from types import SimpleNamespace
 
-    from pardnn.placers.pardnn import refinement
+    from pardnn.placers.step1_phases import refinement
     g = build({"a": 1.0, "b": 1.0, "c": 1.0}, [("a", "b", 1), ("b", "c", 1)])
     asked = []
 

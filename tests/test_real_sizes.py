@@ -10,7 +10,8 @@ import textwrap
 import pytest
 
 from pardnn.cli import main
-from pardnn.models import load_module, resolve_knobs
+from pardnn.models import resolve_knobs
+from pardnn_builtin_models import load_module
 
 # Knobs that set a family's node count (layers, unrolled steps, blocks): `real` keeps
 # the `thesis` values of these and changes only tensor dimensions and batch.
@@ -53,7 +54,7 @@ def test_estimating_real_word_rnn_never_allocates_its_parameters(tmp_path):
     code = textwrap.dedent(f"""
         import resource, sys
         from pardnn.cli import main
-        import pardnn.tf.quiet_import, pardnn.tf.estimate, pardnn_models.word_rnn
+        import pardnn.tf.quiet_import, pardnn.tf.estimate, pardnn_builtin_models.word_rnn
         code = main(["profile", "word-rnn", "--size", "real", "--estimate", "dgx-h100",
                      "-o", {str(tmp_path / "prof")!r}]) if sys.argv[1] == "build" else 0
         print(code, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)

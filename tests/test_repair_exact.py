@@ -5,18 +5,15 @@ found by trying them all — the repair from everything on device 0, and `--algo
 pardnn`, must fit too. tools/bench_exact_fit.py runs the same check on 1,000 cases for
 every placer."""
 
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from bench_exact_fit import cluster, highest_peak, random_case, tightest  # noqa: E402
+from tools.bench_exact_fit import cluster, highest_peak, random_case, tightest
 
-from pardnn.graph.constraints import violations  # noqa: E402
-from pardnn.pipeline import place as placer  # noqa: E402
-from pardnn.pipeline.judge import judge  # noqa: E402
+from pardnn.graph.constraints import violations
+from pardnn.pipeline import place as placer
+from pardnn.pipeline.judge import judge
 
 # cases of tools/bench_exact_fit.py (seed 0) where `--algorithm pardnn` gave up before
 # the complete search (at 336f740: 58, 379 and 472 at exact capacity; the others at the

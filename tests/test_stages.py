@@ -1,11 +1,9 @@
-"""The stage candidate (pardnn.placers.pardnn.stages) and ParDNN's portfolio of candidates
+"""The stage candidate (pardnn.placers.stages) and ParDNN's portfolio of candidates
 (pardnn.pipeline.portfolio), on hand-made training chains whose answer is known."""
 
 import itertools
 import math
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,12 +15,11 @@ from pardnn.graph import CostGraph
 from pardnn.hardware import parse_devices
 from pardnn.pipeline import place as placer, portfolio, workers
 from pardnn.placers import exact, registry
-from pardnn.placers.pardnn import stages, step1
-from pardnn.placers.pardnn.stages import _cheapest_cuts, fold_positions
+from pardnn.placers import stages, step1
+from pardnn.placers.stages import _cheapest_cuts, fold_positions
 from pardnn.placers.registry import names
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from synth_graph import synth_graph  # noqa: E402
+from tools.synth_graph import synth_graph
 
 MB = 1_000_000
 
@@ -254,7 +251,7 @@ def test_pardnn_fits_wherever_a_repaired_single_device_placement_fits():
 
 
 def test_range_argmin_matches_brute_force_and_empty_ranges_give_minus_one():
-    from pardnn.placers.pardnn.stages import _range_argmin
+    from pardnn.placers.stages import _range_argmin
     rng = np.random.default_rng(0)
     for _ in range(200):
         n = int(rng.integers(1, 12))

@@ -1,8 +1,6 @@
-"""Cluster swapping (pardnn.placers.pardnn.swapping): its loop decides as Eq. 4.2 costed
+"""Cluster swapping (pardnn.placers.step1_phases.swapping): its loop decides as Eq. 4.2 costed
 with the mapping's own FenwickTree and ClusterLinks would, to the bit."""
 
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,13 +8,12 @@ import pytest
 from pardnn.graph.constraints import allowed_devices
 from pardnn.graph.edge_costs import mean_edge_costs
 from pardnn.hardware import parse_devices
-from pardnn.placers.pardnn.mapping import map_clusters
-from pardnn.placers.pardnn.slicing import slice_graph
-from pardnn.placers.pardnn.cut_edges import ADD, ZERO, numpy_sum_plan
-from pardnn.placers.pardnn.swapping import SCAN, _unbalanced, swap_clusters
+from pardnn.placers.step1_phases.mapping import map_clusters
+from pardnn.placers.step1_phases.slicing import slice_graph
+from pardnn.placers.step1_phases.cut_edges import ADD, ZERO, numpy_sum_plan
+from pardnn.placers.step1_phases.swapping import SCAN, _unbalanced, swap_clusters
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from synth_graph import synth_graph  # noqa: E402
+from tools.synth_graph import synth_graph
 
 
 def test_sum_plan_adds_in_numpys_order():

@@ -19,7 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 @pytest.mark.slow
 def test_keras_step_placed_on_four_logical_cpus(tmp_path):
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "keras_step_script.py"), str(tmp_path)],
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "helpers", "keras_step_script.py"), str(tmp_path)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -75,7 +75,7 @@ def test_keyword_arguments_are_fed_in_signature_order(tmp_path):
                      out_dir=str(tmp_path / "q"))
 
     @tf.function
-    def with_default(x, y=tf.ones([3, 2])):                           # a tensor default is an input too
+    def with_default(x, y=tf.ones([3, 2])):  # noqa: B008              # a tensor default is an input too
         return tf.reduce_sum(tf.matmul(x, w) - y)
     profile_function(with_default, (x,), steps=1, out_dir=str(tmp_path / "r"))
 

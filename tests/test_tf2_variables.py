@@ -22,7 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 @pytest.fixture(scope="module")
 def flow(tmp_path_factory):
     root = tmp_path_factory.mktemp("keras_placed")
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "keras_placed_script.py"), str(root)],
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "helpers", "keras_placed_script.py"), str(root)],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])

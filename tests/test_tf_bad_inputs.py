@@ -11,7 +11,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
 from pardnn.cli import main
-from pardnn.models import load_module
+from pardnn_builtin_models import load_module
 from pardnn.tf import profile_model
 
 pytestmark = pytest.mark.tf

@@ -7,7 +7,7 @@ import pardnn.tf.quiet_import  # noqa: F401  (quiet TensorFlow import first)
 import tensorflow as tf
 
 from pardnn.graph import NORMAL, REFERENCE, RESIDUAL, CostGraph
-from pardnn.models import load_module
+from pardnn_builtin_models import load_module
 from pardnn.tf import load_profile, profile, profile_model, session_config
 from pardnn.tf import op_defs
 from pardnn.tf.profile_loader import cpu_pins, node_kinds

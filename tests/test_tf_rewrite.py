@@ -6,7 +6,7 @@ import pytest
 import pardnn.tf.quiet_import  # noqa: F401  (quiet TensorFlow import first)
 import tensorflow as tf
 
-from pardnn.placers.baselines.round_robin import place as round_robin
+from pardnn.placers.round_robin import place as round_robin
 from pardnn.hardware import parse_devices
 from pardnn.graph import CostGraph
 from pardnn.io.placement import Placement

@@ -8,7 +8,7 @@ import pytest
 
 import pardnn.tf.quiet_import  # noqa: F401  (quiet TensorFlow import first)
 from pardnn.cli import main
-from pardnn.models import load_module
+from pardnn_builtin_models import load_module
 
 pytestmark = pytest.mark.tf
 

@@ -11,7 +11,7 @@ from tensorflow.core.protobuf import config_pb2
 
 from pardnn.io.trace_events import write_trace
 from pardnn.tf.step_trace import measured_step
-from trace_viewer import busy_us, names, read_trace
+from helpers.trace_viewer import busy_us, names, read_trace
 
 pytestmark = pytest.mark.tf
 DEV = "/job:localhost/replica:0/task:0/device:"

@@ -15,7 +15,7 @@ from pardnn.emulator.scheduler import simulate
 from pardnn.graph import NORMAL, CostGraph
 from pardnn.hardware import parse_devices
 from pardnn.io.tensorboard_graph import write_record
-from trace_viewer import busy_us, names, read_trace, served_devices, tensorboard
+from helpers.trace_viewer import busy_us, names, read_trace, served_devices, tensorboard
 
 
 def graph(nodes, edges, nbytes=100):

@@ -1,6 +1,6 @@
 """How fast the emulator judges a placement (issue #3 target: 200k nodes, 16 devices, < 2 s).
 
-    python tools/bench_emulator.py [--nodes 200000] [--devices dgx2] [--repeat 3]
+    python -m tools.bench_emulator [--nodes 200000] [--devices dgx2] [--repeat 3]
 
 Builds a synthetic training-like graph (tools/synth_graph.py), places it round-robin
 (the placement with the most cross-device traffic, so the worst case for the
@@ -9,20 +9,18 @@ scheduler emulation, the memory tracking, and both together.
 """
 
 import argparse
-import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from synth_graph import synth_graph  # noqa: E402
+from tools.synth_graph import synth_graph
 
-from pardnn.pipeline.portfolio import build  # noqa: E402
-from pardnn.placers import registry as algorithms  # noqa: E402
-from pardnn.hardware import parse_devices  # noqa: E402
-from pardnn.emulator.memory import track_memory  # noqa: E402
-from pardnn.emulator.scheduler import simulate  # noqa: E402
-from commit_line import print_commit  # noqa: E402
+from pardnn.pipeline.portfolio import build
+from pardnn.placers import registry as algorithms
+from pardnn.hardware import parse_devices
+from pardnn.emulator.memory import track_memory
+from pardnn.emulator.scheduler import simulate
+from tools.commit_line import print_commit
 
 
 def best_of(repeat, func):
@@ -48,8 +46,8 @@ def main(argv=None):
     print(f"{'placement':<12} {'simulate s':>11} {'memory s':>9} {'total s':>8} {'makespan ms':>12}")
     for name in ("round-robin", "pardnn"):
         device = build(graph, cluster, algorithms.candidates(name)[0], {})
-        t_sim, schedule = best_of(args.repeat, lambda: simulate(graph, cluster, device))
-        t_mem, _ = best_of(args.repeat, lambda: track_memory(graph, cluster, device, schedule))
+        t_sim, schedule = best_of(args.repeat, lambda device=device: simulate(graph, cluster, device))
+        t_mem, _ = best_of(args.repeat, lambda device=device, schedule=schedule: track_memory(graph, cluster, device, schedule))
         print(f"{name:<12} {t_sim:>11.3f} {t_mem:>9.3f} {t_sim + t_mem:>8.3f} {schedule.makespan / 1e3:>12.1f}")
     return 0
 

@@ -1,7 +1,7 @@
 """Benchmark of the memory repair at exact capacity (issue 28): does every placer, with
 the repair, fit a small graph whenever some placement fits?
 
-    python tools/bench_exact_fit.py [--cases 1000] [--seed 0] [--algorithms pardnn,etf] [--csv FILE]
+    python -m tools.bench_exact_fit [--cases 1000] [--seed 0] [--algorithms pardnn,etf] [--csv FILE]
 
 Each case is a random graph of 3-12 nodes on 2 or 3 devices (cpu:K, 1 us + bytes /
 (1 MB/us) links, no reserve), with random colocation groups and resident state. The
@@ -20,23 +20,20 @@ from __future__ import annotations
 import argparse
 import csv
 import itertools
-import os
 import sys
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pardnn.emulator.memory import track_memory  # noqa: E402
-from pardnn.emulator.scheduler import simulate  # noqa: E402
-from pardnn.errors import UserError  # noqa: E402
-from pardnn.graph import CostGraph  # noqa: E402
-from pardnn.hardware import parse_devices  # noqa: E402
-from pardnn.pipeline import place as placer  # noqa: E402
-from pardnn.placers import registry  # noqa: E402
-from commit_line import csv_comment, print_commit  # noqa: E402
+from pardnn.emulator.memory import track_memory
+from pardnn.emulator.scheduler import simulate
+from pardnn.errors import UserError
+from pardnn.graph import CostGraph
+from pardnn.hardware import parse_devices
+from pardnn.pipeline import place as placer
+from pardnn.placers import registry
+from tools.commit_line import csv_comment, print_commit
 
 
 def cluster(k, capacity):

@@ -1,6 +1,6 @@
 """Where kernels should switch from interpreted to compiled (pardnn.compiled.INTERPRETED_BELOW).
 
-    python tools/bench_kernel_threshold.py [--sizes 250,500,1000,2000,4000] [--k 4] [--repeat 3]
+    python -m tools.bench_kernel_threshold [--sizes 250,500,1000,2000,4000] [--k 4] [--repeat 3]
 
 For each size, a synthetic training-like graph (tools/synth_graph.py, seed 0) is
 written as a cost graph JSON and placed by `pardnn place --algorithm pardnn` in fresh
@@ -19,11 +19,10 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
 
-from commit_line import print_commit  # noqa: E402
+from tools.commit_line import print_commit
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 # Runs `pardnn place` with the size rule forced one way; argv: mode, graph, K, out dir.
 RUN = """
@@ -50,7 +49,7 @@ def main(argv=None) -> int:
     p.add_argument("--k", type=int, default=4)
     p.add_argument("--repeat", type=int, default=3)
     args = p.parse_args(argv)
-    from synth_graph import synth_graph
+    from tools.synth_graph import synth_graph
     print_commit()
     print(f"pardnn place on cpu:{args.k}, best of {args.repeat} fresh processes; seconds of wall time")
     print(f"{'nodes':>7} {'interpreted':>12} {'compiled':>9}  same placement")

@@ -7,24 +7,22 @@ ReadVariableOp, MatMul, BiasAdd, Relu, the backward MatMuls and a
 ResourceApplyAdam, plus control edges to a final `train` NoOp. Every node is timed
 in every step, with measured output sizes.
 
-    python tools/bench_load_profile.py --nodes 200000 --steps 5
+    python -m tools.bench_load_profile --nodes 200000 --steps 5
 prints the generation time, the size of the files and the load time by stage.
 """
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-import pardnn.tf.quiet_import  # noqa: E402,F401  (quiet TensorFlow import first)
-from tensorflow.core.framework import graph_pb2, tensor_shape_pb2, types_pb2  # noqa: E402
-from tensorflow.core.protobuf import config_pb2  # noqa: E402
+import pardnn.tf.quiet_import  # noqa: F401  (quiet TensorFlow import first)
+from tensorflow.core.framework import graph_pb2, tensor_shape_pb2, types_pb2
+from tensorflow.core.protobuf import config_pb2
 
-from pardnn.tf import load_profile  # noqa: E402
-from commit_line import print_commit  # noqa: E402
+from pardnn.tf import load_profile
+from tools.commit_line import print_commit
 
 WIDTH, BATCH = 64, 32
 NODES_PER_BLOCK = 12

@@ -1,10 +1,10 @@
 """Benchmark of placement when the model does not fit one device (issue #14).
 
-    python tools/bench_memory.py quality [--profiles DIR] [--families mlp,e3d] [--synth chain:3000:1,...]
+    python -m tools.bench_memory quality [--profiles DIR] [--families mlp,e3d] [--synth chain:3000:1,...]
                                          [--ks 2,4,8,16] [--fractions 0.6,0.3,tight] [--csv F]
-    python tools/bench_memory.py speed [--nodes 200000] [--k 16] [--fraction 0.3]
-    python tools/bench_memory.py step1-memory [--profiles DIR] [--families e3d:8,wrn:4]
-    python tools/bench_memory.py table docs/benchmarks_memory.csv
+    python -m tools.bench_memory speed [--nodes 200000] [--k 16] [--fraction 0.3]
+    python -m tools.bench_memory step1-memory [--profiles DIR] [--families e3d:8,wrn:4]
+    python -m tools.bench_memory table docs/benchmarks_memory.csv
 
 quality: for each graph (built-in families profiled once into --profiles with default
 knobs, as tools/bench_repair.py does; synthetic graphs `SHAPE:NODES:SEED` from
@@ -38,17 +38,15 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench_repair import profile_dir, single_peak  # noqa: E402
-from synth_graph import synth_graph  # noqa: E402
+from tools.bench_repair import profile_dir, single_peak
+from tools.synth_graph import synth_graph
 
-from pardnn.errors import UserError  # noqa: E402
-from pardnn.hardware import parse_devices  # noqa: E402
-from pardnn.pipeline import place as placer  # noqa: E402
-from pardnn.placers.registry import names  # noqa: E402
-from commit_line import csv_comment, print_commit  # noqa: E402
+from pardnn.errors import UserError
+from pardnn.hardware import parse_devices
+from pardnn.pipeline import place as placer
+from pardnn.placers.registry import names
+from tools.commit_line import csv_comment, print_commit
 
 OTHERS = [n for n in names() if n not in ("pardnn", "pardnn-hier")]
 
@@ -241,7 +239,7 @@ def run_step1_memory(args):
     from pardnn.graph.node_memory import resident_bytes
     from pardnn.pipeline.load import load_cost_graph
     from pardnn.emulator.trial import emulate
-    from pardnn.placers.pardnn import step1
+    from pardnn.placers import step1
     for spec in args.families:
         family, k = spec.split(":")
         graph = load_cost_graph(profile_dir(args.profiles, family, "default"))[0]

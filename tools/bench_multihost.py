@@ -1,8 +1,8 @@
 """Multi-host placement on synthetic training graphs: flat ParDNN against the
 hierarchical placer, and the cost of the `--replicas` step-time estimate.
 
-    python tools/bench_multihost.py --nodes 20000 --devices 2xdgx-h100:4,4xdgx-h100:2
-    python tools/bench_multihost.py --nodes 200000 --devices 2xdgx-h100 --replicas 2
+    python -m tools.bench_multihost --nodes 20000 --devices 2xdgx-h100:4,4xdgx-h100:2
+    python -m tools.bench_multihost --nodes 200000 --devices 2xdgx-h100 --replicas 2
 
 Prints, per cluster: emulated makespan, bytes crossing hosts and placement seconds of
 `pardnn` and `pardnn-hier`; then the seconds `replicas.estimate` takes for R replicas
@@ -10,19 +10,16 @@ of the per-replica placement (building the replicated cost graph and emulating i
 """
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from synth_graph import synth_graph  # noqa: E402
+from tools.synth_graph import synth_graph
 
 from pardnn.pipeline import place as placer
-from pardnn.pipeline import replicas  # noqa: E402
-from pardnn.hardware import parse_devices  # noqa: E402
-from pardnn.hardware.hosts import host_cluster  # noqa: E402
-from pardnn.units import format_size, format_time  # noqa: E402
-from commit_line import print_commit  # noqa: E402
+from pardnn.pipeline import replicas
+from pardnn.hardware import parse_devices
+from pardnn.hardware.hosts import host_cluster
+from pardnn.units import format_size, format_time
+from tools.commit_line import print_commit
 
 
 def cross_host_bytes(graph, cluster, device) -> int:

@@ -1,8 +1,8 @@
 """Placement quality of every algorithm on every built-in family (issues #7, #15); writes Markdown and CSV.
 
-    python tools/bench_quality.py [--work DIR] [--families mlp,wrn] [--size tiny] [--synth 20000]
+    python -m tools.bench_quality [--work DIR] [--families mlp,wrn] [--size tiny] [--synth 20000]
                                   [--k 2,4,8,16] [--algorithms a,b] [--fraction 0.6] [-o docs/bench]
-    python tools/bench_quality.py --estimate dgx1-v100,dgx2,dgx-h100,2xdgx-h100 --size real \
+    python -m tools.bench_quality --estimate dgx1-v100,dgx2,dgx-h100,2xdgx-h100 --size real \
                                   [--memory unlimited,real] [--k 2,4,8,16] [--conv-efficiency 0.34] ...
 
 Graphs: each family profiled once with `pardnn profile FAMILY --size SIZE --devices cpu:1`
@@ -37,21 +37,20 @@ import re
 import subprocess
 import sys
 
+
+from tools.bench_repair import UNLIMITED, profile_dir, single_peak, sized_cluster
+
+from pardnn.pipeline import place as placer
+from pardnn.placers import registry as algorithms
+from pardnn.hardware import parse_devices
+from pardnn.hardware.gpu_specs import MIN_CONV_EFFICIENCY, check_conv_efficiency
+from pardnn.errors import UserError
+from pardnn.graph.edge_costs import mean_edge_costs
+from pardnn.graph.levels import critical_path_us
+from pardnn_builtin_models import FAMILIES
+from tools.commit_line import csv_comment, print_commit
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
-
-from bench_repair import UNLIMITED, profile_dir, single_peak, sized_cluster  # noqa: E402
-
-from pardnn.pipeline import place as placer  # noqa: E402
-from pardnn.placers import registry as algorithms  # noqa: E402
-from pardnn.hardware import parse_devices  # noqa: E402
-from pardnn.hardware.gpu_specs import MIN_CONV_EFFICIENCY, check_conv_efficiency  # noqa: E402
-from pardnn.errors import UserError  # noqa: E402
-from pardnn.graph.edge_costs import mean_edge_costs  # noqa: E402
-from pardnn.graph.levels import critical_path_us  # noqa: E402
-from pardnn.models import FAMILIES  # noqa: E402
-from commit_line import csv_comment, print_commit  # noqa: E402
 
 COLUMNS = ["graph", "nodes", "preset", "k", "memory", "algorithm", "makespan_us", "speedup", "feasible",
            "comm_bytes", "placement_seconds", "lower_bound_us", "error"]
@@ -59,7 +58,7 @@ COLUMNS = ["graph", "nodes", "preset", "k", "memory", "algorithm", "makespan_us"
 
 def graphs(args):
     """(name, CostGraph) for every family profile and the synthetic graph."""
-    from synth_graph import synth_graph
+    from tools.synth_graph import synth_graph
 
     from pardnn.pipeline.load import load_cost_graph
     for family in args.families:

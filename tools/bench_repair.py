@@ -1,9 +1,9 @@
 """Benchmark of the overflow repair (issue #5, thesis §4.1.2): quality, speed, and the
 emulated peaks against TensorFlow's own estimate.
 
-    python tools/bench_repair.py quality [--profiles DIR] [--families mlp,wrn] [--size tiny] [--algorithms a,b]
-    python tools/bench_repair.py speed [--nodes 200000] [--devices 2] [--fraction 0.7]
-    python tools/bench_repair.py grappler [--family word-rnn] [--size tiny] [--devices 4]
+    python -m tools.bench_repair quality [--profiles DIR] [--families mlp,wrn] [--size tiny] [--algorithms a,b]
+    python -m tools.bench_repair speed [--nodes 200000] [--devices 2] [--fraction 0.7]
+    python -m tools.bench_repair grappler [--family word-rnn] [--size tiny] [--devices 4]
 
 quality: for each built-in family (profiled once with `pardnn profile FAMILY [--size SIZE]`
 into --profiles, reused when already there; default knobs unless --size) and a 20k-node synthetic graph
@@ -44,16 +44,14 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pardnn.pipeline import place as placer  # noqa: E402
-from pardnn.hardware import parse_devices  # noqa: E402
-from pardnn.emulator import evaluate  # noqa: E402
-from pardnn.pipeline.judge import judge  # noqa: E402
-from pardnn.repair.overflow_repair import least_memory  # noqa: E402
-from pardnn.units import format_size  # noqa: E402
-from commit_line import print_commit  # noqa: E402
+from pardnn.pipeline import place as placer
+from pardnn.hardware import parse_devices
+from pardnn.emulator import evaluate
+from pardnn.pipeline.judge import judge
+from pardnn.repair.overflow_repair import least_memory
+from pardnn.units import format_size
+from tools.commit_line import print_commit
 
 FAMILIES = ["mlp", "word-rnn", "char-crn", "wrn", "transformer", "e3d"]
 SETTINGS = [(4, 0.6), (8, 0.3)]
@@ -116,7 +114,7 @@ def profile_dir(root, family, size):
 
 def run_quality(args):
     from pardnn.pipeline.load import load_cost_graph
-    from synth_graph import synth_graph
+    from tools.synth_graph import synth_graph
     graphs = [(f, load_cost_graph(profile_dir(args.profiles, f, args.size))[0]) for f in args.families]
     graphs.append(("synth-20k", synth_graph(20_000, seed=0)))
     for name, graph in graphs:
@@ -126,7 +124,7 @@ def run_quality(args):
 
 
 def run_speed(args):
-    from synth_graph import synth_graph
+    from tools.synth_graph import synth_graph
     t0 = time.perf_counter()
     graph = synth_graph(args.nodes, seed=0)
     start = np.zeros(graph.num_nodes, np.int32)

@@ -1,7 +1,7 @@
 """Placement time against graph size, per algorithm (issues #7, #15); prints measured numbers.
 
-    python tools/bench_speed.py [--sizes 10000,50000,100000,200000] [--algorithms a,b] [--k 8] [--limit 120] [-o OUT]
-    python tools/bench_speed.py --profile DIR --devices dgx-h100:8 [--memory 8GiB] [--algorithms pardnn,etf]
+    python -m tools.bench_speed [--sizes 10000,50000,100000,200000] [--algorithms a,b] [--k 8] [--limit 120] [-o OUT]
+    python -m tools.bench_speed --profile DIR --devices dgx-h100:8 [--memory 8GiB] [--algorithms pardnn,etf]
 
 With --profile, a real profile directory (or cost graph JSON) is placed instead, as
 `pardnn place PROFILE --devices ... [--memory ...]` places it: the load time, the
@@ -28,13 +28,12 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
 
-from pardnn.pipeline.portfolio import build  # noqa: E402
-from pardnn.placers import registry as algorithms  # noqa: E402
-from commit_line import csv_comment, print_commit  # noqa: E402
+from pardnn.pipeline.portfolio import build
+from pardnn.placers import registry as algorithms
+from tools.commit_line import csv_comment, print_commit
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 UNLIMITED = 2**50
 BUILD_ALLOWANCE_S = 60      # building a 200k-node synthetic graph takes a few seconds
@@ -42,7 +41,7 @@ BUILD_ALLOWANCE_S = 60      # building a 200k-node synthetic graph takes a few s
 
 def measure(algorithm: str, nodes: int, k: int) -> dict:
     """Build the graph, run the placer and the repair once; their wall times."""
-    from synth_graph import synth_graph
+    from tools.synth_graph import synth_graph
 
     from pardnn.hardware import parse_devices
     from pardnn.pipeline.judge import judge

@@ -1,7 +1,7 @@
 """Quality and speed of ParDNN Step 1 (`--algorithm pardnn`, issue #4); prints measured numbers.
 
-    python tools/bench_step1.py quality [--profile DIR ...] [--synth NODES ...] [--devices dgx2] [--k 2,4,8,16] [--interval-bound]
-    python tools/bench_step1.py speed [--nodes 200000] [--k 16] [--repeat 3]
+    python -m tools.bench_step1 quality [--profile DIR ...] [--synth NODES ...] [--devices dgx2] [--k 2,4,8,16] [--interval-bound]
+    python -m tools.bench_step1 speed [--nodes 200000] [--k 16] [--repeat 3]
 
 quality: for every graph (profile dirs or cost graph JSON files, e.g. written by
 `pardnn profile FAMILY --estimate dgx2 -o DIR`, and synthetic training-like graphs
@@ -30,19 +30,17 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from interval_bound import interval_bound  # noqa: E402
-from synth_graph import synth_graph  # noqa: E402
+from tools.interval_bound import interval_bound
+from tools.synth_graph import synth_graph
 
-from pardnn.placers.baselines.round_robin import place as round_robin  # noqa: E402
-from pardnn.hardware import parse_devices  # noqa: E402
-from pardnn.emulator.scheduler import simulate  # noqa: E402
-from pardnn.graph.levels import critical_path_us  # noqa: E402
-from pardnn.emulator.trial import emulate  # noqa: E402
-from pardnn.placers.pardnn.step1 import partition  # noqa: E402
-from commit_line import print_commit  # noqa: E402
+from pardnn.placers.round_robin import place as round_robin
+from pardnn.hardware import parse_devices
+from pardnn.emulator.scheduler import simulate
+from pardnn.graph.levels import critical_path_us
+from pardnn.emulator.trial import emulate
+from pardnn.placers.step1 import partition
+from tools.commit_line import print_commit
 
 
 def graphs(args):

@@ -1,7 +1,7 @@
 """Hand-written ordered structures against sortedcontainers / heapq: speed and identical
 results (docs/architecture.md, "Data structures").
 
-    python tools/bench_structures.py [--sizes C,C,...]
+    python -m tools.bench_structures [--sizes C,C,...]
 
 The two-heap greedy min-knapsack of the repair (pardnn.repair.knapsack), popped until a
 large overflow is covered, for C candidates; three versions: a numpy scan per pop,
@@ -11,15 +11,13 @@ heapq, and sortedcontainers.SortedList.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
 import numpy as np
 from sortedcontainers import SortedList
-from commit_line import print_commit  # noqa: E402
+from tools.commit_line import print_commit
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 class ScanHeaps:

@@ -1,6 +1,6 @@
 """What the step views add to `pardnn place` on a large graph (docs/views.md).
 
-    python tools/bench_views.py [--nodes 200000] [--devices cpu:8] [--placer etf] [--repeat 1]
+    python -m tools.bench_views [--nodes 200000] [--devices cpu:8] [--placer etf] [--repeat 1]
 
 Builds a synthetic training-like graph (tools/synth_graph.py), places it with one
 placer, and prints the best-of-N wall time of each part of writing trace.json and
@@ -14,20 +14,19 @@ import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_emulator import best_of  # noqa: E402
-from synth_graph import synth_graph  # noqa: E402
+from tools.bench_emulator import best_of
+from tools.synth_graph import synth_graph
 
-from pardnn.emulator.critical_path import critical_path  # noqa: E402
-from pardnn.emulator.memory import track_memory  # noqa: E402
-from pardnn.emulator.scheduler import simulate  # noqa: E402
-from pardnn.hardware import parse_devices  # noqa: E402
-from pardnn.io.tensorboard_graph import EVENT_FILE, graph_def_bytes, write_graph_logdir  # noqa: E402
+from pardnn.emulator.critical_path import critical_path
+from pardnn.emulator.memory import track_memory
+from pardnn.emulator.scheduler import simulate
+from pardnn.hardware import parse_devices
+from pardnn.io.tensorboard_graph import EVENT_FILE, graph_def_bytes, write_graph_logdir
 from pardnn.emulator.trace import emulated_step
-from pardnn.io.trace_events import write_trace  # noqa: E402
-from pardnn.placers import registry as algorithms  # noqa: E402
-from commit_line import print_commit  # noqa: E402
+from pardnn.io.trace_events import write_trace
+from pardnn.placers import registry as algorithms
+from tools.commit_line import print_commit
 
 
 def main(argv=None):

@@ -1,7 +1,7 @@
 """Issue 26's goals as a user meets them: `pardnn place` wall time and peak RSS, against
 `pardnn place --algorithm etf` on the same graph in the same run; prints measured numbers.
 
-    python tools/bench_wall.py --graph /tmp/g200k.json --devices cpu:16 --bandwidth 12GB/s \
+    python -m tools.bench_wall --graph /tmp/g200k.json --devices cpu:16 --bandwidth 12GB/s \
         --latency 25us --memory 1PiB,0.3x [--repeat 2] [-o docs/bench-wall]
 
 Each row is one graph, device set and memory: the median wall seconds of `pardnn place`
@@ -26,11 +26,10 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
 
-from commit_line import csv_comment, print_commit  # noqa: E402
+from tools.commit_line import csv_comment, print_commit
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 COLUMNS = ["graph", "nodes", "devices", "memory", "algorithm", "run", "wall_s", "peak_rss_mb",
            "placement_s", "makespan_us", "winner"]

@@ -1,8 +1,8 @@
 """Build every named config of the built-in model families; print nodes, edges, build time.
 
-    python tools/build_models.py                      # every family, every size
-    python tools/build_models.py wrn --sizes thesis   # one family, one size
-    python tools/build_models.py --markdown           # the table for README / docs/models.md
+    python -m tools.build_models                      # every family, every size
+    python -m tools.build_models wrn --sizes thesis   # one family, one size
+    python -m tools.build_models --markdown           # the table for README / docs/models.md
 
 Nodes are the NodeDefs of the full training graph (forward, loss, gradients,
 optimizer, initialisers); edges are all node inputs, data and control. Build time
@@ -14,16 +14,15 @@ the family gives the thesis' node count for a size (THESIS_NODES, thesis Table
 
 import argparse
 import gc
-import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-import pardnn.tf.quiet_import  # noqa: E402,F401  (quiet TensorFlow import first)
+import pardnn.tf.quiet_import  # noqa: F401  (quiet TensorFlow import first)
 
-from pardnn.models import FAMILIES, load_module, resolve_knobs  # noqa: E402
-from commit_line import print_commit  # noqa: E402
+from pardnn.models import resolve_knobs
+from pardnn_builtin_models import FAMILIES, load_module
+from tools.commit_line import print_commit
 
 
 _PLAIN = "{:<12} {:<9} {:>8} {:>8} {:>8} {:>6} {:>12} {:>11}"

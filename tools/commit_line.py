@@ -31,7 +31,9 @@ def print_commit() -> None:
 
 
 def csv_comment() -> str:
-    """The first line of a benchmark's CSV: `# commit abc1234: python tools/x.py ARGS`,
+    """The first line of a benchmark's CSV: `# commit abc1234: python -m tools.x ARGS`,
     the commit and the command that made it."""
-    argv = [os.path.relpath(os.path.abspath(sys.argv[0]), ROOT), *sys.argv[1:]]
+    script = os.path.relpath(os.path.abspath(sys.argv[0]), ROOT)
+    name = os.path.splitext(script)[0].replace(os.sep, ".")
+    argv = ["-m", name, *sys.argv[1:]] if name.startswith("tools.") else [script, *sys.argv[1:]]
     return f"# {commit_line()}: python {' '.join(shlex.quote(a) for a in argv)}\n"

@@ -5,25 +5,24 @@ both, and print the total compute time, how many nodes were untimed and how many
 a share of a fused kernel's time, the median per-op ratio on over off (ops timed in
 both), and the emulated makespan of a `pardnn` placement on cpu:4 of each profile.
 
-    python tools/compare_rewrites.py [--size tiny] [--steps 3] [--families mlp,wrn]
+    python -m tools.compare_rewrites [--size tiny] [--steps 3] [--families mlp,wrn]
 """
 
 import argparse
 import os
-import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import pardnn.tf.quiet_import  # noqa: E402,F401  (quiet TensorFlow import first)
-from pardnn.hardware import parse_devices  # noqa: E402
-from pardnn.models import load_module, resolve_knobs  # noqa: E402
-from pardnn.pipeline.place import place  # noqa: E402
-from pardnn.tf import load_profile  # noqa: E402
-from pardnn.tf.profiling import profile_model  # noqa: E402
-from commit_line import print_commit  # noqa: E402
+import pardnn.tf.quiet_import  # noqa: F401  (quiet TensorFlow import first)
+from pardnn.hardware import parse_devices
+from pardnn.models import resolve_knobs
+from pardnn_builtin_models import load_module
+from pardnn.pipeline.place import place
+from pardnn.tf import load_profile
+from pardnn.tf.profiling import profile_model
+from tools.commit_line import print_commit
 
 FAMILIES = "mlp,word-rnn,char-crn,wrn,transformer,e3d"
 

@@ -1,6 +1,6 @@
 """How close the emulator comes to the real thing (issue #3, item 5).
 
-    python tools/emulator_accuracy.py [--families mlp,word-rnn] [--size small] [--devices 4]
+    python -m tools.emulator_accuracy [--families mlp,word-rnn] [--size small] [--devices 4]
                                       [--steps 5] [--work /tmp/pardnn-accuracy]
 
 For each family: profile on cpu:1 (`pardnn profile`), place on cpu:K (`pardnn place`,
@@ -18,17 +18,16 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import pardnn.tf.quiet_import  # noqa: E402,F401  (quiet TensorFlow import first)
-import tensorflow as tf  # noqa: E402
+import pardnn.tf.quiet_import
+import tensorflow as tf
 
-from bench_repair import grappler_peaks  # noqa: E402
-from pardnn.cli import main as pardnn  # noqa: E402
-from pardnn.models import load_module  # noqa: E402
-from pardnn.tf import import_placed_graph, session_config  # noqa: E402
-from pardnn.units import format_size, format_time  # noqa: E402
-from commit_line import print_commit  # noqa: E402
+from tools.bench_repair import grappler_peaks
+from pardnn.cli import main as pardnn
+from pardnn_builtin_models import load_module
+from pardnn.tf import import_placed_graph, session_config
+from pardnn.units import format_size, format_time
+from tools.commit_line import print_commit
 
 tf1 = tf.compat.v1
 

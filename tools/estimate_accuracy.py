@@ -1,9 +1,9 @@
 """How close do Grappler's analytical op costs come to measured ones? And how long
 does estimating the thesis-size graphs take?
 
-    python tools/estimate_accuracy.py                       # accuracy, tiny configs, host CPU
-    python tools/estimate_accuracy.py --thesis /tmp/est    # thesis-size estimates instead
-    python tools/estimate_accuracy.py --thesis /tmp/est --sizes real --target dgx-h100
+    python -m tools.estimate_accuracy                       # accuracy, tiny configs, host CPU
+    python -m tools.estimate_accuracy --thesis /tmp/est    # thesis-size estimates instead
+    python -m tools.estimate_accuracy --thesis /tmp/est --sizes real --target dgx-h100
 
 Accuracy: for each built-in family's `tiny` config (or `--size NAME`), profile it on this CPU
 (pardnn.tf.profile_model, cpu:1) and estimate it for this CPU (a Grappler CPU
@@ -34,13 +34,13 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from pardnn.models import FAMILIES, load_module, resolve_knobs  # noqa: E402
-from pardnn.tf import estimate  # noqa: E402
-from pardnn.tf.profile_loader import load_profile  # noqa: E402
-from pardnn.tf.profiling import profile_model  # noqa: E402
-from commit_line import print_commit  # noqa: E402
+from pardnn.models import resolve_knobs
+from pardnn_builtin_models import FAMILIES, load_module
+from pardnn.tf import estimate
+from pardnn.tf.profile_loader import load_profile
+from pardnn.tf.profiling import profile_model
+from tools.commit_line import print_commit
 
 
 def host_bandwidth_gbs(mib: int = 128, repeats: int = 5) -> float:
@@ -134,7 +134,7 @@ def accuracy_table(families, size, steps) -> None:
 
 
 def thesis_table(families, sizes, target_spec, out_root) -> None:
-    from bench_repair import single_peak
+    from tools.bench_repair import single_peak
     from pardnn.pipeline.load import load_cost_graph
     target = estimate.gpu_target(target_spec)
     print(f"\nestimates for {target.label} ({target.description['name']}, {target.precision}, "

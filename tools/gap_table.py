@@ -1,9 +1,9 @@
 """How far pardnn is from the best placement (issue #30): its emulated step over the
 proven lower bound and over the best placement any method found; writes CSV and Markdown.
 
-    python tools/gap_table.py [--work DIR] [--families mlp,wrn] [--size tiny] [--synth 120,300]
+    python -m tools.gap_table [--work DIR] [--families mlp,wrn] [--size tiny] [--synth 120,300]
                               [--k 2,4,8] [--fraction 0.6] [--exact-limit S] [-o docs/gap_table]
-    python tools/gap_table.py --render docs/gap_table.csv      # the Markdown table again
+    python -m tools.gap_table --render docs/gap_table.csv      # the Markdown table again
 
 Graphs: each built-in family profiled once with `pardnn profile FAMILY --size SIZE
 --devices cpu:1` into --work (reused when there), plus small synthetic training-like
@@ -25,19 +25,18 @@ import csv
 import os
 import sys
 
+
+from tools.bench_repair import UNLIMITED, profile_dir, single_peak, sized_cluster
+from tools.commit_line import commit_line, print_commit
+
+from pardnn.errors import UserError
+from pardnn.graph.levels import critical_path_us
+from pardnn.hardware import parse_devices
+from pardnn_builtin_models import FAMILIES
+from pardnn.pipeline import place as placer
+from pardnn.placers import exact
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
-
-from bench_repair import UNLIMITED, profile_dir, single_peak, sized_cluster  # noqa: E402
-from commit_line import commit_line, print_commit  # noqa: E402
-
-from pardnn.errors import UserError  # noqa: E402
-from pardnn.graph.levels import critical_path_us  # noqa: E402
-from pardnn.hardware import parse_devices  # noqa: E402
-from pardnn.models import FAMILIES  # noqa: E402
-from pardnn.pipeline import place as placer  # noqa: E402
-from pardnn.placers import exact  # noqa: E402
 
 COLUMNS = ["graph", "nodes", "k", "memory", "makespan_us", "lower_bound_us", "old_bound_us", "exact_ran",
            "best_us", "best_by", "over_bound", "over_best", "placement_seconds", "error"]
@@ -45,7 +44,7 @@ COLUMNS = ["graph", "nodes", "k", "memory", "makespan_us", "lower_bound_us", "ol
 
 def graphs(args):
     """(name, CostGraph) for each family profile and each synthetic size."""
-    from synth_graph import synth_graph
+    from tools.synth_graph import synth_graph
 
     from pardnn.pipeline.load import load_cost_graph
     for family in args.families:

@@ -1,9 +1,9 @@
 """The estimator's per-op costs against kernel times measured on a real GPU.
 
-    python tools/gpu_kernel_times.py extract PROFILE_DIR [...] -o ops.json   # here: what was estimated
-    python tools/gpu_kernel_times.py time ops.json -o times.json             # on the GPU (PyTorch, CUDA)
-    python tools/gpu_kernel_times.py compare ops.json times.json [--csv F]   # here: the tables
-    python tools/gpu_kernel_times.py compare ops.json docs/gpu_kernels_h100.csv   # without a GPU run
+    python -m tools.gpu_kernel_times extract PROFILE_DIR [...] -o ops.json   # here: what was estimated
+    python -m tools.gpu_kernel_times time ops.json -o times.json             # on the GPU (PyTorch, CUDA)
+    python -m tools.gpu_kernel_times compare ops.json times.json [--csv F]   # here: the tables
+    python -m tools.gpu_kernel_times compare ops.json docs/gpu_kernels_h100.csv   # without a GPU run
 
 `extract` (tools/gpu_ops.py) groups the float ops of estimated profile dirs (`pardnn
 profile FAMILY --estimate PRESET`) into signatures with their estimated times; `time`
@@ -30,13 +30,12 @@ import sys
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
 
-from commit_line import csv_comment  # noqa: E402
-from gpu_kernels import run_time  # noqa: E402
-from gpu_ops import ToolError, extract, flops  # noqa: E402
+from tools.commit_line import csv_comment
+from tools.gpu_kernels import run_time
+from tools.gpu_ops import ToolError, extract, flops
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _ranks(values):

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from gpu_ops import COMPARE, CONV, MATMUL, REDUCE, UNARY, BINARY, ToolError
+from tools.gpu_ops import COMPARE, CONV, MATMUL, REDUCE, UNARY, BINARY, ToolError
 
 REPEATS = 20
 DEVICE = "cuda"

@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from commit_line import commit_line
+from tools.commit_line import commit_line
 
 MATMUL = {"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"}
 CONV = {"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter",

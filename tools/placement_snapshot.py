@@ -1,8 +1,8 @@
 """Fingerprints of placements, to show that a speed change moved no node: one line per
 (graph, K, memory, algorithm) with a hash of the device of every node and the step.
 
-    python tools/placement_snapshot.py > before.txt      # at the old commit
-    python tools/placement_snapshot.py > after.txt       # at the new one
+    python -m tools.placement_snapshot > before.txt      # at the old commit
+    python -m tools.placement_snapshot > after.txt       # at the new one
     diff before.txt after.txt                            # nothing: the same placements
 
 The graphs are tools/synth_graph.py's (a 3k DAG, a 3k near-chain, a 20k DAG and a 1k
@@ -20,17 +20,16 @@ import sys
 
 import numpy as np
 
+
+from tools.commit_line import print_commit
+from tools.synth_graph import synth_graph
+
+from pardnn.emulator import evaluate
+from pardnn.errors import UserError
+from pardnn.hardware import parse_devices
+from pardnn.pipeline.place import place
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
-
-from commit_line import print_commit  # noqa: E402
-from synth_graph import synth_graph  # noqa: E402
-
-from pardnn.emulator import evaluate  # noqa: E402
-from pardnn.errors import UserError  # noqa: E402
-from pardnn.hardware import parse_devices  # noqa: E402
-from pardnn.pipeline.place import place  # noqa: E402
 
 GRAPHS = (("dag3k", 3000, 1, "dag"), ("chain3k", 3000, 2, "chain"), ("dag20k", 20000, 3, "dag"),
           ("chain1k", 1000, 4, "chain"))

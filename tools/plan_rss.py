@@ -7,24 +7,22 @@ training step with estimate="dgx-h100" (Grappler costs, nothing run), in a child
 process; a second child only imports TensorFlow and Keras (an empty TF
 process). Prints both peak RSS values (ru_maxrss) and their difference.
 
-    python tools/plan_rss.py [OUT_DIR]
+    python -m tools.plan_rss [OUT_DIR]
 """
 
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
-import time
+
+from tools.commit_line import print_commit
 
 WIDTH, LAYERS, BATCH = 8192, 8, 32
-EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples")
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from commit_line import print_commit  # noqa: E402
+EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "keras_placed.py")
 
 CHILD = r'''
-import json, resource, sys, time
+import json, resource, runpy, sys, time
 import pardnn.tf
 import keras
 import tensorflow as tf
@@ -37,8 +35,7 @@ if plan:
                                  + [keras.layers.Dense(WIDTH) for _ in range(LAYERS)])
         opt = keras.optimizers.Adam(1e-3)
         opt.build(model.trainable_variables)
-    sys.path.insert(0, {examples!r})
-    from keras_placed import training_step          # examples/keras_placed.py
+    training_step = runpy.run_path({example!r})["training_step"]     # examples/keras_placed.py
     step = training_step(model, opt)
     specs = (tf.TensorSpec([BATCH, WIDTH]), tf.TensorSpec([BATCH, WIDTH]))
     doc = pardnn.tf.profile_function(step, specs, out_dir=out, estimate="dgx-h100")
@@ -52,7 +49,7 @@ print(json.dumps(result))
 
 
 def child(plan: bool, out: str) -> dict:
-    code = CHILD.format(width=WIDTH, layers=LAYERS, batch=BATCH, plan=plan, out=out, examples=EXAMPLES)
+    code = CHILD.format(width=WIDTH, layers=LAYERS, batch=BATCH, plan=plan, out=out, example=EXAMPLE)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if proc.returncode:
         sys.exit(proc.stderr[-3000:])

@@ -1,6 +1,6 @@
 """How much of the gap a planned op order would close, on the emulator (issue #30, item 3).
 
-    python tools/planned_order.py [--graphs a.json,b.json] [--synth 120,300] [--k 2,4,8]
+    python -m tools.planned_order [--graphs a.json,b.json] [--synth 120,300] [--k 2,4,8]
 
 For each cost graph (CostGraph JSON files, e.g. from `CostGraph.to_json` of a profile,
 and synthetic graphs of tools/synth_graph.py, seed 0) and K virtual CPUs with unlimited
@@ -24,17 +24,16 @@ import sys
 
 import numpy as np
 
+
+from tools.commit_line import print_commit
+
+from pardnn.emulator.scheduler import simulate
+from pardnn.graph import CostGraph
+from pardnn.hardware import parse_devices
+from pardnn.pipeline import place as placer
+from pardnn.placers import exact
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
-
-from commit_line import print_commit  # noqa: E402
-
-from pardnn.emulator.scheduler import simulate  # noqa: E402
-from pardnn.graph import CostGraph  # noqa: E402
-from pardnn.hardware import parse_devices  # noqa: E402
-from pardnn.pipeline import place as placer  # noqa: E402
-from pardnn.placers import exact  # noqa: E402
 
 
 def with_device_order(graph, device, start):
@@ -83,7 +82,7 @@ def main(argv=None) -> int:
     p.add_argument("--synth", default="120,300")
     p.add_argument("--k", default="2,4,8")
     args = p.parse_args(argv)
-    from synth_graph import synth_graph
+    from tools.synth_graph import synth_graph
     graphs = [(os.path.basename(path), CostGraph.from_json(path)) for path in args.graphs.split(",") if path]
     graphs += [(f"synth {n}", synth_graph(int(n), seed=0)) for n in args.synth.split(",") if n]
     print_commit()

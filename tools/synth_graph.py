@@ -1,11 +1,11 @@
 """Synthetic training-like cost graphs, large enough to benchmark placers and the emulator.
 
-    python tools/synth_graph.py --nodes 200000 --seed 0 -o /tmp/synth200k.json
-    python tools/synth_graph.py --shape chain --nodes 20000 -o /tmp/chain20k.json
+    python -m tools.synth_graph --nodes 200000 --seed 0 -o /tmp/synth200k.json
+    python -m tools.synth_graph --shape chain --nodes 20000 -o /tmp/chain20k.json
 
-or, from Python (tools/ is not a package; importing this module has no side effects):
+or, from Python at the repository root (importing this module has no side effects):
 
-    sys.path.insert(0, "tools"); from synth_graph import synth_graph
+    from tools.synth_graph import synth_graph
     graph = synth_graph(200_000, seed=0)
 
 The graph mimics a TF1 training step:
@@ -40,7 +40,7 @@ import sys
 import time
 
 import numpy as np
-from commit_line import print_commit
+from tools.commit_line import print_commit
 
 NORMAL, RESIDUAL, REFERENCE = 0, 1, 2   # same values as pardnn.graph.costgraph
 

@@ -1,6 +1,6 @@
 """`pardnn models`: list the built-in model families, their knobs and named sizes."""
 
-from pardnn.models import FAMILIES, load_module
+from pardnn_builtin_models import FAMILIES, load_module
 
 
 def add_parser(sub):

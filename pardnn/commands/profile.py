@@ -13,7 +13,8 @@ import os
 from pardnn.errors import UserError
 from pardnn.hardware.gpu_specs import check_conv_efficiency
 from pardnn.io.outputs import check_output_dir
-from pardnn.models import MAX_TRACED_STEPS, build_model, load_module, resolve_knobs, script_errors
+from pardnn.models import MAX_TRACED_STEPS, build_model, resolve_knobs, script_errors
+from pardnn_builtin_models import load_module
 from pardnn.progress import stage
 
 

@@ -23,15 +23,14 @@ Two things Grappler leaves out are added by pardnn.tf.estimate from the figures 
   TF32 on Ampere and later (compute capability >= 8.0), FP32 on Volta.
 
 The specs (SMs, clock, lanes, memory, bandwidth, L2) are tabled with their sources in
-docs/estimates.md and in each spec's `source`. Memory sizes match the cluster presets
-in pardnn.hardware.presets, so an estimated profile and `--devices PRESET`
-describe the same machine. No TensorFlow import here.
+docs/estimates.md and in each spec's `source`. The one table of presets
+(pardnn.hardware.presets) names each preset's GPU here and takes its memory from it,
+so an estimated profile and `--devices PRESET` describe the same machine. No TensorFlow import here.
 """
 
 from __future__ import annotations
 
 import numbers
-import re
 from dataclasses import dataclass
 
 from pardnn.errors import UserError
@@ -130,33 +129,6 @@ H100_SXM5 = GpuSpec("H100-SXM5-80GB", "9.0", 132, 128, 1980, 80 * GiB, 3350.0, 5
                     "50 MB L2) and H100 datasheet (SXM5: 67 TFLOPS FP32, 495 TFLOPS TF32 and 989 TFLOPS "
                     "FP16/BF16 dense, i.e. half the with-sparsity figures, 3.35 TB/s HBM3, 80 GB)",
                     _H100_OVERHEAD_US, (("tf32", 494_700.0), ("fp16", 989_400.0)))
-
-PRESETS = {
-    "gpu": V100_PCIE,
-    "dgx1-v100": V100_SXM2,
-    "dgx2": V100_SXM3,
-    "dgx-a100": A100_SXM4,
-    "dgx-h100": H100_SXM5,
-}
-
-
-def preset_names() -> list:
-    return ["gpu:K", "dgx1-v100", "dgx2", "dgx-a100", "dgx-h100"]
-
-
-def resolve(spec: str, flag: str = "--estimate") -> tuple:
-    """(preset name, GpuSpec) for `PRESET`, `PRESET:K`, `gpu`, `gpu:K` or a bare count.
-
-    Only one device is estimated (ops are costed for a single GPU of the preset), so
-    a device count is accepted, as `--devices` takes it, and ignored."""
-    text = str(spec).strip().lower()
-    if re.fullmatch(r"[0-9]+", text):
-        text = f"gpu:{text}"
-    match = re.fullmatch(r"([a-z0-9-]+?)(?::[0-9]+)?", text)
-    if not match or match.group(1) not in PRESETS:
-        raise UserError(f"{flag}: unknown GPU preset {spec!r} (choose from {', '.join(preset_names())})")
-    return match.group(1), PRESETS[match.group(1)]
-
 
 PRECISIONS = ("fp32", "tf32", "fp16")
 

@@ -1,4 +1,6 @@
-"""The machines pardnn knows by name: each preset builds a Cluster for K devices.
+"""The machines pardnn knows by name, in one table: each preset builds a Cluster for K
+devices (`--devices`) and names the GPU that `--estimate` costs ops for
+(pardnn.hardware.gpu_specs, whose memory size the preset's devices take).
 
 Presets: cpu:K, gpu:K, dgx1-v100, dgx2, dgx-a100, dgx-h100; docs/clusters.md lists each
 one's devices, memory, links and latencies (per direction) with their sources.
@@ -8,9 +10,16 @@ A preset name may take `:K` to use its first K GPUs (`dgx-h100:4`); a bare count
 hosts (pardnn.hardware.cluster_file).
 """
 
+from __future__ import annotations
+
+import re
+from typing import Callable, NamedTuple
+
 import numpy as np
 
-from pardnn.hardware.cluster import GBps, GiB, LOCAL_PREFIX, Cluster, Device, host_memory, uniform_matrix
+from pardnn.errors import UserError
+from pardnn.hardware.cluster import GBps, LOCAL_PREFIX, Cluster, Device, host_memory, uniform_matrix
+from pardnn.hardware.gpu_specs import A100_SXM4, H100_SXM5, V100_PCIE, V100_SXM2, V100_SXM3, GpuSpec
 
 # NVLink2 links between the 8 GPUs of a DGX-1 (V100), as `nvidia-smi topo -m` shows
 # them (NV1 = one link, NV2 = two links, 0 = no NVLink: PCIe switch + QPI).
@@ -31,26 +40,57 @@ def _uniform(kind, k, memory, bandwidth, latency, preset):
     return Cluster(devices, uniform_matrix(k, latency, 0.0), uniform_matrix(k, bandwidth, np.inf), preset=preset)
 
 
+def _gpus(gpu, bandwidth, latency, preset):
+    """builder(K): K GPUs of `gpu`'s memory, every pair linked alike."""
+    return lambda k: _uniform("GPU", k, gpu.memory_bytes, bandwidth, latency, preset.format(k=k))
+
+
 def _dgx1(k):
     links = _DGX1_LINKS[:k, :k]
     bw = np.where(links > 0, links * 25 * GBps, 10 * GBps).astype(float)
     lat = np.where(links > 0, 10.0, 25.0)
     np.fill_diagonal(bw, np.inf)
     np.fill_diagonal(lat, 0.0)
-    devices = tuple(Device(f"{LOCAL_PREFIX}GPU:{i}", "GPU", 32 * GiB) for i in range(k))
+    devices = tuple(Device(f"{LOCAL_PREFIX}GPU:{i}", "GPU", V100_SXM2.memory_bytes) for i in range(k))
     return Cluster(devices, lat, bw, preset="dgx1-v100")
 
 
+class Preset(NamedTuple):
+    max_devices: int | None         # None: any K (cpu:K, gpu:K)
+    build: Callable                 # K -> Cluster
+    gpu: GpuSpec | None             # the GPU `--estimate` costs ops for; None: no GPU
+
+
 PRESETS = {
-    # name: (max devices, builder(K))
-    "cpu": (None, lambda k: _uniform("CPU", k, host_memory(), 10 * GBps, 5.0, f"cpu:{k}")),
-    "gpu": (None, lambda k: _uniform("GPU", k, 32 * GiB, 24 * GBps, 15.0, f"gpu:{k}")),
-    "dgx1-v100": (8, _dgx1),
-    "dgx2": (16, lambda k: _uniform("GPU", k, 32 * GiB, 150 * GBps, 10.0, "dgx2")),
-    "dgx-a100": (8, lambda k: _uniform("GPU", k, 40 * GiB, 300 * GBps, 8.0, "dgx-a100")),
-    "dgx-h100": (8, lambda k: _uniform("GPU", k, 80 * GiB, 450 * GBps, 8.0, "dgx-h100")),
+    "cpu": Preset(None, lambda k: _uniform("CPU", k, host_memory(), 10 * GBps, 5.0, f"cpu:{k}"), None),
+    "gpu": Preset(None, _gpus(V100_PCIE, 24 * GBps, 15.0, "gpu:{k}"), V100_PCIE),
+    "dgx1-v100": Preset(8, _dgx1, V100_SXM2),
+    "dgx2": Preset(16, _gpus(V100_SXM3, 150 * GBps, 10.0, "dgx2"), V100_SXM3),
+    "dgx-a100": Preset(8, _gpus(A100_SXM4, 300 * GBps, 8.0, "dgx-a100"), A100_SXM4),
+    "dgx-h100": Preset(8, _gpus(H100_SXM5, 450 * GBps, 8.0, "dgx-h100"), H100_SXM5),
 }
 
 
 def preset_names() -> list:
+    """What `--devices` accepts, for its messages."""
     return ["cpu:K", "gpu:K", "dgx1-v100", "dgx2", "dgx-a100", "dgx-h100", "NxPRESET", "cluster.json"]
+
+
+def gpu_preset_names() -> list:
+    """The presets `--estimate` accepts, for its messages."""
+    return [f"{name}:K" if p.max_devices is None else name for name, p in PRESETS.items() if p.gpu is not None]
+
+
+def estimate_gpu(spec: str, flag: str = "--estimate") -> tuple:
+    """(preset name, GpuSpec) for `PRESET`, `PRESET:K`, `gpu`, `gpu:K` or a bare count.
+
+    Only one device is estimated (ops are costed for a single GPU of the preset), so
+    a device count is accepted, as `--devices` takes it, and ignored."""
+    text = str(spec).strip().lower()
+    if re.fullmatch(r"[0-9]+", text):
+        text = f"gpu:{text}"
+    match = re.fullmatch(r"([a-z0-9-]+?)(?::[0-9]+)?", text)
+    preset = PRESETS.get(match.group(1)) if match else None
+    if preset is None or preset.gpu is None:
+        raise UserError(f"{flag}: unknown GPU preset {spec!r} (choose from {', '.join(gpu_preset_names())})")
+    return match.group(1), preset.gpu

@@ -25,7 +25,7 @@ def parse_devices(spec: str, flag: str = "--devices") -> Cluster:
     if not match or match.group(1) not in PRESETS:
         raise UserError(f"{flag}: unknown device preset {spec!r} (choose from {', '.join(preset_names())}, or a count)")
     name, count = match.group(1), match.group(2)
-    limit, builder = PRESETS[name]
+    limit, builder = PRESETS[name].max_devices, PRESETS[name].build
     if count is None and limit is None:
         raise UserError(f"{flag}: {name} needs a device count, e.g. {name}:4")
     k = limit if count is None else int(count)

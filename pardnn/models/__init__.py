@@ -1,6 +1,6 @@
-"""Built-in model families and the `build(**knobs)` protocol.
+"""The `build(**knobs)` protocol every model script follows.
 
-A model module (a built-in family under models/, or a user's script given as
+A model module (a built-in family in pardnn_builtin_models, or a user's script given as
 `pardnn profile path/to/script.py`) defines:
 
     DESCRIPTION = "one line"
@@ -12,9 +12,10 @@ Knob types are taken from the defaults: `--set layers=4` is parsed as an int
 because KNOBS["layers"] is one. `build` returns a `Model` naming the ops to run, so
 the same description drives the original graph and its placed copy.
 
-The built-in families are scripts in the top-level `models/` folder, installed as
-the package `pardnn_models` (setup.cfg maps it), so they read like a user's script.
-layers.py holds the layers they share; a user's script may use it too.
+The built-in families are the scripts of the top-level package
+`pardnn_builtin_models`, which also finds a family or a user's script by name
+(`load_module`); they read like a user's script. layers.py holds the layers they
+share; a user's script may use it too.
 """
 
 from __future__ import annotations
@@ -33,16 +34,6 @@ USER_MODULE = "pardnn_user_model"     # the name a user's script is loaded under
 MAX_TRACED_STEPS = 1_000    # a profile's traced steps (a handful give the medians)
 MAX_RUN_STEPS = 100_000     # `pardnn run`'s steps: it checks a placement, it is no trainer
 
-FAMILIES = {
-    "mlp": "pardnn_models.mlp",
-    "word-rnn": "pardnn_models.word_rnn",
-    "char-crn": "pardnn_models.char_crn",
-    "wrn": "pardnn_models.wrn",
-    "transformer": "pardnn_models.transformer",
-    "e3d": "pardnn_models.e3d",
-}
-
-
 @dataclass
 class Model:
     """A TF1-style training graph and the names needed to train it.
@@ -59,33 +50,6 @@ class Model:
     feed: Callable[[int], dict] | None = None
     seed: int = 0
     extra: dict = field(default_factory=dict)
-
-
-def load_module(family: str):
-    """The module for a built-in family name or a path to a user's script."""
-    if not isinstance(family, str):
-        raise UserError(f"MODEL: {family!r} is neither a model family nor a script path")
-    if family.endswith(".py") or os.sep in family:
-        if not os.path.isfile(family):
-            raise UserError(f"MODEL: {family} does not exist")
-        spec = importlib.util.spec_from_file_location(USER_MODULE, family)
-        if spec is None:
-            raise UserError(f"MODEL: {family} is not a Python script (name it .py); "
-                            f"a cost graph or profile is placed with `pardnn place`")
-        module = importlib.util.module_from_spec(spec)
-        try:
-            spec.loader.exec_module(module)
-        except Exception as exc:   # a user's script: report, don't crash
-            raise UserError(f"MODEL: {family} failed to import ({type(exc).__name__}: {exc})") from None
-        except SystemExit as exc:  # sys.exit() at import: pardnn's own exit code and line instead
-            raise UserError(f"MODEL: {family} called sys.exit({exc.code!r}) at import") from None
-        if not callable(getattr(module, "build", None)):
-            raise UserError(f"MODEL: {family} defines no build(**knobs) function")
-        return module
-    if family not in FAMILIES:
-        raise UserError(f"MODEL: unknown model family {family!r} (choose from {', '.join(FAMILIES)}, "
-                        f"or give a path to a script defining build(**knobs))")
-    return importlib.import_module(FAMILIES[family])
 
 
 def resolve_knobs(module, size: str | None = None, settings=()) -> dict:

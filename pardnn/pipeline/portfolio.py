@@ -44,7 +44,7 @@ from pardnn.pipeline.judge import Judging, judge, with_memory, without_profile
 from pardnn.pipeline.refine_memory import refine_within_memory
 from pardnn.pipeline.workers import Inline, peaks_of, ready, workers
 from pardnn.placers import registry
-from pardnn.placers.pardnn import step1
+from pardnn.placers import step1
 
 MAX_MOVED_SHARE = 0.10      # a winner whose repair moved more is taken only if no other fits
 EXTRAS_MAX_NODES = 20_000   # smaller graphs get the EXTRA candidates too

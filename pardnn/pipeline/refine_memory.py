@@ -1,5 +1,5 @@
 """Refinement within memory, a pipeline stage after the judge: run Step 1's refinement
-moves again (pardnn.placers.pardnn.refinement) on a repaired placement, keeping a batch
+moves again (pardnn.placers.step1_phases.refinement) on a repaired placement, keeping a batch
 only if the placement, judged again (repaired, then emulated), is faster and fits.
 Not in the thesis.
 
@@ -14,7 +14,7 @@ before it is judged (`judged_by_repair`), and the moves and the repair together 
 kept when the repaired step is faster than the current one. A batch that no device's
 memory could overflow (`fits_surely`) is only emulated, its memory tracked if it is kept.
 
-Rounds follow pardnn.placers.pardnn.refinement (its move finders, batches and stop rule), at
+Rounds follow pardnn.placers.step1_phases.refinement (its move finders, batches and stop rule), at
 most K of them; every kept batch strictly shortens the emulated step of a placement
 that fits, so the result is never slower than the repair alone, and it always fits.
 """
@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from pardnn.emulator.scheduler import simulate
 from pardnn.errors import UserError
 from pardnn.pipeline.judge import Judged, Judging, judge, with_memory, without_profile
-from pardnn.placers.pardnn.refinement import move_rounds
+from pardnn.placers.step1_phases.refinement import move_rounds
 
 HOPELESS_SLACK = 0.02   # a trial this much slower than the step to beat before its repair is not repaired
 
@@ -77,7 +77,7 @@ def _until(deadline, judged):
 
 
 def judged_by_repair(graph, cluster, judging=None, tally=None):
-    """A refinement judge (pardnn.placers.pardnn.refinement.first_improving) that repairs the
+    """A refinement judge (pardnn.placers.step1_phases.refinement.first_improving) that repairs the
     trial first: (repaired device, its makespan, the Judged without its memory profile,
     which refine_within_memory tracks again for the one it keeps last), or None when the trial
     cannot be repaired, or when its emulated step before any repair is more than

@@ -29,7 +29,7 @@ import numpy as np
 
 from pardnn.graph.constraints import allowed_devices
 from pardnn.graph.forced_levels import input_pairs, start_and_tail_floors
-from pardnn.placers.baselines import heft
+from pardnn.placers import heft
 
 MAX_NODES = 400               # larger graphs: the model answers too late to help (docs/bounds.md)
 DETERMINISTIC_PER_NODE = 4e-4  # CP-SAT's deterministic seconds per node for one solve (docs/bounds.md)

@@ -40,7 +40,7 @@ from pardnn.errors import UserError
 from pardnn.graph import CostGraph
 from pardnn.hardware import Cluster, Device
 from pardnn.hardware.hosts import host_cluster
-from pardnn.placers.pardnn import step1
+from pardnn.placers import step1
 
 HOST_KIND = "HOST"   # the host-level devices' kind: matches no pin, so pins don't restrict hosts
 

@@ -24,16 +24,17 @@ never pay TensorFlow's start-up.
 
 import importlib
 
-# Public name -> the module defining it.
+# Public name -> the module defining it (imported by name on first use; tests/test_layout.py
+# reads these strings as imports).
 _API = {
-    "profile": "profiling", "profile_model": "profiling",
-    "load_profile": "profile_loader",
-    "import_placed_graph": "rewrite", "check_placement": "rewrite",
-    "write_placed_graph": "placed_graph",
-    "session_config": "session",
-    "profile_function": "function", "placed": "function", "check_function_placement": "function",
-    "check_nested_placement": "function",
-    "variables_placed": "variables", "shape_only_variables": "variables",
+    "profile": "pardnn.tf.profiling", "profile_model": "pardnn.tf.profiling",
+    "load_profile": "pardnn.tf.profile_loader",
+    "import_placed_graph": "pardnn.tf.rewrite", "check_placement": "pardnn.tf.rewrite",
+    "write_placed_graph": "pardnn.tf.placed_graph",
+    "session_config": "pardnn.tf.session",
+    "profile_function": "pardnn.tf.function", "placed": "pardnn.tf.function", "check_function_placement": "pardnn.tf.function",
+    "check_nested_placement": "pardnn.tf.function",
+    "variables_placed": "pardnn.tf.variables", "shape_only_variables": "pardnn.tf.variables",
 }
 __all__ = sorted(_API)
 
@@ -41,4 +42,4 @@ __all__ = sorted(_API)
 def __getattr__(name):
     if name not in _API:
         raise AttributeError(f"module 'pardnn.tf' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"pardnn.tf.{_API[name]}"), name)
+    return getattr(importlib.import_module(_API[name]), name)

@@ -45,6 +45,7 @@ from tensorflow.python.grappler import cluster as gcluster
 from tensorflow.python.grappler import item as gitem
 
 from pardnn.hardware import gpu_specs
+from pardnn.hardware.presets import estimate_gpu
 from pardnn.hardware.cluster import LOCAL_PREFIX
 import pardnn.tf.grappler_ops as grappler_ops
 from pardnn.tf.profiling import write_profile_dir
@@ -92,7 +93,7 @@ def gpu_target(spec: str, flag: str = "--estimate", op_overhead_us: float | None
     (`--conv-efficiency` with `flag` "--estimate", else `conv_efficiency`)."""
     conv_efficiency = gpu_specs.check_conv_efficiency(
         conv_efficiency, "--conv-efficiency" if flag.startswith("--") else "conv_efficiency")
-    label, gpu = gpu_specs.resolve(spec, flag)
+    label, gpu = estimate_gpu(spec, flag)
     precision = gpu_specs.check_precision(gpu, label, precision)
     overhead = gpu.op_overhead_us if op_overhead_us is None else float(op_overhead_us)
     return Target(label, "GPU", gpu.device_properties(), gpu.bandwidth_gbs, gpu.peak_fp32_gflops,

@@ -42,15 +42,15 @@ import numpy as np
 from pardnn.errors import UserError
 from pardnn.graph import NORMAL, REFERENCE, RESIDUAL, CostGraph
 
-# Ops whose access to a resource variable switches it to copy-on-read mode.
-SPARSE_ACCESS = ("ResourceGather", "ResourceScatter", "ResourceSparseApply")
 from pardnn.tf.colocation import colocation_groups
 from pardnn.tf.fusion import fusion_ties, spread_fused_times
 from pardnn.tf.graphdef import graph_table, profile_files, read_graph_def, shape_bytes
-from pardnn.tf import op_defs as op_registry
+import pardnn.tf.op_defs as op_registry
 from pardnn.tf.protos import DT_RESOURCE
 from pardnn.tf.stepstats import read_step_stats
 
+# Ops whose access to a resource variable switches it to copy-on-read mode.
+SPARSE_ACCESS = ("ResourceGather", "ResourceScatter", "ResourceSparseApply")
 VARIABLE_OPS = ("VarHandleOp", "VariableV2", "Variable")
 
 

@@ -28,7 +28,7 @@ import tensorflow as tf
 from pardnn.errors import UserError
 from pardnn.io.outputs import OutputDir
 from pardnn.jsonfile import write_json
-from pardnn.tf import op_defs
+import pardnn.tf.op_defs as op_defs
 from pardnn.tf.session import parse_profile_devices, session_config
 
 tf1 = tf.compat.v1

@@ -20,7 +20,8 @@ import pardnn.tf.quiet_import  # noqa: F401  (first: hides TensorFlow's start-up
 import tensorflow as tf
 
 from pardnn.errors import UserError
-from pardnn.models import MAX_RUN_STEPS, build_model, load_module, script_errors
+from pardnn.models import MAX_RUN_STEPS, build_model, script_errors
+from pardnn_builtin_models import load_module
 from pardnn.tf.graphdef import read_graph_def
 from pardnn.tf.rewrite import PlacementCheck, check_placement, import_placed_graph
 from pardnn.tf.session import SESSION_CONFIGS

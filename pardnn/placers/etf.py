@@ -41,7 +41,7 @@ from pardnn.compiled import kernel
 from pardnn.graph.constraints import allowed_devices
 from pardnn.graph.levels import bottom_levels
 from pardnn.graph.node_memory import resident_bytes, transient_bytes
-from pardnn.placers.baselines.common import graph_arrays, link_tables
+from pardnn.placers.common import graph_arrays, link_tables
 
 
 class Nodes(NamedTuple):

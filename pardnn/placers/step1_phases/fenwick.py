@@ -7,7 +7,7 @@ is tree position i of every device. A range query computes the O(log L) position
 of its two prefixes once and answers for all K devices with one gather and one
 signed sum. An update touches one device: its positions are collected in Python
 and added in one numpy call. The kernels of mapping and cluster swapping
-(pardnn.placers.pardnn.mapping, swapping) update and query `tree` themselves, in the
+(pardnn.placers.step1_phases.mapping, swapping) update and query `tree` themselves, in the
 same order; placement builds the tree here and reads it there, and the methods below
 are the numpy definition those kernels are tested against (tests/test_compiled.py,
 tests/test_swapping.py, tests/test_fenwick.py).

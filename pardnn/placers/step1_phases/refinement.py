@@ -7,15 +7,15 @@ not get worse, so refinement never hurts; emulating once per batch rather than o
 per move keeps it affordable. The emulator comes in as `emulate` (the pipeline lends
 pardnn.emulator.trial.emulate): a placer imports none.
 
-1. Cluster swapping (pardnn.placers.pardnn.swapping): a secondary sc whose span is
+1. Cluster swapping (pardnn.placers.step1_phases.swapping): a secondary sc whose span is
    less loaded on device b swaps with a lighter secondary on b that starts within
    span(sc) when the sum of their Eq. 4.2 costs drops (the thesis gives no formula).
-   Then the affinity candidates (pardnn.placers.pardnn.affinity, not in the thesis)
+   Then the affinity candidates (pardnn.placers.step1_phases.affinity, not in the thesis)
    replace the result when one emulates faster.
 2. At most K rounds (the thesis switches nodes "at most K times") of the batches in
-   MOVE_FINDERS: critical-path switching (pardnn.placers.pardnn.switching), then,
+   MOVE_FINDERS: critical-path switching (pardnn.placers.step1_phases.switching), then,
    not in the thesis, unblocking moves and communication moves
-   (pardnn.placers.pardnn.volume). Rounds stop when one gains less than
+   (pardnn.placers.step1_phases.volume). Rounds stop when one gains less than
    MIN_ROUND_GAIN of the makespan.
 3. Last, everything goes to one device if that runs the step faster than the split
    (`_one_device_if_faster`, not in the thesis).
@@ -25,10 +25,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pardnn.placers.pardnn.affinity import affinity_candidates
-from pardnn.placers.pardnn.swapping import swap_clusters
-from pardnn.placers.pardnn.switching import critical_moves, unblock_moves
-from pardnn.placers.pardnn.volume import comm_moves
+from pardnn.placers.step1_phases.affinity import affinity_candidates
+from pardnn.placers.step1_phases.swapping import swap_clusters
+from pardnn.placers.step1_phases.switching import critical_moves, unblock_moves
+from pardnn.placers.step1_phases.volume import comm_moves
 
 MIN_ROUND_GAIN = 0.005
 
@@ -74,7 +74,7 @@ def refine(graph, cluster, slices, mapping, allowed, rounds: int, emulate) -> Re
 
 
 def follow_data(graph, cluster, device, schedule, allowed) -> list:
-    """pardnn.placers.pardnn.volume's communication moves, with the move finders' signature."""
+    """pardnn.placers.step1_phases.volume's communication moves, with the move finders' signature."""
     return comm_moves(graph, cluster, device, allowed)
 
 
@@ -127,7 +127,7 @@ def batches_of(moves) -> list:
 
 
 def _affinity_if_faster(graph, cluster, device, schedule, allowed, emulate):
-    """(device, schedule, True) with the fastest of pardnn.placers.pardnn.affinity's
+    """(device, schedule, True) with the fastest of pardnn.placers.step1_phases.affinity's
     candidates if the emulator finds it faster than the (swapped) mapping; else
     the input."""
     affine = False

@@ -14,9 +14,9 @@ import numpy as np
 
 from pardnn.graph.constraints import allowed_devices
 from pardnn.graph.edge_costs import mean_edge_costs
-from pardnn.placers.pardnn.mapping import map_clusters
-from pardnn.placers.pardnn.refinement import refine
-from pardnn.placers.pardnn.slicing import slice_graph
+from pardnn.placers.step1_phases.mapping import map_clusters
+from pardnn.placers.step1_phases.refinement import refine
+from pardnn.placers.step1_phases.slicing import slice_graph
 
 
 @dataclass

@@ -9,15 +9,15 @@ import sys
 
 import numpy as np
 
-import pardnn.tf.quiet_import  # noqa: F401  (quiet TensorFlow import first)
+import pardnn.tf.quiet_import
 import keras
 import tensorflow as tf
 
 from pardnn.cli import main
 from pardnn.errors import UserError
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
-import keras_placed as example  # noqa: E402  (examples/keras_placed.py: its training step)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples"))
+import keras_placed as example
 
 STEPS = 3
 

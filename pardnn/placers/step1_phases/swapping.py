@@ -1,5 +1,5 @@
 """Cluster swapping, the first step of refinement (thesis §4.1.1, "Refinement";
-pardnn.placers.pardnn.refinement runs it and emulates the result).
+pardnn.placers.step1_phases.refinement runs it and emulates the result).
 
 A secondary sc whose span is less loaded on device b swaps with a lighter secondary
 on b that starts within span(sc) when the sum of their Eq. 4.2 costs drops (the
@@ -9,7 +9,7 @@ LALB mapped swap; each at most once; at most SCAN partners scanned in start orde
 O(C log C).
 
 The loop is a kernel (pardnn.compiled) over the mapping's arrays: the Fenwick tree
-of work per level (pardnn.placers.pardnn.fenwick, updated in place), the clusters'
+of work per level (pardnn.placers.step1_phases.fenwick, updated in place), the clusters'
 members and the graph's edges both ways. It rounds as the numpy code of mapping
 does: a range of the tree sums its rows in order, and a communication cost sums its
 terms in numpy's pairwise order (`numpy_sum_plan`).
@@ -20,7 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from pardnn.compiled import kernel
-from pardnn.placers.pardnn.cut_edges import ADD, ZERO, numpy_sum_plan
+from pardnn.placers.step1_phases.cut_edges import ADD, ZERO, numpy_sum_plan
 
 SCAN = 32
 

@@ -35,8 +35,8 @@ import numpy as np
 
 from pardnn.compiled import kernel
 from pardnn.graph.levels import top_levels
-from pardnn.placers.pardnn.fenwick import FenwickTree
-from pardnn.placers.pardnn.cut_edges import ADD, ZERO, ClusterLinks
+from pardnn.placers.step1_phases.fenwick import FenwickTree
+from pardnn.placers.step1_phases.cut_edges import ADD, ZERO, ClusterLinks
 
 
 @dataclass

@@ -22,8 +22,8 @@ from pardnn.cli import main
 from pardnn.errors import UserError
 from pardnn.graph.node_memory import resident_bytes
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
-import keras_placed as example  # noqa: E402  (examples/keras_placed.py: its model and step)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples"))
+import keras_placed as example
 
 K, LAYERS, BATCH, STEPS = 8, 12, 16, 3
 

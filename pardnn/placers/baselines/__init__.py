@@ -1,1 +1,0 @@
-"""Baseline placers the thesis and the literature compare ParDNN with."""

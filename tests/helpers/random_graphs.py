@@ -1,0 +1,35 @@
+"""Small graphs for the emulator's tests: `cluster(k)` and hypothesis' `placed_graphs`,
+random DAGs with a placement (tests/test_emulator_scheduler.py and
+tests/test_emulator_memory.py)."""
+
+import numpy as np
+from hypothesis import strategies as st
+
+from pardnn.graph import CostGraph
+from pardnn.hardware import parse_devices
+
+
+def cluster(k, latency=0.0, bandwidth=float("inf")):
+    """k devices; bandwidth in bytes per us, latency in us."""
+    return parse_devices(f"cpu:{k}").with_options(latency=latency, bandwidth=bandwidth)
+
+
+@st.composite
+def placed_graphs(draw):
+    n = draw(st.integers(4, 14))
+    pairs = [(u, v) for v in range(n) for u in range(v)]
+    edges = draw(st.lists(st.sampled_from(pairs), unique=True, min_size=min(n, len(pairs)),
+                          max_size=3 * n)) if pairs else []
+    slots = draw(st.lists(st.integers(-1, 1), min_size=len(edges), max_size=len(edges)))
+    comp = draw(st.lists(st.sampled_from([1.0, 2.5, 7.0, 0.0]), min_size=n, max_size=n))
+    ebytes = draw(st.lists(st.sampled_from([0, 50, 300]), min_size=len(edges), max_size=len(edges)))
+    k = draw(st.integers(0, 5).map(lambda x: 1 if x == 5 else 2 + x % 2))    # one device in 1/6
+    device = draw(st.lists(st.integers(0, k - 1), min_size=n, max_size=n))
+    out = draw(st.lists(st.sampled_from([0, 10, 40]), min_size=n, max_size=n))
+    persist = draw(st.lists(st.sampled_from([0, 0, 100]), min_size=n, max_size=n))
+    kind = draw(st.lists(st.sampled_from([0, 0, 0, 1, 2]), min_size=n, max_size=n))
+    g = CostGraph.build(names=[f"n{i}" for i in range(n)], comp_us=comp, out_bytes=out,
+                        persist_bytes=persist, kind=kind,
+                        edge_src=[e[0] for e in edges], edge_dst=[e[1] for e in edges],
+                        edge_slot=slots, edge_bytes=ebytes)
+    return g, cluster(k, latency=2, bandwidth=100), np.asarray(device)
