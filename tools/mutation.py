@@ -1,0 +1,303 @@
+"""Mutation testing of pardnn's core: how many one-token bugs the tests catch.
+
+    python -m tools.mutation MODULE [--tests FILE ...] [--lines A-B] [--list] [--json F]
+
+MODULE is a file or a folder under pardnn/ (`pardnn/repair`, `pardnn/pipeline/judge.py`,
+or a dotted name such as `pardnn.emulator.event_loop`). Each of its files is mutated one
+token at a time with cosmic-ray's operators (the `mutation` extra of setup.cfg; see
+OPERATORS), and for each mutant the tests that cover the module (TESTS, or --tests) run
+in a scratch copy of the work tree, stopping at the first failure. A mutant is killed
+when a test fails, errors or runs past the timeout (three times the unmutated run, at
+least 20 s); it survives when they all pass. The score of a file is
+killed / (mutants - equivalent), where equivalent mutants are those listed, each with
+why, under "Equivalent mutants" in docs/testing.md (a mutant that changes no behaviour
+cannot be killed). Prints the commit line, every survivor with its diff line, and one
+score line per file.
+
+The checkout itself is never written: mutants live in the scratch copy, so other work
+(and other tests) can go on in it. Runs are CPU-heavy and not part of CI; run them under
+`nice -n 19`, one module at a time, when you change a core module.
+
+cosmic-ray rather than mutmut: mutmut 3 skips every decorated function, and pardnn's
+hot loops (the event loop, Step 1's critical path, the level sweeps, m-ETF, HEFT) are
+all `@kernel` functions; it also swaps functions for trampolines that numba cannot
+compile. cosmic-ray rewrites the source file itself, so the interpreted and the
+compiled path both run the mutant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tools.commit_line import commit_line, print_commit
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# One alternative per site (the boundary of each comparison, the inverse of each
+# arithmetic operator): cosmic-ray's full set replaces each operator by every other
+# (11 mutants per `+`), mostly killed by any test that runs the line.
+OPERATORS = (
+    "core/ReplaceBinaryOperator_Add_Sub", "core/ReplaceBinaryOperator_Sub_Add",
+    "core/ReplaceBinaryOperator_Mul_Div", "core/ReplaceBinaryOperator_Div_Mul",
+    "core/ReplaceBinaryOperator_FloorDiv_Mul", "core/ReplaceBinaryOperator_Mod_FloorDiv",
+    "core/ReplaceBinaryOperator_Pow_Mul",
+    "core/ReplaceBinaryOperator_LShift_RShift", "core/ReplaceBinaryOperator_RShift_LShift",
+    "core/ReplaceBinaryOperator_BitOr_BitAnd", "core/ReplaceBinaryOperator_BitAnd_BitOr",
+    "core/ReplaceBinaryOperator_BitXor_BitOr",
+    "core/ReplaceComparisonOperator_Lt_LtE", "core/ReplaceComparisonOperator_LtE_Lt",
+    "core/ReplaceComparisonOperator_Gt_GtE", "core/ReplaceComparisonOperator_GtE_Gt",
+    "core/ReplaceComparisonOperator_Eq_NotEq", "core/ReplaceComparisonOperator_NotEq_Eq",
+    "core/ReplaceComparisonOperator_Is_IsNot", "core/ReplaceComparisonOperator_IsNot_Is",
+    "core/ReplaceUnaryOperator_USub_UAdd", "core/ReplaceUnaryOperator_Delete_Not",
+    "core/ReplaceTrueWithFalse", "core/ReplaceFalseWithTrue",
+    "core/ReplaceAndWithOr", "core/ReplaceOrWithAnd",
+    "core/ReplaceBreakWithContinue", "core/ReplaceContinueWithBreak",
+    "core/NumberReplacer", "core/ZeroIterationForLoop",
+)
+
+# The tests that cover each module (the longest matching prefix wins): the unit tests of
+# its own, plus the pipeline tests that run it on small graphs. test_compiled.py is left
+# out (it compiles every kernel with numba, minutes per mutant) and so are TF tests.
+TESTS = {
+    "pardnn/repair/": ["tests/test_repair.py", "tests/test_repair_parts.py",
+                       "tests/test_repair_exact.py", "tests/test_fit.py",
+                       "tests/test_reference_repair.py"],
+    "pardnn/pipeline/judge.py": ["tests/test_event_loop.py", "tests/test_fit.py",
+                                 "tests/test_repair.py", "tests/test_reference_judge.py"],
+    "pardnn/pipeline/portfolio.py": ["tests/test_stages.py", "tests/test_fit.py",
+                                     "tests/test_determinism.py"],
+    "pardnn/emulator/event_loop.py": ["tests/test_event_loop.py", "tests/test_emulator_scheduler.py",
+                                      "tests/test_reference_event_loop.py"],
+    "pardnn/emulator/memory.py": ["tests/test_emulator_memory.py", "tests/test_repair_parts.py",
+                                  "tests/test_repair.py"],
+    "pardnn/placers/step1_phases/": ["tests/test_partition.py", "tests/test_swapping.py",
+                                     "tests/test_affinity.py", "tests/test_fenwick.py",
+                                     "tests/test_first_gap.py", "tests/test_reference_step1.py"],
+    "pardnn/graph/costgraph_json.py": ["tests/test_costgraph_json.py", "tests/test_bad_input.py"],
+}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("module", help="a file or folder under pardnn/, or a dotted name")
+    parser.add_argument("--tests", nargs="+", help="test files to run (default: TESTS)")
+    parser.add_argument("--lines", help="A-B: mutate only these lines (with one file)")
+    parser.add_argument("--list", action="store_true", help="list the mutants, run nothing")
+    parser.add_argument("--json", help="write every mutant's outcome to this file")
+    args = parser.parse_args(argv)
+    files = module_files(args.module)
+    lines = tuple(int(x) for x in args.lines.split("-")) if args.lines else None
+    print_commit()
+    print(f"# command: python -m tools.mutation {' '.join(argv if argv is not None else sys.argv[1:])}")
+    equivalent = equivalent_mutants()
+    results, scores = [], []
+    for path in files:
+        mutants = [m for m in enumerate_mutants(path) if lines is None or lines[0] <= m["line"] <= lines[1]]
+        if args.list:
+            for m in mutants:
+                print(f"{m['file']}:{m['line']} {m['operator']}: {m['after']}")
+            continue
+        tests = args.tests or tests_for(path)
+        preload()
+        outcomes = run_mutants(path, mutants, tests)
+        for m in outcomes:
+            m["equivalent"] = equivalent.get(mutant_key(m))
+        results += outcomes
+        scores.append(report(path, outcomes, tests))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"commit": commit_line(), "mutants": results}, indent=1))
+    for line in scores:
+        print(line)
+    return 0
+
+
+def module_files(module: str) -> list:
+    """The .py files (relative to the root) that MODULE names, in order."""
+    name = module.replace(".", "/") if not module.endswith(".py") and "/" not in module else module
+    path = ROOT / name
+    if path.is_dir():
+        return sorted(str(p.relative_to(ROOT)) for p in path.glob("*.py") if p.name != "__init__.py")
+    if not path.suffix:
+        path = path.with_suffix(".py")
+    if not path.is_file():
+        raise SystemExit(f"mutation: {module}: no such module")
+    return [str(path.relative_to(ROOT))]
+
+
+def tests_for(path: str) -> list:
+    prefixes = [p for p in TESTS if path.startswith(p)]
+    if not prefixes:
+        raise SystemExit(f"mutation: no tests listed for {path} in tools/mutation.py TESTS; pass --tests")
+    return [t for t in TESTS[max(prefixes, key=len)] if (ROOT / t).exists()]
+
+
+def enumerate_mutants(path: str) -> list:
+    """Every mutant of one file: {file, operator, occurrence, line, before, after, code}."""
+    from cosmic_ray.ast import get_ast
+    from cosmic_ray.mutating import mutate_code
+    from cosmic_ray.plugins import get_operator
+
+    source = (ROOT / path).read_text()
+    original = source.splitlines()
+    mutants = []
+    for name in OPERATORS:
+        operator = get_operator(name)()
+        counter = _Count(operator)
+        counter.walk(get_ast(source))
+        for occurrence in range(counter.count):
+            code = mutate_code(source, operator, occurrence)
+            if code is None or code == source:
+                continue
+            changed = [(i, a, b) for i, (a, b) in enumerate(zip(original, code.splitlines())) if a != b]
+            line, before, after = changed[0] if changed else (0, "", "")
+            mutants.append({"file": path, "operator": name, "occurrence": occurrence, "line": line + 1,
+                            "before": before.strip(), "after": after.strip(), "code": code})
+    return sorted(mutants, key=lambda m: (m["line"], m["operator"], m["occurrence"]))
+
+
+def _Count(operator):
+    """A cosmic-ray visitor that counts the sites where `operator` applies."""
+    from cosmic_ray.ast import Visitor
+
+    class Count(Visitor):
+        count = 0
+
+        def visit(self, node):
+            self.count += len(list(operator.mutation_positions(node)))
+            return node
+
+    return Count()
+
+
+def run_mutants(path: str, mutants: list, tests: list) -> list:
+    """Runs `tests` against each mutant in a scratch copy; adds outcome and seconds."""
+    with tempfile.TemporaryDirectory(prefix="pardnn-mutation-") as scratch:
+        scratch = Path(scratch)
+        copy_tree(scratch)
+        target = scratch / path
+        original = target.read_text()
+        os.environ.update(PYTHONDONTWRITEBYTECODE="1", NUMBA_CACHE_DIR=str(scratch / ".numba"))
+        args = ["-x", "-q", "-p", "no:cacheprovider", *tests]
+        t0 = time.perf_counter()
+        rc = run_tests(scratch, args, None, verbose=True)
+        baseline = time.perf_counter() - t0
+        if rc != 0:
+            raise SystemExit(f"mutation: the tests fail unmutated (pytest exit {rc})")
+        timeout = max(20.0, 3 * baseline)
+        print(f"{path}: {len(mutants)} mutants; tests {' '.join(tests)} take {baseline:.1f} s unmutated",
+              flush=True)
+        out = []
+        for i, m in enumerate(mutants):
+            target.write_text(m["code"])
+            shutil.rmtree(scratch / ".numba", ignore_errors=True)
+            t0 = time.perf_counter()
+            try:
+                rc = run_tests(scratch, args, timeout)
+            finally:
+                target.write_text(original)
+            m = {k: v for k, v in m.items() if k != "code"}
+            m.update(outcome="survived" if rc == 0 else "killed", seconds=round(time.perf_counter() - t0, 1))
+            out.append(m)
+            if (i + 1) % 25 == 0:
+                print(f"  {i + 1} of {len(mutants)} run", flush=True)
+        return out
+
+
+def run_tests(scratch: Path, args: list, timeout, verbose=False) -> int:
+    """pytest's exit status for `args` run in the scratch copy, in a child forked from
+    this process (which has imported the heavy libraries, never pardnn, so the child
+    imports the mutant fresh); -1 when it runs past `timeout` seconds (an endless loop
+    is caught too)."""
+    pid = os.fork()
+    if pid == 0:                                   # the child: never returns
+        rc = 3
+        try:
+            os.setpgid(0, 0)                       # its own group, so a timeout ends all of it
+            os.chdir(scratch)
+            sys.path[:] = [str(scratch)] + [p for p in sys.path if p not in ("", str(ROOT))]
+            if not verbose:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, 1)
+                os.dup2(devnull, 2)
+            import pytest
+            rc = int(pytest.main(args))
+        finally:
+            os._exit(rc)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if deadline is not None and time.monotonic() > deadline:
+            os.killpg(pid, 9)
+            os.waitpid(pid, 0)
+            return -1
+        time.sleep(0.02)
+
+
+def preload() -> None:
+    """Imports the libraries every test run needs, so each forked run starts warm."""
+    import hypothesis  # noqa: F401
+    import networkx  # noqa: F401
+    import numpy  # noqa: F401
+    import ortools.sat.python.cp_model  # noqa: F401
+    import pytest  # noqa: F401
+
+
+def copy_tree(dest: Path) -> None:
+    """The work tree's files that git knows or would add (not .venv or caches)."""
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others",
+                             "--exclude-standard"], capture_output=True, check=True).stdout
+    for name in filter(None, listed.decode().split("\0")):
+        src = ROOT / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+
+
+def mutant_key(m: dict) -> tuple:
+    return (m["file"], m["operator"].removeprefix("core/"), m["before"], m["after"])
+
+
+def equivalent_mutants() -> dict:
+    """{(file, operator, line before, line after): why} from the table under
+    "Equivalent mutants" in docs/testing.md (columns: file, operator, line, mutant, why;
+    the lines in double backticks or plain)."""
+    doc = ROOT / "docs" / "testing.md"
+    if not doc.exists():
+        return {}
+    table, rows = False, {}
+    for line in doc.read_text().splitlines():
+        if line.startswith("#"):
+            table = "Equivalent mutants" in line
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if table and line.startswith("|") else []
+        if len(cells) == 5 and cells[0].startswith("pardnn/"):
+            file, operator, before, after, why = (re.sub(r"^`+ ?| ?`+$", "", c) for c in cells)
+            rows[(file, operator, before.replace("\\|", "|"), after.replace("\\|", "|"))] = why
+    return rows
+
+
+def report(path: str, outcomes: list, tests: list) -> str:
+    killed = sum(m["outcome"] == "killed" for m in outcomes)
+    equivalent = sum(m["outcome"] == "survived" and bool(m["equivalent"]) for m in outcomes)
+    counted = len(outcomes) - equivalent
+    score = 100.0 * killed / counted if counted else 100.0
+    for m in outcomes:
+        if m["outcome"] == "survived" and not m["equivalent"]:
+            print(f"  SURVIVED {m['file']}:{m['line']} {m['operator']}\n    - {m['before']}\n    + {m['after']}")
+    return (f"{path}: {killed} of {counted} non-equivalent mutants killed ({score:.1f}%), "
+            f"{equivalent} equivalent, {len(outcomes)} in all")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
