@@ -200,16 +200,27 @@ def test_a_candidate_is_taken_once_by_whoever_claims_it_first():
 
 
 def test_pardnn_fits_wherever_a_repaired_single_device_placement_fits():
-    # mlp-like tiny chain at a capacity only the repair of one device's placement reaches
+    """An mlp-like tiny chain on 2 devices, at capacities around the least one at which
+    any placement fits (0.74 of its one-device peak, found by the complete search):
+    wherever the repair of everything-on-one-device fits, `--algorithm pardnn` fits
+    too, and below, where the search proves no placement fits, pardnn says the same."""
     g = training_chain(layers=5, act=MB, grad=MB)
-    for fraction in np.arange(0.30, 0.80, 0.04):
+    fits = []
+    for fraction in np.arange(0.68, 0.81, 0.02):
         cluster = cluster_at(g, 2, fraction)
         try:
-            placer.place(g, cluster, "single")
-        except UserError:
+            _, single = placer.place(g, cluster, "single")
+        except UserError as exc:
+            assert "no placement fits" in str(exc)
+            with pytest.raises(UserError, match="no placement fits"):
+                placer.place(g, cluster, "pardnn")
+            fits.append(False)
             continue
+        assert single["moved_nodes"] > 0                 # the repair made it fit
         _, report = placer.place(g, cluster, "pardnn")
-        assert report["feasible"]
+        assert report["feasible"] and max(report["peak_memory_bytes"]) <= cluster.capacity.min()
+        fits.append(True)
+    assert fits == sorted(fits) and 2 <= sum(fits) <= 5       # both sides of the least capacity
 
 
 def test_range_argmin_matches_brute_force_and_empty_ranges_give_minus_one():

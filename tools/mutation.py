@@ -68,20 +68,19 @@ OPERATORS = (
 # its own, plus the pipeline tests that run it on small graphs. test_compiled.py is left
 # out (it compiles every kernel with numba, minutes per mutant) and so are TF tests.
 TESTS = {
-    "pardnn/repair/": ["tests/test_repair.py", "tests/test_repair_parts.py",
-                       "tests/test_repair_exact.py", "tests/test_fit.py",
-                       "tests/test_reference_repair.py"],
+    "pardnn/repair/": ["tests/test_reference_repair.py", "tests/test_repair.py",
+                       "tests/test_repair_parts.py", "tests/test_repair_exact.py", "tests/test_fit.py"],
     "pardnn/pipeline/judge.py": ["tests/test_event_loop.py", "tests/test_fit.py",
                                  "tests/test_repair.py", "tests/test_reference_judge.py"],
     "pardnn/pipeline/portfolio.py": ["tests/test_stages.py", "tests/test_fit.py",
                                      "tests/test_determinism.py"],
-    "pardnn/emulator/event_loop.py": ["tests/test_event_loop.py", "tests/test_emulator_scheduler.py",
-                                      "tests/test_reference_event_loop.py"],
+    "pardnn/emulator/event_loop.py": ["tests/test_reference_event_loop.py", "tests/test_event_loop.py",
+                                      "tests/test_emulator_scheduler.py"],
     "pardnn/emulator/memory.py": ["tests/test_emulator_memory.py", "tests/test_repair_parts.py",
                                   "tests/test_repair.py"],
-    "pardnn/placers/step1_phases/": ["tests/test_partition.py", "tests/test_swapping.py",
-                                     "tests/test_affinity.py", "tests/test_fenwick.py",
-                                     "tests/test_first_gap.py", "tests/test_reference_step1.py"],
+    "pardnn/placers/step1_phases/": ["tests/test_reference_step1.py", "tests/test_partition.py",
+                                     "tests/test_swapping.py", "tests/test_affinity.py",
+                                     "tests/test_fenwick.py", "tests/test_first_gap.py"],
     "pardnn/graph/costgraph_json.py": ["tests/test_costgraph_json.py", "tests/test_bad_input.py"],
 }
 
