@@ -6,9 +6,11 @@ MODULE is a file or a folder under pardnn/ (`pardnn/repair`, `pardnn/pipeline/ju
 or a dotted name such as `pardnn.emulator.event_loop`). Each of its files is mutated one
 token at a time with cosmic-ray's operators (the `mutation` extra of setup.cfg; see
 OPERATORS), and for each mutant the tests that cover the module (TESTS, or --tests) run
-in a scratch copy of the work tree, stopping at the first failure. A mutant is killed
-when a test fails, errors or runs past the timeout (three times the unmutated run, at
-least 20 s); it survives when they all pass. The score of a file is
+in a scratch copy of the work tree, stopping at the first failure: of those, only the
+tests that ran the mutated statement in one run under coverage (all of them for a
+statement run at import, or run by no test in this process). A mutant is killed when
+a test fails, errors or runs past the timeout (10 s plus four times what the chosen
+tests took unmutated: an endless loop); it survives when they all pass. The score of a file is
 killed / (mutants - equivalent), where equivalent mutants are those listed, each with
 why, under "Equivalent mutants" in docs/testing.md (a mutant that changes no behaviour
 cannot be killed). Prints the commit line, every survivor with its diff line, and one
@@ -178,44 +180,74 @@ def _Count(operator):
 
 
 def run_mutants(path: str, mutants: list, tests: list) -> list:
-    """Runs `tests` against each mutant in a scratch copy; adds outcome and seconds."""
+    """Runs, against each mutant in a scratch copy, the tests that run its line (found by
+    one run of all `tests` under coverage, each test its own context; all of them for a
+    line run at import or by no test in this process); adds outcome and seconds."""
     with tempfile.TemporaryDirectory(prefix="pardnn-mutation-") as scratch:
         scratch = Path(scratch)
         copy_tree(scratch)
         target = scratch / path
         original = target.read_text()
         os.environ.update(PYTHONDONTWRITEBYTECODE="1", NUMBA_CACHE_DIR=str(scratch / ".numba"))
-        args = ["-x", "-q", "-p", "no:cacheprovider", *tests]
+        args = ["-x", "-q", "-p", "no:cacheprovider"]
         t0 = time.perf_counter()
-        rc = run_tests(scratch, args, None, verbose=True)
+        rc = run_tests(scratch, args + tests, None, verbose=True, measure=target)
         baseline = time.perf_counter() - t0
         if rc != 0:
             raise SystemExit(f"mutation: the tests fail unmutated (pytest exit {rc})")
-        timeout = max(20.0, 3 * baseline)
-        print(f"{path}: {len(mutants)} mutants; tests {' '.join(tests)} take {baseline:.1f} s unmutated",
-              flush=True)
+        covering = tests_by_line(scratch / ".coverage-map", target, original)
+        seconds = json.loads((scratch / ".coverage-map.seconds").read_text())
+        print(f"{path}: {len(mutants)} mutants; tests {' '.join(tests)} take {baseline:.1f} s unmutated "
+              "(under coverage)", flush=True)
         out = []
         for i, m in enumerate(mutants):
             target.write_text(m["code"])
             shutil.rmtree(scratch / ".numba", ignore_errors=True)
             t0 = time.perf_counter()
+            chosen = sorted(covering[m["line"]], key=seconds.get) if m["line"] in covering else tests
+            timeout = 10.0 + 4 * (sum(seconds.get(t, 0.0) for t in chosen) if m["line"] in covering else baseline)
             try:
-                rc = run_tests(scratch, args, timeout)
+                rc = run_tests(scratch, args + chosen, timeout, limits=seconds)
             finally:
                 target.write_text(original)
             m = {k: v for k, v in m.items() if k != "code"}
-            m.update(outcome="survived" if rc == 0 else "killed", seconds=round(time.perf_counter() - t0, 1))
+            m.update(outcome="survived" if rc == 0 else "killed", seconds=round(time.perf_counter() - t0, 1),
+                     tests=len(covering[m["line"]]) if m["line"] in covering else "all")
             out.append(m)
             if (i + 1) % 25 == 0:
                 print(f"  {i + 1} of {len(mutants)} run", flush=True)
         return out
 
 
-def run_tests(scratch: Path, args: list, timeout, verbose=False) -> int:
+def tests_by_line(data_file: Path, target: Path, source: str) -> dict:
+    """{line: [test node ids that ran the statement holding it]}, for the lines whose
+    statement only tests ran (not the module's import)."""
+    import ast
+
+    import coverage
+
+    data = coverage.CoverageData(str(data_file))
+    data.read()
+    ran = data.contexts_by_lineno(str(target))
+    spans = sorted(((n.lineno, n.end_lineno) for n in ast.walk(ast.parse(source)) if isinstance(n, ast.stmt)),
+                   key=lambda s: s[1] - s[0])
+    out = {}
+    for line in range(1, source.count("\n") + 2):
+        first = next((a for a, b in spans if a <= line <= b), None)
+        contexts = ran.get(first, [])
+        if contexts and "" not in contexts:
+            out[line] = sorted(contexts)
+    return out
+
+
+def run_tests(scratch: Path, args: list, timeout, verbose=False, measure=None, limits=None) -> int:
     """pytest's exit status for `args` run in the scratch copy, in a child forked from
     this process (which has imported the heavy libraries, never pardnn, so the child
     imports the mutant fresh); -1 when it runs past `timeout` seconds (an endless loop
-    is caught too)."""
+    is caught too). With `measure` (a file), the lines of it each test runs are
+    recorded in scratch/.coverage-map, each test under its node id. With `limits`
+    ({node id: seconds it took unmutated}), a test running past 2 s plus five times
+    that fails at once (`_TestTimeouts`)."""
     pid = os.fork()
     if pid == 0:                                   # the child: never returns
         rc = 3
@@ -228,7 +260,17 @@ def run_tests(scratch: Path, args: list, timeout, verbose=False) -> int:
                 os.dup2(devnull, 1)
                 os.dup2(devnull, 2)
             import pytest
-            rc = int(pytest.main(args))
+            if measure is None:
+                rc = int(pytest.main(args, plugins=[_TestTimeouts(limits or {})]))
+            else:
+                import coverage
+                cov = coverage.Coverage(data_file=str(scratch / ".coverage-map"), include=[str(measure)])
+                cov.start()
+                contexts = _TestContexts(cov)
+                rc = int(pytest.main(args, plugins=[contexts]))
+                cov.stop()
+                cov.save()
+                (scratch / ".coverage-map.seconds").write_text(json.dumps(contexts.seconds))
         finally:
             os._exit(rc)
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -241,6 +283,43 @@ def run_tests(scratch: Path, args: list, timeout, verbose=False) -> int:
             os.waitpid(pid, 0)
             return -1
         time.sleep(0.02)
+
+
+class _TestTimeouts:
+    """A pytest plugin: a test that runs far longer than it did unmutated (an endless
+    loop) raises TimeoutError, so the mutant is killed without waiting for the run's
+    own timeout."""
+
+    def __init__(self, limits):
+        self.limits = limits
+
+    @staticmethod
+    def _expired(signum, frame):
+        raise TimeoutError("the mutant made this test run far longer than unmutated")
+
+    def pytest_runtest_setup(self, item):
+        import signal
+        signal.signal(signal.SIGALRM, self._expired)
+        signal.setitimer(signal.ITIMER_REAL, 2.0 + 5 * self.limits.get(item.nodeid, 10.0))
+
+    def pytest_runtest_teardown(self, item):
+        import signal
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+class _TestContexts:
+    """A pytest plugin: coverage records what each test runs under its node id."""
+
+    def __init__(self, cov):
+        self.cov, self.seconds, self.t0 = cov, {}, 0.0
+
+    def pytest_runtest_setup(self, item):
+        self.cov.switch_context(item.nodeid)
+        self.t0 = time.perf_counter()
+
+    def pytest_runtest_teardown(self, item):
+        self.seconds[item.nodeid] = time.perf_counter() - self.t0
+        self.cov.switch_context("")
 
 
 def preload() -> None:
