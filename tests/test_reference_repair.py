@@ -63,7 +63,7 @@ def test_the_complete_search_finds_the_fit_on_unequal_devices(capacities):
     r = judge(graph, cluster, np.zeros(graph.num_nodes, np.int32))
     assert np.all(r.profile.peak_bytes <= cluster.capacity)
     _, report = placer.place(graph, cluster, "pardnn")
-    assert report["feasible"] and np.all(np.array(report["peak_memory_bytes"]) <= cluster.capacity)
+    assert report.feasible and np.all(np.array(report.peak_memory_bytes) <= cluster.capacity)
 
 
 def test_the_complete_search_finds_the_fit_behind_a_slow_link():

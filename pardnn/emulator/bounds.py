@@ -10,8 +10,6 @@ lasts at least the costliest path with those transfer costs on the cut edges. Bo
 ignore queueing and link contention, which only add time.
 """
 
-import weakref
-
 import numpy as np
 
 from pardnn.emulator.scheduler import plan_transfers
@@ -38,7 +36,6 @@ def longest_path_us(graph, cluster, device) -> float:
 
 
 # ------------------------------------------------- the bound on every placement's step
-_STEP_BOUNDS = weakref.WeakKeyDictionary()
 INTERVAL_MAX_NODES = 2_000   # the interval bound costs O(grid^2 n) per trial step time
 
 
@@ -48,12 +45,8 @@ def step_lower_bound_us(graph, cluster) -> float:
     and tail are communication-aware floors on a node's start and on the time after its
     finish (pardnn.graph.forced_levels), and, on graphs of at most INTERVAL_MAX_NODES,
     the interval bound over the windows they leave each op. docs/bounds.md has the
-    proofs. Cached per graph and cluster."""
-    per_graph = _STEP_BOUNDS.setdefault(graph, {})
-    key = id(cluster)
-    if key not in per_graph or per_graph[key][0] is not cluster:
-        per_graph[key] = (cluster, _step_lower_bound_us(graph, cluster))
-    return per_graph[key][1]
+    proofs. Found once per graph and cluster (the graph's memo)."""
+    return graph.memoized(("step_lower_bound_us", cluster), lambda: _step_lower_bound_us(graph, cluster))
 
 
 def _step_lower_bound_us(graph, cluster) -> float:

@@ -4,7 +4,7 @@ tests."""
 
 import numpy as np
 
-from pardnn.emulator import evaluate
+from pardnn.pipeline.report import evaluate
 from pardnn.graph import CostGraph
 from pardnn.hardware import parse_devices
 
@@ -38,7 +38,7 @@ def training_chain(layers=6, act=MB, grad=MB, comp=10.0):
 
 def one_device_peak(graph):
     one = parse_devices("cpu:1").with_options(memory=2**50)
-    return evaluate(graph, one, np.zeros(graph.num_nodes, np.int32))["peak_memory_bytes"][0]
+    return evaluate(graph, one, np.zeros(graph.num_nodes, np.int32)).peak_memory_bytes[0]
 
 
 def cluster_at(graph, k, fraction):
