@@ -13,6 +13,7 @@ import pytest
 from helpers.random_graphs import exact_cluster, small_dag
 
 from pardnn.emulator.scheduler import simulate
+from pardnn.graph import CostGraph
 
 
 def reference_schedule(graph, cluster, device):
@@ -76,7 +77,7 @@ def reference_schedule(graph, cluster, device):
 def test_the_event_loop_matches_the_reference(seed):
     graph, rng = small_dag(seed)
     k = int(rng.integers(1, 4))
-    cluster = exact_cluster(k)
+    cluster = exact_cluster(k, latency=[2.0, 0.0][seed % 2])    # no latency: tensors land at once
     device = rng.integers(0, k, graph.num_nodes)
     s = simulate(graph, cluster, device)
     start, finish, sent = reference_schedule(graph, cluster, device)
@@ -106,3 +107,20 @@ def test_the_reference_cases_tie_and_queue():
         queued += bool(np.any(start > ready))
         link_waits += any(go > finish[p] for (p, _, _), (go, _) in sent.items())
     assert ties >= 40 and queued >= 20 and link_waits >= 5, (ties, queued, link_waits)
+
+
+def test_a_tensor_reaches_every_consumer_on_a_device_by_its_one_transfer():
+    """u's output 0 (no bytes) goes to a and b on device 1, its output 1 (8 bytes, 2 us
+    on the link) to c, issued between them: b gets output 0 when a does, at once, not
+    by a second transfer queued behind output 1's. (No latency, so the tensor lands at
+    the instant it is sent.)"""
+    graph = CostGraph.build(names=["u", "a", "c", "b"], comp_us=[0, 1, 1, 1],
+                            edge_src=["u", "u", "u"], edge_dst=["a", "c", "b"], edge_slot=[0, 1, 0],
+                            edge_bytes=[0, 8, 0])
+    cluster = exact_cluster(2, latency=0.0)
+    s = simulate(graph, cluster, [0, 1, 1, 1])
+    ix = graph.index()
+    assert [s.start[ix[v]] for v in "uacb"] == [0.0, 0.0, 2.0, 1.0]
+    assert len(s.transfer_edge) == 2 and sorted(s.transfer_arrival.tolist()) == [0.0, 2.0]
+    start, _, _ = reference_schedule(graph, cluster, [0, 1, 1, 1])
+    assert start.tolist() == s.start.tolist()

@@ -1,6 +1,6 @@
 """Mutation testing of pardnn's core: how many one-token bugs the tests catch.
 
-    python -m tools.mutation MODULE [--tests FILE ...] [--lines A-B] [--list] [--json F]
+    python -m tools.mutation MODULE [--tests FILE ...] [--lines A-B] [--sample N] [--list] [--json F]
 
 MODULE is a file or a folder under pardnn/ (`pardnn/repair`, `pardnn/pipeline/judge.py`,
 or a dotted name such as `pardnn.emulator.event_loop`). Each of its files is mutated one
@@ -92,6 +92,8 @@ def main(argv=None) -> int:
     parser.add_argument("module", help="a file or folder under pardnn/, or a dotted name")
     parser.add_argument("--tests", nargs="+", help="test files to run (default: TESTS)")
     parser.add_argument("--lines", help="A-B: mutate only these lines (with one file)")
+    parser.add_argument("--sample", type=int, default=1, metavar="N",
+                        help="run every Nth mutant of each file only (a score estimated on a sample)")
     parser.add_argument("--list", action="store_true", help="list the mutants, run nothing")
     parser.add_argument("--json", help="write every mutant's outcome to this file")
     args = parser.parse_args(argv)
@@ -102,7 +104,8 @@ def main(argv=None) -> int:
     equivalent = equivalent_mutants()
     results, scores = [], []
     for path in files:
-        mutants = [m for m in enumerate_mutants(path) if lines is None or lines[0] <= m["line"] <= lines[1]]
+        mutants = [m for m in enumerate_mutants(path)
+                   if lines is None or lines[0] <= m["line"] <= lines[1]][::args.sample]
         if args.list:
             for m in mutants:
                 print(f"{m['file']}:{m['line']} {m['operator']}: {m['after']}")
@@ -348,8 +351,8 @@ def mutant_key(m: dict) -> tuple:
 
 def equivalent_mutants() -> dict:
     """{(file, operator, line before, line after): why} from the table under
-    "Equivalent mutants" in docs/testing.md (columns: file, operator, line, mutant, why;
-    the lines in double backticks or plain)."""
+    "Equivalent mutants" in docs/testing.md (columns: file:line, operator, the line, the
+    mutant, why; the lines in backticks, a `|` in them escaped as `\\|`)."""
     doc = ROOT / "docs" / "testing.md"
     if not doc.exists():
         return {}
@@ -358,10 +361,11 @@ def equivalent_mutants() -> dict:
         if line.startswith("#"):
             table = "Equivalent mutants" in line
             continue
-        cells = [c.strip() for c in line.strip().strip("|").split("|")] if table and line.startswith("|") else []
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))] \
+            if table and line.startswith("|") else []
         if len(cells) == 5 and cells[0].startswith("pardnn/"):
-            file, operator, before, after, why = (re.sub(r"^`+ ?| ?`+$", "", c) for c in cells)
-            rows[(file, operator, before.replace("\\|", "|"), after.replace("\\|", "|"))] = why
+            where, operator, before, after, why = (re.sub(r"^`+ ?| ?`+$", "", c) for c in cells)
+            rows[(where.split(":")[0], operator, before.replace("\\|", "|"), after.replace("\\|", "|"))] = why
     return rows
 
 

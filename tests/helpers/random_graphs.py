@@ -53,6 +53,6 @@ def small_dag(seed, n_max=14, groups=False):
     return g, rng
 
 
-def exact_cluster(k, memory=2**40):
-    """k devices, 2 us latency and 4 bytes per us on every link (see `small_dag`)."""
-    return parse_devices(f"cpu:{k}").with_options(memory=memory, reserve=0.0, latency=2.0, bandwidth=4.0)
+def exact_cluster(k, memory=2**40, latency=2.0):
+    """k devices, `latency` us and 4 bytes per us on every link (see `small_dag`)."""
+    return parse_devices(f"cpu:{k}").with_options(memory=memory, reserve=0.0, latency=latency, bandwidth=4.0)
