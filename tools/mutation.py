@@ -34,6 +34,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -72,8 +73,8 @@ OPERATORS = (
 TESTS = {
     "pardnn/repair/": ["tests/test_reference_repair.py", "tests/test_repair.py",
                        "tests/test_repair_parts.py", "tests/test_repair_exact.py", "tests/test_fit.py"],
-    "pardnn/pipeline/judge.py": ["tests/test_event_loop.py", "tests/test_fit.py",
-                                 "tests/test_repair.py", "tests/test_reference_judge.py"],
+    "pardnn/pipeline/judge.py": ["tests/test_reference_repair.py", "tests/test_repair.py",
+                                 "tests/test_event_loop.py"],
     "pardnn/pipeline/portfolio.py": ["tests/test_stages.py", "tests/test_fit.py",
                                      "tests/test_determinism.py"],
     "pardnn/emulator/event_loop.py": ["tests/test_reference_event_loop.py", "tests/test_event_loop.py",
@@ -97,6 +98,7 @@ def main(argv=None) -> int:
     parser.add_argument("--list", action="store_true", help="list the mutants, run nothing")
     parser.add_argument("--json", help="write every mutant's outcome to this file")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))     # `kill` still removes the scratch copy
     files = module_files(args.module)
     lines = tuple(int(x) for x in args.lines.split("-")) if args.lines else None
     print_commit()
@@ -301,12 +303,10 @@ class _TestTimeouts:
         raise TimeoutError("the mutant made this test run far longer than unmutated")
 
     def pytest_runtest_setup(self, item):
-        import signal
         signal.signal(signal.SIGALRM, self._expired)
         signal.setitimer(signal.ITIMER_REAL, 2.0 + 5 * self.limits.get(item.nodeid, 10.0))
 
     def pytest_runtest_teardown(self, item):
-        import signal
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
