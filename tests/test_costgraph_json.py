@@ -192,8 +192,12 @@ FULL_NODE = {"name": "a", "op": "MatMul", "comp_us": 1.0, "out_bytes": 8, "persi
     ([node("a"), node(5)], [], "nodes[1].name must be a string, not 5"),
     ([node("a"), node("b", pinned=3)], [], "nodes[1].pinned must be a string, not 3"),
     ([node("a"), node("b")], [{"src": "a", "dst": 7}], "edges[0].dst must be a string, not 7"),
+    ([node("a", comp_us="5")], [], "nodes[0].comp_us must be a number, not '5'"),
+    ([node("a"), node("b", out_bytes=True)], [], "nodes[1].out_bytes must be a number, not True"),
     # every key of a node but one, and one that is not a node's: as many keys as usual
     ([{**{k: v for k, v in FULL_NODE.items() if k != "pinned"}, "src": 3}], [], "nodes[0].src must be a string, not 3"),
+    # every key of a node, and one more on one of them
+    ([FULL_NODE, {**FULL_NODE, "name": "b", "src": 3}], [], "nodes[1].src must be a string, not 3"),
 ])
 def test_what_is_wrong_is_named_by_its_entry(tmp_path, nodes, edges, message):
     """Both readers name the entry and the field at fault, in the whole reader's words."""
