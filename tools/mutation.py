@@ -1,6 +1,7 @@
 """Mutation testing of pardnn's core: how many one-token bugs the tests catch.
 
     python -m tools.mutation MODULE [--tests FILE ...] [--lines A-B] [--sample N] [--list] [--json F]
+    python -m tools.mutation --rescore F.json
 
 MODULE is a file or a folder under pardnn/ (`pardnn/repair`, `pardnn/pipeline/judge.py`,
 or a dotted name such as `pardnn.emulator.event_loop`). Each of its files is mutated one
@@ -90,7 +91,9 @@ TESTS = {
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("module", help="a file or folder under pardnn/, or a dotted name")
+    parser.add_argument("module", nargs="?", help="a file or folder under pardnn/, or a dotted name")
+    parser.add_argument("--rescore", metavar="F.json",
+                        help="score a run's --json file again against docs/testing.md's equivalent mutants")
     parser.add_argument("--tests", nargs="+", help="test files to run (default: TESTS)")
     parser.add_argument("--lines", help="A-B: mutate only these lines (with one file)")
     parser.add_argument("--sample", type=int, default=1, metavar="N",
@@ -99,6 +102,10 @@ def main(argv=None) -> int:
     parser.add_argument("--json", help="write every mutant's outcome to this file")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))     # `kill` still removes the scratch copy
+    if args.rescore:
+        return rescore(args.rescore)
+    if not args.module:
+        parser.error("give a MODULE (or --rescore F.json)")
     files = module_files(args.module)
     lines = tuple(int(x) for x in args.lines.split("-")) if args.lines else None
     print_commit()
@@ -123,6 +130,20 @@ def main(argv=None) -> int:
         Path(args.json).write_text(json.dumps({"commit": commit_line(), "mutants": results}, indent=1))
     for line in scores:
         print(line)
+    return 0
+
+
+def rescore(path) -> int:
+    """Prints the score lines of a run's --json file, its equivalent mutants read anew."""
+    run = json.loads(Path(path).read_text())
+    equivalent = equivalent_mutants()
+    print(f"# {run['commit']}; equivalent mutants as docs/testing.md lists them now")
+    by_file = {}
+    for m in run["mutants"]:
+        m["equivalent"] = equivalent.get(mutant_key(m))
+        by_file.setdefault(m["file"], []).append(m)
+    lines = [report(file, outcomes, []) for file, outcomes in by_file.items()]
+    print("\n".join(lines))
     return 0
 
 
