@@ -75,7 +75,11 @@ TESTS = {
     "pardnn/repair/": ["tests/test_reference_repair.py", "tests/test_repair.py",
                        "tests/test_repair_parts.py", "tests/test_repair_exact.py", "tests/test_fit.py"],
     "pardnn/pipeline/judge.py": ["tests/test_reference_repair.py", "tests/test_repair.py",
-                                 "tests/test_event_loop.py"],
+                                 "tests/test_event_loop.py",
+                                 "tests/test_fit.py::test_a_trial_surely_fits_only_where_the_tracked_peak_fits",
+                                 "tests/test_fit.py::test_the_judge_rejects_a_trial_no_repair_can_fit",
+                                 "tests/test_fit.py::test_a_candidate_without_its_profile_tracks_the_same_one_again",
+                                 "tests/test_fit.py::test_refining_with_memory_to_spare_tracks_memory_once_with_the_same_result"],
     "pardnn/pipeline/choice.py": ["tests/test_choice.py", "tests/test_stages.py"],
     "pardnn/pipeline/portfolio.py": ["tests/test_stages.py", "tests/test_determinism.py"],
     "pardnn/emulator/event_loop.py": ["tests/test_reference_event_loop.py", "tests/test_event_loop.py",
@@ -164,7 +168,7 @@ def tests_for(path: str) -> list:
     prefixes = [p for p in TESTS if path.startswith(p)]
     if not prefixes:
         raise SystemExit(f"mutation: no tests listed for {path} in tools/mutation.py TESTS; pass --tests")
-    return [t for t in TESTS[max(prefixes, key=len)] if (ROOT / t).exists()]
+    return [t for t in TESTS[max(prefixes, key=len)] if (ROOT / t.split("::")[0]).exists()]
 
 
 def enumerate_mutants(path: str) -> list:
