@@ -70,10 +70,11 @@ OPERATORS = (
 
 # The tests that cover each module (the longest matching prefix wins): the unit tests of
 # its own, plus the pipeline tests that run it on small graphs. test_compiled.py is left
-# out (it compiles every kernel with numba, minutes per mutant) and so are TF tests.
+# out but for the tests that compare a kernel with its numpy twin (numba is off in the
+# runs: NUMBA_DISABLE_JIT), and so are TF tests.
 TESTS = {
     "pardnn/repair/": ["tests/test_reference_repair.py", "tests/test_repair.py",
-                       "tests/test_repair_parts.py", "tests/test_repair_exact.py", "tests/test_fit.py"],
+                       "tests/test_repair_parts.py", "tests/test_repair_exact.py"],
     "pardnn/pipeline/judge.py": ["tests/test_reference_repair.py", "tests/test_repair.py",
                                  "tests/test_event_loop.py",
                                  "tests/test_fit.py::test_a_trial_surely_fits_only_where_the_tracked_peak_fits",
@@ -85,7 +86,9 @@ TESTS = {
     "pardnn/emulator/event_loop.py": ["tests/test_reference_event_loop.py", "tests/test_event_loop.py",
                                       "tests/test_emulator_scheduler.py"],
     "pardnn/emulator/memory.py": ["tests/test_emulator_memory.py", "tests/test_repair_parts.py",
-                                  "tests/test_repair.py"],
+                                  "tests/test_repair.py", "tests/test_compiled.py::test_memory_buffers",
+                                  "tests/test_compiled.py::test_memory_timelines",
+                                  "tests/test_compiled.py::test_timelines_filled_as_numpy_rows_fill_them"],
     "pardnn/placers/step1_phases/": ["tests/test_reference_step1.py", "tests/test_partition.py",
                                      "tests/test_swapping.py", "tests/test_affinity.py",
                                      "tests/test_fenwick.py", "tests/test_first_gap.py"],
@@ -116,16 +119,15 @@ def main(argv=None) -> int:
     print(f"# command: python -m tools.mutation {' '.join(argv if argv is not None else sys.argv[1:])}")
     equivalent = equivalent_mutants()
     results, scores = [], []
-    for path in files:
-        mutants = [m for m in enumerate_mutants(path)
-                   if lines is None or lines[0] <= m["line"] <= lines[1]][::args.sample]
-        if args.list:
-            for m in mutants:
-                print(f"{m['file']}:{m['line']} {m['operator']}: {m['after']}")
-            continue
-        tests = args.tests or tests_for(path)
-        preload()
-        outcomes = run_mutants(path, mutants, tests)
+    by_file = {path: [m for m in enumerate_mutants(path)
+                      if lines is None or lines[0] <= m["line"] <= lines[1]][::args.sample] for path in files}
+    if args.list:
+        for m in (m for mutants in by_file.values() for m in mutants):
+            print(f"{m['file']}:{m['line']} {m['operator']}: {m['after']}")
+        return 0
+    tests = args.tests or tests_for(files[0])
+    preload()
+    for path, outcomes in run_mutants(by_file, tests).items():
         for m in outcomes:
             m["equivalent"] = equivalent.get(mutant_key(m))
         results += outcomes
@@ -209,44 +211,54 @@ def _Count(operator):
     return Count()
 
 
-def run_mutants(path: str, mutants: list, tests: list) -> list:
-    """Runs, against each mutant in a scratch copy, the tests that run its line (found by
-    one run of all `tests` under coverage, each test its own context; all of them for a
-    line run at import or by no test in this process); adds outcome and seconds."""
+def run_mutants(by_file: dict, tests: list) -> dict:
+    """{file: its mutants with outcome and seconds}: against each mutant, in a scratch
+    copy, the tests that run its line (found by one run of all `tests` under coverage,
+    each test its own context, for every file at once; all of them for a line run at
+    import or by no test in this process)."""
     with tempfile.TemporaryDirectory(prefix="pardnn-mutation-") as scratch:
         scratch = Path(scratch)
         copy_tree(scratch)
-        target = scratch / path
-        original = target.read_text()
-        os.environ.update(PYTHONDONTWRITEBYTECODE="1", NUMBA_CACHE_DIR=str(scratch / ".numba"))
+        # numba off: a kernel's `.compiled` runs its source as Python, so the tests that
+        # compare a kernel on a large graph with its numpy twin (tests/test_compiled.py)
+        # see the mutant without a compilation per mutant
+        os.environ.update(PYTHONDONTWRITEBYTECODE="1", NUMBA_CACHE_DIR=str(scratch / ".numba"),
+                          NUMBA_DISABLE_JIT="1")
         args = ["-x", "-q", "-p", "no:cacheprovider"]
         t0 = time.perf_counter()
-        rc = run_tests(scratch, args + tests, None, verbose=True, measure=target)
+        rc = run_tests(scratch, args + tests, None, verbose=True, measure=[scratch / p for p in by_file])
         baseline = time.perf_counter() - t0
         if rc != 0:
             raise SystemExit(f"mutation: the tests fail unmutated (pytest exit {rc})")
-        covering = tests_by_line(scratch / ".coverage-map", target, original)
         seconds = json.loads((scratch / ".coverage-map.seconds").read_text())
-        print(f"{path}: {len(mutants)} mutants; tests {' '.join(tests)} take {baseline:.1f} s unmutated "
-              "(under coverage)", flush=True)
-        out = []
-        for i, m in enumerate(mutants):
-            target.write_text(m["code"])
-            shutil.rmtree(scratch / ".numba", ignore_errors=True)
-            t0 = time.perf_counter()
-            chosen = sorted(covering[m["line"]], key=seconds.get) if m["line"] in covering else tests
-            timeout = 10.0 + 4 * (sum(seconds.get(t, 0.0) for t in chosen) if m["line"] in covering else baseline)
-            try:
-                rc = run_tests(scratch, args + chosen, timeout, limits=seconds)
-            finally:
-                target.write_text(original)
-            m = {k: v for k, v in m.items() if k != "code"}
-            m.update(outcome="survived" if rc == 0 else "killed", seconds=round(time.perf_counter() - t0, 1),
-                     tests=len(covering[m["line"]]) if m["line"] in covering else "all")
-            out.append(m)
-            if (i + 1) % 25 == 0:
-                print(f"  {i + 1} of {len(mutants)} run", flush=True)
-        return out
+        print(f"{sum(map(len, by_file.values()))} mutants in {len(by_file)} files; tests {' '.join(tests)} "
+              f"take {baseline:.1f} s unmutated (under coverage)", flush=True)
+        done = {}
+        for path, mutants in by_file.items():
+            target = scratch / path
+            original = target.read_text()
+            covering = tests_by_line(scratch / ".coverage-map", target, original)
+            done[path] = [_run_one(scratch, target, original, m, covering, seconds, tests, baseline, args)
+                          for m in mutants]
+            print(f"  {path}: {len(mutants)} run", flush=True)
+        return done
+
+
+def _run_one(scratch, target, original, m, covering, seconds, tests, baseline, args) -> dict:
+    """One mutant written over `target`, its tests run, the file restored: its outcome."""
+    target.write_text(m["code"])
+    shutil.rmtree(scratch / ".numba", ignore_errors=True)
+    t0 = time.perf_counter()
+    chosen = sorted(covering[m["line"]], key=seconds.get) if m["line"] in covering else tests
+    timeout = 10.0 + 4 * (sum(seconds.get(t, 0.0) for t in chosen) if m["line"] in covering else baseline)
+    try:
+        rc = run_tests(scratch, args + chosen, timeout, limits=seconds)
+    finally:
+        target.write_text(original)
+    out = {k: v for k, v in m.items() if k != "code"}
+    out.update(outcome="survived" if rc == 0 else "killed", seconds=round(time.perf_counter() - t0, 1),
+               tests=len(covering[m["line"]]) if m["line"] in covering else "all")
+    return out
 
 
 def tests_by_line(data_file: Path, target: Path, source: str) -> dict:
@@ -274,7 +286,7 @@ def run_tests(scratch: Path, args: list, timeout, verbose=False, measure=None, l
     """pytest's exit status for `args` run in the scratch copy, in a child forked from
     this process (which has imported the heavy libraries, never pardnn, so the child
     imports the mutant fresh); -1 when it runs past `timeout` seconds (an endless loop
-    is caught too). With `measure` (a file), the lines of it each test runs are
+    is caught too). With `measure` (files), the lines of them each test runs are
     recorded in scratch/.coverage-map, each test under its node id. With `limits`
     ({node id: seconds it took unmutated}), a test running past 2 s plus five times
     that fails at once (`_TestTimeouts`)."""
@@ -294,7 +306,7 @@ def run_tests(scratch: Path, args: list, timeout, verbose=False, measure=None, l
                 rc = int(pytest.main(args, plugins=[_TestTimeouts(limits or {})]))
             else:
                 import coverage
-                cov = coverage.Coverage(data_file=str(scratch / ".coverage-map"), include=[str(measure)])
+                cov = coverage.Coverage(data_file=str(scratch / ".coverage-map"), include=[str(p) for p in measure])
                 cov.start()
                 contexts = _TestContexts(cov)
                 rc = int(pytest.main(args, plugins=[contexts]))
