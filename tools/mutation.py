@@ -74,7 +74,13 @@ OPERATORS = (
 # runs: NUMBA_DISABLE_JIT), and so are TF tests.
 TESTS = {
     "pardnn/repair/": ["tests/test_reference_repair.py", "tests/test_repair.py",
-                       "tests/test_repair_parts.py", "tests/test_repair_exact.py"],
+                       "tests/test_repair_parts.py", "tests/test_repair_exact.py"] + [
+        f"tests/test_compiled.py::{name}" for name in (
+            "test_absorbing_a_groups_buffers", "test_a_move_frees_its_rows_down_their_chains",
+            "test_target_preference", "test_consumer_chains", "test_buffers_a_group_would_need",
+            "test_rows_a_move_frees", "test_timelines_filled_as_numpy_rows_fill_them", "test_move_costs",
+            "test_grid_positions", "test_footprint_rows_by_group",
+            "test_memory_tracking_and_the_repair_as_numpy_runs_them")],
     "pardnn/pipeline/judge.py": ["tests/test_reference_repair.py", "tests/test_repair.py",
                                  "tests/test_event_loop.py",
                                  "tests/test_fit.py::test_a_trial_surely_fits_only_where_the_tracked_peak_fits",
