@@ -41,3 +41,15 @@ def test_the_judge_counts_its_rounds_of_repair():
     r = judge(g, cpus(2, 191), np.zeros(4, np.int32))
     assert r.rounds == 1 and r.peak_before.tolist() == [300, 0]
     assert sorted(r.profile.peak_bytes.tolist()) == [150, 150] and r.moved.sum() == 2
+
+
+def test_fits_surely_says_nothing_past_exact_float_sums():
+    """From 2**53 bytes on, float64 sums of bytes are no longer exact: a device that
+    could hold 2**53 bytes is left to the emulator, however large its capacity."""
+    from dataclasses import replace
+    g = CostGraph.build(["a", "b"], comp_us=[1, 1], out_bytes=[2**53, 1])
+    c = cpus(2, 2**60)
+    c = replace(c, devices=(c.devices[0], replace(c.devices[1], memory=10)))
+    assert not fits_surely(g, c)(np.array([0, 1], np.int32))
+    g = CostGraph.build(["a", "b"], comp_us=[1, 1], out_bytes=[2**53 - 2, 1])
+    assert fits_surely(g, c)(np.array([0, 1], np.int32))
