@@ -230,10 +230,12 @@ def _variable_init(graph, values):
     return ops, feed
 
 
-def placed(step_fn, placement_csv):
+def placed(step_fn, placement_csv, around=None):
     """A tf.function retracing step_fn's Python function with every op on the device
     placement_csv (a `pardnn place` placement.csv) gives it. Its trace refuses a
-    placement of another step and variables that are not where the plan says."""
+    placement of another step and variables that are not where the plan says.
+    `around`, if given, makes a context manager each trace runs inside
+    (pardnn.keras: Keras' name counters of the build, the plan's variable creator)."""
     check_tf_function(step_fn)
     devices = read_devices(placement_csv)
     names = planned_variable_names(placement_csv)
@@ -249,16 +251,16 @@ def placed(step_fn, placement_csv):
         _check_names(graph, devices, placement_csv, step_fn, set(bypassed))
         _check_variables(graph, devices, placement_csv, names)
 
-    fn, _ = _retraced(step_fn, device_of, requested.clear, check)
+    fn, _ = _retraced(step_fn, device_of, requested.clear, check, around)
     setattr(fn, _REQUESTED, requested)
     return fn
 
 
-def _retraced(step_fn, device_fn=None, before=None, after=None):
+def _retraced(step_fn, device_fn=None, before=None, after=None, around=None):
     """(a new tf.function tracing step_fn's Python function, its trace state).
 
     Each trace runs the AutoGraph-converted function (as tf.function would) under
-    `device_fn`, then bypasses the graph's gathers (pardnn.tf.gathers); state
+    `device_fn` (and inside `around()`, if given), then bypasses the graph's gathers (pardnn.tf.gathers); state
     "bypassed" names them, and `after(graph, bypassed)` may check the trace."""
     python_fn = step_fn.python_function
     converted = _autograph(python_fn)
@@ -270,7 +272,8 @@ def _retraced(step_fn, device_fn=None, before=None, after=None):
         graph = tf1.get_default_graph()
         if before is not None:
             before()
-        with graph.device(device_fn) if device_fn else contextlib.nullcontext():
+        with around() if around else contextlib.nullcontext(), \
+                graph.device(device_fn) if device_fn else contextlib.nullcontext():
             result = converted(*args, **kwargs)
         state["bypassed"], result = bypass_gathers(graph, result)
         if after is not None:
