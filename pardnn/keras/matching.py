@@ -115,16 +115,18 @@ class Matcher:
         inner = {id(layer) for m in found for layer in m._flatten_layers(include_self=False)}
         return [m for m in found if id(m) not in inner]
 
-    def check_complete(self, models, optimizers, layers) -> None:
-        """UserError unless every planned variable was created, each with the plan's
-        key, and `models` have the plan's layers (`layers`: [[path, class]], one list
+    def check_layers(self, models, layers) -> None:
+        """UserError unless `models` have the plan's layers (`layers`: [[path, class]]
         per model)."""
+        for model, planned_layers in zip(models, layers):
+            _check_layers(self.where, model, planned_layers)
+
+    def check_variables(self, models, optimizers) -> None:
+        """UserError unless every planned variable was created, each with the plan's key."""
         if len(self.created) < len(self.planned):
             want = self.planned[len(self.created)]
             raise UserError(f"{self.where}: the plan's variable {want.key!r} ({want.name}) was not created: "
                             f"the model built lacks it (a layer removed, or built outside the scope?); {AGAIN}")
-        for model, planned_layers in zip(models, layers):
-            _check_layers(self.where, model, planned_layers)
         for c, key, want in zip(self.created, keys_of(self.created, models, optimizers), self.planned):
             if key != want.key:
                 raise UserError(f"{self.where}: variable {c.variable.name.split(':')[0]!r} of {c.owner} is "

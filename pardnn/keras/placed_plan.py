@@ -98,10 +98,11 @@ class Plan:
             raise UserError("plan.step: build the model inside `with plan.scope():` first")
         matcher, names = self._built
         models, optimizers = split_built(built, fn, "plan.step")
+        matcher.check_layers(models, self._layers)
         warm_fn, args = training_step(built, fn, self.batch_spec)
         with self._tracing(matcher, names):
             warm_up(warm_fn, args)
-        matcher.check_complete(models, optimizers, self._layers)
+        matcher.check_variables(models, optimizers)
         step_fn, _ = training_step(built, fn, self.batch_spec)
         return placed(step_fn, self.placement_csv, around=lambda: self._tracing(matcher, names))
 
@@ -113,9 +114,10 @@ class Plan:
             raise UserError(f"plan.scope(): {'no' if not models else len(models)} compiled Keras models were "
                             f"built inside; build and compile the planned model there, once")
         model = models[0]
+        matcher.check_layers([model], self._layers)
         step_fn, args = training_step(model, None, self.batch_spec)
         warm_up(step_fn, args)
-        matcher.check_complete([model], [], self._layers)
+        matcher.check_variables([model], [])
         model.train_step = placed(step_fn, self.placement_csv, around=lambda: self._tracing(matcher, names))
 
     @staticmethod

@@ -84,10 +84,14 @@ def _input_name(tensor) -> str:
 
 
 def trace_error(exc) -> str:
-    """The line of a Keras or TF tracing error that says what is wrong."""
+    """The line of a Keras or TF tracing error that says what is wrong: the last
+    `SomeError: ...` line of an AutoGraph error, else its first line of substance."""
     lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in str(exc).splitlines()]
+    raised = [m.group(1) for m in (re.match(r"^\w*(?:Error|Exception): (.+)$", line) for line in lines) if m]
+    if raised:
+        return raised[-1]
     useful = [line for line in lines if line and not line.startswith(("Exception encountered", "Arguments received",
-                                                                      "•", "Traceback", "File "))]
+                                                                      "•", "in user code", "File "))]
     return useful[0] if useful else type(exc).__name__
 
 

@@ -41,7 +41,8 @@ def split_built(built, step, where="build"):
 def _shown(value) -> str:
     if isinstance(value, (tuple, list)):
         return f"a {type(value).__name__} of {', '.join(type(x).__name__ for x in value) or 'nothing'}"
-    return "None" if value is None else f"a {type(value).__name__}"
+    name = type(value).__name__
+    return "None" if value is None else f"{'an' if name[0].lower() in 'aeiou' else 'a'} {name}"
 
 
 def training_step(built, step, batch):
