@@ -21,11 +21,22 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = ["resnet", "transformer", "siamese", "normalized"]
 
 
-def script(mode, root):
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "helpers", "keras_plan_script.py"), mode, str(root)],
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def start(mode, root, *args):
+    return subprocess.Popen([sys.executable, os.path.join(HERE, "helpers", "keras_plan_script.py"), mode, str(root),
+                             *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def start_example(root):
+    """examples/keras_fit.py (the README's TF2 example) run in a folder of its own."""
+    os.makedirs(root / "example")
+    return subprocess.Popen([sys.executable, os.path.join(HERE, "..", "examples", "keras_fit.py")],
+                            cwd=root / "example", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def result(proc, parse=True):
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err[-3000:]
+    return json.loads(out.strip().splitlines()[-1]) if parse else out
 
 
 @pytest.fixture(scope="module")
@@ -34,13 +45,34 @@ def root(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def models(root):
-    return script("models", root)
+def runs(root):
+    """Four runs, two at a time (each is mostly one Python thread tracing): resnet,
+    siamese and the bad inputs, then the other process loading siamese's plan;
+    transformer and the custom loop, then the README's example."""
+    procs = [start("models", root, "resnet", "siamese", "bad"), start("models", root, "transformer", "normalized")]
+    try:
+        facts = result(procs[0])
+        procs.append(start("reload", root))
+        facts.update(result(procs[1]))
+        procs.append(start_example(root))
+        facts["reload"] = result(procs[2])
+        facts["example"] = result(procs[3], parse=False)
+        return facts
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
 
 
 @pytest.fixture(scope="module")
-def reload(root, models):
-    return script("reload", root)
+def models(runs):
+    return runs
+
+
+@pytest.fixture(scope="module")
+def reload(runs):
+    return runs["reload"]
 
 
 @pytest.mark.slow
@@ -54,6 +86,7 @@ def test_every_variable_is_built_where_planned_and_trains_unmoved(models, name):
     assert facts["placed"][0] == facts["unplaced"][0]                       # the same first loss, bit for bit
     assert facts["placed"] == pytest.approx(facts["unplaced"], rel=1e-5)    # (equal too: docs/tf2.md)
     assert facts["placed"][0] != facts["placed"][-1]
+    assert facts.get("jit_compile") in (None, False)                    # resnet's, set True: no XLA cluster
 
 
 @pytest.mark.slow
@@ -157,3 +190,17 @@ def test_load_plan_refuses_a_folder_that_is_no_plan(tmp_path, content, message):
         (tmp_path / "plan.json").write_text(content)
     with pytest.raises(UserError, match=message):
         pardnn.keras.load_plan(tmp_path)
+
+
+@pytest.mark.slow
+def test_the_readmes_example_runs_and_is_examples_keras_fit(root, runs):
+    assert "Epoch 2/2" in runs["example"] and "pardnn: " in runs["example"]
+    assert (root / "example" / "pardnn_plan" / "plan.json").exists()
+    readme = open(os.path.join(HERE, "..", "README.md")).read()
+    block = readme.split("### TF2: Keras in three lines\n\n```python\n", 1)[1].split("```", 1)[0]
+    example = [line.split("  #")[0].rstrip() for line in open(os.path.join(HERE, "..", "examples", "keras_fit.py"))]
+    lines = [line.split("  #")[0].rstrip() for line in block.splitlines() if line.strip()]
+    at = 0
+    for line in lines:                                  # each README line is the example's, in order
+        assert line in example[at:], line
+        at = example.index(line, at) + 1

@@ -16,7 +16,9 @@ Leaving it (fit) or calling `plan.step` (a custom loop), it traces the step once
 as Keras' first step would: the optimizer's slots and the compiled metrics' state
 are created then, on their planned devices. Then the model built must be the
 planned one, variable for variable and layer for layer, and the step is placed
-(pardnn.tf.placed, with every op on its planned device); no step has run yet.
+(pardnn.tf.placed, with every op on its planned device; fit's XLA compilation, which
+Keras turns on by itself where there are GPUs, is turned off: XLA compiles a step
+into one cluster on one device); no step has run yet.
 """
 
 from __future__ import annotations
@@ -119,6 +121,7 @@ class Plan:
         warm_up(step_fn, args)
         matcher.check_variables([model], [])
         model.train_step = placed(step_fn, self.placement_csv, around=lambda: self._tracing(matcher, names))
+        model.jit_compile = False       # XLA would compile fit's step as one cluster, on one device
 
     @staticmethod
     @contextlib.contextmanager

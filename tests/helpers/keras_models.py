@@ -76,7 +76,7 @@ def transformer():
     for _ in range(2):
         x = Block()(x, padding)
     model = keras.Model(tokens, layers.Dense(VOCAB)(x), name="transformer")
-    model.compile(optimizer=keras.optimizers.Adam(1e-3),
+    model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     return model
 

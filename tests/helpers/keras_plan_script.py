@@ -2,9 +2,11 @@
 before TensorFlow initialises), as a user's script runs: TF's default config, no
 keras.backend.clear_session(). Prints one JSON line.
 
-    keras_plan_script.py models ROOT   plan, build placed and train the four models of
-                                       tests/helpers/keras_models.py; the bad inputs
-    keras_plan_script.py reload ROOT   another process: load_plan of the siamese plan,
+    keras_plan_script.py models ROOT [NAME...]
+                                       plan, build placed and train the models of
+                                       tests/helpers/keras_models.py (all by default);
+                                       NAME `bad` (after resnet): the bad inputs
+    keras_plan_script.py reload ROOT   another process (after siamese's): load_plan of its plan,
                                        planned again; checkpoints both ways, model.save
     keras_plan_script.py drift ROOT N  each model placed and unplaced for N steps (their
                                        losses; tools/keras_drift.py compares them)
@@ -80,6 +82,8 @@ def model_flow(root, name):
     with recording(created):
         with plan.scope():
             built = build()
+            if name == "resnet":
+                built.jit_compile = True        # as compile(jit_compile=True): the scope turns it off
         built = built if isinstance(built, tuple) else (built,)
         if name == "normalized":
             step = plan.step(km.train_step, *built)
@@ -92,6 +96,7 @@ def model_flow(root, name):
         facts["read_in_build"] = [float(layer.total) for layer in built[0].layers
                                   if isinstance(layer, km.ReadsInBuild)]
     else:
+        facts["jit_compile"] = built[0].jit_compile
         facts["placed"], check = check_nested_placement(built[0].train_step, lambda: fit(built[0], data))
         facts["unplaced"] = fit(reference, data)
     facts["moved"], facts["per_device"] = check.moved, check.nodes_per_device
@@ -141,9 +146,9 @@ def _uncompiled():
     return keras.Model(model.inputs, model.outputs)
 
 
-def models_main(root):
-    result = {name: model_flow(root, name) for name in km.MODELS}
-    result["bad"] = bad_inputs(root)
+def models_main(root, *names):
+    """The flows of the models named (all by default); `bad` (after resnet): the bad inputs."""
+    result = {name: bad_inputs(root) if name == "bad" else model_flow(root, name) for name in names or km.MODELS}
     print(json.dumps(result))
 
 
@@ -256,7 +261,10 @@ def drift_main(root, steps):
 def main_script(mode, root, *args):
     tf.config.set_logical_device_configuration(
         tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * K)
-    {"models": models_main, "reload": reload_main, "drift": lambda r: drift_main(r, int(args[0]))}[mode](root)
+    if mode == "drift":
+        drift_main(root, int(args[0]))
+    else:
+        {"models": models_main, "reload": reload_main}[mode](root, *args)
 
 
 if __name__ == "__main__":
