@@ -89,3 +89,12 @@ def test_a_shape_only_variable_read_while_building_holds_its_initial_value():
     assert reads.scale.value.is_initialized() and norm.adapt_mean.value.is_initialized()
     assert not dense.kernel.value.is_initialized()                # never read: no memory
     assert not norm.count.value.is_initialized()
+
+
+def test_auto_memory_is_the_devices_real_memory():
+    from pardnn.hardware.cluster import host_memory
+    from pardnn.keras.devices import plan_cluster
+    assert list(plan_cluster("cpu:4").memory) == [host_memory() // 4] * 4      # 4 logical devices share it
+    assert list(plan_cluster("dgx-h100").memory) == [80 * 2**30] * 8            # an H100 80GB, as its preset gives
+    assert list(plan_cluster("cpu:4", "3MiB").memory) == [3 * 2**20] * 4
+    assert list(plan_cluster("cpu:4", 1000, reserve=0).memory) == [1000] * 4
