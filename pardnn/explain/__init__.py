@@ -12,6 +12,8 @@ plain numbers and strings (the `--json` file).
 
 from __future__ import annotations
 
+import numpy as np
+
 from pardnn.explain import memory_at_peak, step, what_if
 from pardnn.explain.layers import find_layers
 
@@ -36,14 +38,27 @@ def explain(placed, top=5, place_again=None, depth=None, budget_s=None) -> dict:
         "algorithm": placed.report.get("algorithm"), "devices": placed.cluster.names,
         "num_nodes": graph.num_nodes,
         "layers": {"by": layers.by, "count": len(layers.names),
-                   "loss": None if loss is None else graph.names[loss]},
+                   "loss": None if loss is None else graph.names[loss], "table": layer_table(placed, layers)},
         "step": {"makespan_us": placed.schedule.makespan, **step.bounds(placed),
                  "path": {**step.path_totals(segments), "ops": int(len(nodes)), "transfers": int(len(transfers))},
                  "path_by_layer": path_rows,
                  "transfers": step.costliest_transfers(placed, layers, nodes, transfers, top),
                  "devices": step.device_time(placed)},
-        "memory": memory_at_peak.at_peaks(placed, layers, forward, backward, top),
+        "memory": memory_at_peak.at_peaks(placed, layers, forward, backward),
         "what_if": [what_if.device_count(placed, -1, again, budget_s), what_if.device_count(placed, 1, again, budget_s),
                     what_if.wider_links(placed), what_if.other_candidate(placed, small),
                     what_if.best_layer_move(placed, layers, path_rows)],
     }
+
+
+def layer_table(placed, layers) -> list:
+    """Per layer, its nodes and compute time on each device, most compute first: the
+    columns add up to report.json's nodes_per_device and busy_us."""
+    k = placed.cluster.num_devices
+    cell = layers.of.astype(np.int64) * k + placed.device
+    size = len(layers.names) * k
+    nodes = np.bincount(cell, minlength=size).reshape(-1, k)
+    busy = np.bincount(cell, placed.graph.comp_us, minlength=size).reshape(-1, k)
+    order = np.lexsort((np.arange(len(layers.names)), -busy.sum(axis=1)))
+    return [{"layer": layers.names[i], "nodes": [int(x) for x in nodes[i]], "busy_us": [float(x) for x in busy[i]]}
+            for i in order.tolist()]

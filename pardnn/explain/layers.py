@@ -8,9 +8,10 @@ model's layers (TF1 name scopes, Keras layer paths) and not of its 90,000 ops.
    update ops join the layer (`gradients/layer0/MatMul_grad/MatMul` is `layer0`'s).
 2. Path. A node's path is its name's scope (all but the last component), or its whole
    name when other names live under it (the variable `layer0/w`, with `layer0/w/Read`).
-3. Depth. A layer is the path's first component; a layer holding more than half the
-   named nodes (a Keras model's `sequential/`, a TF1 `model/` scope) is split into its
-   children, again while one holds more than half (`depth` fixes the depth instead).
+3. Depth. A layer is the path's first component; a layer holding more than three
+   quarters of the named nodes (a Keras model's `sequential/`, a TF1 `model/` scope)
+   is split into its children, again while one holds that many (`depth` fixes the
+   depth instead).
 4. Optimizer scopes. A top-level scope whose ops write variables of other scopes (Keras
    3's `adam/`: one `AssignSubVariableOp` per weight, taking it as input) names no layer
    for its ops, nor does a gradient wrapper for the ops right under it (the sums of a
@@ -45,6 +46,7 @@ GRAD_SUFFIX = re.compile(r"_grad(?=/|$)")
 WRITE_OPS = ("Assign", "ResourceApply", "Apply", "ResourceSparseApply", "SparseApply", "ResourceScatter",
              "Scatter")
 MAX_DEPTH = 8
+SPLIT_SHARE = 0.75      # a scope holding more of the named nodes is a wrapper, split into its children
 
 
 @dataclass(frozen=True)
@@ -120,14 +122,14 @@ def _optimizer_scopes(graph, top) -> list:
 
 def _depths(names, length, floating) -> dict:
     """Scope (a name prefix) -> the depth its nodes' layers are cut at, by rule 3: a
-    scope holding more than half the named, non-floating nodes, with two children or
-    more, is cut one deeper."""
+    scope holding more than SPLIT_SHARE of the named, non-floating nodes, with two
+    children or more, is cut one deeper."""
     named = [(name, k) for name, k, f in zip(names, length, floating) if k and not f]
     cut, scope = {"": 1}, ""
     for level in range(1, MAX_DEPTH):
         inside = [(name, k) for name, k in named if k >= level and (not scope or name.startswith(scope + "/"))]
         counts = Counter(_prefix(name, level) for name, _ in inside)
-        big = [s for s, c in counts.items() if 2 * c > len(named)]
+        big = [s for s, c in counts.items() if c > SPLIT_SHARE * len(named)]
         if not big:
             break
         children = {_prefix(name, level + 1) for name, k in inside if k > level and name.startswith(big[0] + "/")}
@@ -177,6 +179,8 @@ def _settle_floating(graph, of, floating, anchors) -> np.ndarray:
         for order, ptr, other in ((np.flatnonzero(unsettled)[::-1], succ_ptr, edge_dst),
                                   (np.flatnonzero(unsettled), pred_ptr, pred_src)):
             for n in order.tolist():
+                if not unsettled[n]:
+                    continue
                 known = {int(of[m]) for m in other[ptr[n]:ptr[n + 1]] if not unsettled[m] and anchors[of[m]]}
                 if len(known) == 1:
                     of[n], unsettled[n] = known.pop(), False

@@ -7,8 +7,9 @@ running at t. Each byte is put in one category:
 - `variables`: resident state the loss reads (the model's weights);
 - `optimizer_state`: other resident state (optimizer slots, step counters);
 - `activations`: buffers of tensors the loss depends on (the forward pass);
-- `gradients`: buffers of the other tensors computed from the forward pass's (the
-  backward pass and the updates it feeds: gradients in flight);
+- `gradients`: buffers of the other tensors computed from the forward pass's, and of
+  what the updates they feed compute with (the backward pass and the optimizer's
+  arithmetic: gradients in flight);
 - `other_tensors`: buffers of neither (initialisers, learning-rate arithmetic);
 - `scratch`: the running ops' temporary memory.
 Without a known loss node (a cost graph JSON), resident state is `variables` and every
@@ -26,6 +27,7 @@ import numpy as np
 
 from pardnn.graph import NORMAL, REFERENCE, RESIDUAL
 from pardnn.graph.constraints import allowed_devices
+from pardnn.explain.layers import WRITE_OPS
 
 CATEGORIES = ("variables", "optimizer_state", "activations", "gradients", "other_tensors", "scratch")
 
@@ -44,15 +46,27 @@ def loss_node(graph, profile_json):
 
 
 def passes(graph, loss):
-    """(forward, backward) bool per node: the loss and its ancestors; the other nodes
-    that consume what the forward pass computed, directly or not (TF's gradient seed
-    is often a constant, so the backward pass need not descend from the loss itself)."""
+    """(forward, backward) bool per node: the loss and the nodes it needs the data of;
+    the other nodes that take data from those, directly or not (TF's gradient seed is
+    often a constant, so the backward pass need not descend from the loss itself), and
+    what the variable writes among them take data from (an optimizer's slot arithmetic).
+    Control edges do not count: a tf.function's outputs wait for all its updates."""
     n = graph.num_nodes
     if loss is None:
         return np.ones(n, bool), np.zeros(n, bool)
-    forward = _reach(n, graph.pred_ptr.tolist(), graph.pred_src.tolist(), [loss])
-    after = _reach(n, graph.succ_ptr.tolist(), graph.edge_dst.tolist(), np.flatnonzero(forward).tolist())
-    return forward, after & ~forward
+    data = graph.edge_slot >= 0
+    into = data[graph.pred_eid]
+    pred_ptr, pred_src = _ptr(graph.pred_ptr, into), graph.pred_src[into].tolist()
+    forward = _reach(n, pred_ptr, pred_src, [loss])
+    after = _reach(n, _ptr(graph.succ_ptr, data), graph.edge_dst[data].tolist(), np.flatnonzero(forward).tolist())
+    writes = [v for v in np.flatnonzero(after).tolist() if graph.ops[v].startswith(WRITE_OPS)]
+    return forward, (after | _reach(n, pred_ptr, pred_src, writes)) & ~forward
+
+
+def _ptr(ptr, keep) -> list:
+    """The CSR row pointers `ptr` after dropping the entries where `keep` is False."""
+    kept = np.concatenate([[0], np.cumsum(keep)])
+    return kept[ptr].tolist()
 
 
 def _reach(n, ptr, adjacent, nodes):
@@ -70,9 +84,9 @@ def _reach(n, ptr, adjacent, nodes):
     return np.frombuffer(bytes(seen), np.uint8).astype(bool)
 
 
-def at_peaks(placed, layers, forward, backward, top) -> list:
+def at_peaks(placed, layers, forward, backward) -> list:
     """Per device, its peak's bytes by category, movable bytes by category, and the
-    `top` layers holding most (module docstring)."""
+    same for each layer holding some, most first (module docstring)."""
     graph, memory, cluster = placed.graph, placed.memory, placed.cluster
     footprint = node_footprint(graph)
     movable_node = _movable_nodes(graph, cluster, placed.device, footprint)
@@ -87,7 +101,7 @@ def at_peaks(placed, layers, forward, backward, top) -> list:
         totals = np.bincount(category, nbytes, len(CATEGORIES))
         moving = np.bincount(category[movable], nbytes[movable], len(CATEGORIES))
         held = by_layer[:, :-1].sum(axis=1)
-        order = [i for i in np.argsort(-held, kind="stable")[:top].tolist() if held[i] > 0]
+        order = [i for i in np.argsort(-held, kind="stable").tolist() if held[i] > 0]
         rows.append({
             "device": cluster.names[d], "peak_bytes": int(memory.peak_bytes[d]), "peak_time_us": t,
             "capacity_bytes": int(cluster.capacity[d]),

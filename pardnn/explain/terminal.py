@@ -62,6 +62,16 @@ def _step(e, short, top):
                       *(f"{format_time(row[key])} ({_share(row[key], span)})"
                         for key in ("busy_us", "idle_inputs_us", "idle_nothing_us")))
     yield table
+    rows = e["layers"]["table"]
+    table = _table("layer", "nodes", "compute", "where it computes", title=f"layers by compute (top {top} of "
+                   f"{len(rows)})", text=(0, 3))
+    for row in rows[:top]:
+        busy = sum(row["busy_us"])
+        where = sorted(range(len(row["busy_us"])), key=lambda d: (-row["busy_us"][d], d))
+        table.add_row(row["layer"], str(sum(row["nodes"])), format_time(busy),
+                      ", ".join(f"{short[e['devices'][d]]} {_share(row['busy_us'][d], busy)}"
+                                for d in where[:4] if row["busy_us"][d] > 0))
+    yield table
 
 
 def _bound_names(s) -> dict:
