@@ -27,6 +27,7 @@ from pardnn.emulator.scheduler import simulate
 from pardnn.emulator.trial import emulate
 from pardnn.errors import UserError
 from pardnn.graph.constraints import allowed_devices
+from pardnn.io.trace_events import short_names
 from pardnn.pipeline.judge import judge
 from pardnn.pipeline.place import place
 from pardnn.pipeline.portfolio import build
@@ -66,15 +67,17 @@ def best_layer_move(placed, layers, path_rows) -> dict:
             memory = track_memory(graph, cluster, trial, schedule)
             if np.all(memory.peak_bytes <= cluster.capacity):
                 best, found = schedule.makespan, (layer, d, int(members.sum()), int((layers.of[members] != layer).sum()))
-    tried = (f"{trials} moves of the {len(tried_layers)} layers longest on the critical path, each to the "
-             f"{'other devices' if per_layer >= cluster.num_devices - 1 else f'{per_layer} devices it exchanges most edges with'}")
+    where = ("every other device" if per_layer >= cluster.num_devices - 1
+             else f"the {per_layer} devices its edges reach most")
+    tried = (f"{trials} moves tried: the {len(tried_layers)} layers longest on the critical path, "
+             f"each to {where}")
     if found is None:
-        row = _row("move one layer", placed, None, None, f"none of {tried} shortens the step and fits")
+        row = _row("move one layer", placed, None, None, f"{tried}; none shortens the step and fits")
         row["trials"] = trials
         return row
     layer, d, nodes, others = found
-    row = _row(f"move {layers.names[layer]} to {cluster.names[d]}", placed, best, True,
-               f"the best of {tried}; {nodes} nodes, {others} of them of other layers colocated with it")
+    row = _row(f"move {layers.names[layer]} to {short_names(cluster.names)[d]}", placed, best, True,
+               f"the best of {tried}; it moves {nodes} nodes, {others} of them of other layers colocated with it")
     row.update({"layer": layers.names[layer], "to_device": cluster.names[d], "trials": trials})
     return row
 
