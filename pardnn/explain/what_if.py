@@ -3,9 +3,10 @@
 - 2x link bandwidth: the same placement emulated on the cluster with every link twice
   as wide (latencies kept).
 - The layer whose move alone shortens the step most: for the layers with most time on
-  the critical path, each moved whole (with the colocation groups it shares) to the
-  other devices its pins allow (when MOVE_TRIALS do not reach them all, those its edges
-  reach most), emulated; the fastest move that still fits memory wins.
+  the critical path, each moved (its nodes whose colocation groups hold no other
+  layer's nodes; the others stay with those) to the other devices its pins allow
+  (when MOVE_TRIALS do not reach them all, those its edges reach most), emulated; the
+  fastest move that still fits memory wins.
   A trial that a lower bound shows cannot win is not emulated (pardnn.emulator.trial).
 - One device more or fewer: the graph placed again by the same algorithm on the
   cluster with its last device dropped, or a copy of it added (same memory and links),
@@ -55,8 +56,10 @@ def best_layer_move(placed, layers, path_rows) -> dict:
     allowed = allowed_devices(graph, cluster)
     best, found, trials = placed.schedule.makespan, None, 0
     for layer in tried_layers:
-        groups = np.unique(graph.group[layers.of == layer])
+        groups = _own_groups(graph, layers, layer)
         members = np.isin(graph.group, groups)
+        if not members.any():
+            continue
         for d in _destinations(graph, device, members, allowed[groups].all(axis=0))[:per_layer]:
             trial = device.copy()
             trial[members] = d
@@ -66,7 +69,8 @@ def best_layer_move(placed, layers, path_rows) -> dict:
                 continue
             memory = track_memory(graph, cluster, trial, schedule)
             if np.all(memory.peak_bytes <= cluster.capacity):
-                best, found = schedule.makespan, (layer, d, int(members.sum()), int((layers.of[members] != layer).sum()))
+                best, found = schedule.makespan, (layer, d, int(members.sum()),
+                                                  int(np.count_nonzero(layers.of == layer) - members.sum()))
     where = ("every other device" if per_layer >= cluster.num_devices - 1
              else f"the {per_layer} devices its edges reach most")
     tried = (f"{trials} moves tried: the {len(tried_layers)} layers longest on the critical path, "
@@ -75,11 +79,20 @@ def best_layer_move(placed, layers, path_rows) -> dict:
         row = _row("move one layer", placed, None, None, f"{tried}; none shortens the step and fits")
         row["trials"] = trials
         return row
-    layer, d, nodes, others = found
+    layer, d, nodes, stay = found
     row = _row(f"move {layers.names[layer]} to {short_names(cluster.names)[d]}", placed, best, True,
-               f"the best of {tried}; it moves {nodes} nodes, {others} of them of other layers colocated with it")
+               f"the best of {tried}; it moves {nodes} nodes" + (
+                   f" ({stay} stay: colocated with other layers' nodes)" if stay else ""))
     row.update({"layer": layers.names[layer], "to_device": cluster.names[d], "trials": trials})
     return row
+
+
+def _own_groups(graph, layers, layer) -> np.ndarray:
+    """The colocation groups all of whose nodes are in `layer`: what moves when the
+    layer does (a group it shares with other layers stays with them)."""
+    groups = np.unique(graph.group[layers.of == layer])
+    outside = np.unique(graph.group[layers.of != layer])
+    return np.setdiff1d(groups, outside, assume_unique=True)
 
 
 def _layers_to_move(layers, path_rows, k) -> list:
