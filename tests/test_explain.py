@@ -311,3 +311,22 @@ def test_bad_input_is_one_line_and_exit_2(placed_dir, capsys, how, message):
     assert main(["explain", str(out), *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_a_moved_profile_is_found_with_profile(placed_dir, capsys):
+    (placed_dir / "g.json").rename(placed_dir / "moved.json")
+    assert main(["explain", str(placed_dir / "placed"), "--profile", str(placed_dir / "moved.json")]) == 0
+    assert main(["explain", str(placed_dir / "placed"), "--profile", str(placed_dir / "nowhere.json")]) == 2
+    assert "--profile: " in capsys.readouterr().err
+
+
+def test_on_one_device_only_the_what_ifs_that_apply(tmp_path):
+    g = two_chains()
+    rows = explain(placed_of(g, parse_devices("cpu:1"), [0] * 6), place_again=True)["what_if"]
+    assert [row["change"] for row in rows] == ["2 devices (one more)", "best other candidate"]
+    assert rows[0]["makespan_us"] is None and "no link to copy" in rows[0]["how"]
+
+
+def test_placing_again_is_skipped_on_request():
+    rows = explain(placed_of(two_chains(), two_devices(), [0] * 6), place_again=False)["what_if"]
+    assert rows[0]["makespan_us"] is None and rows[0]["how"].startswith("not computed")

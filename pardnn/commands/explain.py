@@ -47,10 +47,10 @@ def run(args):
     if args.depth is not None and args.depth < 1:
         raise UserError(f"--depth: must be at least 1, got {args.depth}")
     inputs = read_inputs(args.placed)
-    profile = args.profile or inputs["profile"]
-    check_output_files([args.placed, profile], **{"--json": args.json, "--html": args.html})
+    given = [path for path in (args.profile or inputs["profile"], inputs["devices"]) if os.path.exists(path)]
+    check_output_files([args.placed, *given], **{"--json": args.json, "--html": args.html})
     with stage(f"emulating {args.placed} again"):
-        placed = open_placed(args.placed, inputs, _cluster(args.placed, inputs), profile)
+        placed = open_placed(args.placed, inputs, _cluster(args.placed, inputs), args.profile)
     with stage("explaining"):
         explanation = explain(placed, args.top, args.place_again, args.depth, _budget(inputs))
     write_all_or_nothing([(path, write) for path, write in (

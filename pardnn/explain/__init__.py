@@ -45,10 +45,17 @@ def explain(placed, top=5, place_again=None, depth=None, budget_s=None) -> dict:
                  "transfers": step.costliest_transfers(placed, layers, nodes, transfers, top),
                  "devices": step.device_time(placed)},
         "memory": memory_at_peak.at_peaks(placed, layers, forward, backward),
-        "what_if": [what_if.device_count(placed, -1, again, budget_s), what_if.device_count(placed, 1, again, budget_s),
-                    what_if.wider_links(placed), what_if.other_candidate(placed, small),
-                    what_if.best_layer_move(placed, layers, path_rows)],
+        "what_if": _what_ifs(placed, layers, path_rows, again, small, budget_s),
     }
+
+
+def _what_ifs(placed, layers, path_rows, again, small, budget_s) -> list:
+    """The what-if rows (pardnn.explain.what_if); on one device, only those that apply."""
+    several = placed.cluster.num_devices > 1
+    return ([what_if.device_count(placed, -1, again, budget_s)] if several else []) + [
+        what_if.device_count(placed, 1, again, budget_s)] + ([what_if.wider_links(placed)] if several else []) + [
+        what_if.other_candidate(placed, small)] + ([what_if.best_layer_move(placed, layers, path_rows)]
+                                                   if several else [])
 
 
 def layer_table(placed, layers) -> list:

@@ -64,6 +64,8 @@ def open_placed(folder, inputs, cluster, profile=None) -> Placed:
     """Place output `folder` with its `inputs` (read_inputs) and `cluster` (built from
     them), emulated again from `profile` (default: the one inputs.json names) and
     checked against its report.json (module docstring)."""
+    if profile and not os.path.exists(profile):
+        raise UserError(f"--profile: {profile} does not exist")
     profile = profile or inputs["profile"]
     if not os.path.exists(profile):
         raise UserError(f"PLACED_DIR: {folder} was placed from {profile}, which is gone; "

@@ -113,13 +113,13 @@ def _destinations(graph, device, members, allowed) -> list:
 
 
 def device_count(placed, delta, allowed_to_place, budget_s=None) -> dict:
-    """The graph placed again on one device more (`delta` 1) or fewer (-1)."""
+    """The graph placed again on one device more (`delta` 1) or fewer (-1; not on one
+    device)."""
     cluster, graph = placed.cluster, placed.graph
     k = cluster.num_devices + delta
     label = f"{k} devices ({'one more' if delta > 0 else 'one fewer'})"
-    if k < 1 or (delta > 0 and cluster.num_devices < 2):
-        return _row(label, placed, None, None, "not possible" if k < 1 else
-                    "a one-device cluster has no link to copy for a second device")
+    if cluster.num_devices < 2:
+        return _row(label, placed, None, None, "a one-device cluster has no link to copy for a second device")
     if not allowed_to_place:
         return _row(label, placed, None, None,
                     f"not computed: placing {graph.num_nodes} nodes again costs about a `pardnn place`; "
