@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from pardnn.cli import main
-from pardnn.emulator import evaluate
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
 from pardnn.explain import explain, what_if
@@ -21,6 +20,7 @@ from pardnn.graph import CostGraph, NORMAL, REFERENCE, RESIDUAL
 from pardnn.hardware import parse_devices
 from pardnn.hardware.cluster import Cluster, Device
 from pardnn.pipeline.place import place
+from pardnn.pipeline.report import evaluate
 
 
 def placed_of(graph, cluster, device, report=None, profile_json=None):
@@ -28,7 +28,7 @@ def placed_of(graph, cluster, device, report=None, profile_json=None):
     device = np.asarray(device, np.int64)
     schedule = simulate(graph, cluster, device)
     memory = track_memory(graph, cluster, device, schedule)
-    report = {**evaluate(graph, cluster, device), "algorithm": "test", **(report or {})}
+    report = {**evaluate(graph, cluster, device).to_json(), "algorithm": "test", **(report or {})}
     return Placed(graph, cluster, device, schedule, memory, report, {}, profile_json)
 
 
@@ -212,14 +212,14 @@ def test_what_ifs_are_re_emulations():
     placed = placed_of(g, cluster, [0] * 6, report={"algorithm": "round-robin"})
     rows = {row["change"]: row for row in explain(placed, place_again=True)["what_if"]}
     wider = replace(cluster, bandwidth=cluster.bandwidth * 2)
-    assert rows["2x link bandwidth"]["makespan_us"] == evaluate(g, wider, placed.device)["makespan_us"]
+    assert rows["2x link bandwidth"]["makespan_us"] == evaluate(g, wider, placed.device).makespan_us
     move = rows["move A to CPU:1"]                      # A and B tie: the first wins
     trial = placed.device.copy()
     trial[:3] = 1
     assert move["makespan_us"] == simulate(g, cluster, trial).makespan == 30 and move["delta_us"] == -30
     for k, key in ((1, "1 devices (one fewer)"), (3, "3 devices (one more)")):
         _, report = place(g, what_if.resized(cluster, k), "round-robin")
-        assert rows[key]["makespan_us"] == report["makespan_us"]
+        assert rows[key]["makespan_us"] == report.makespan_us
     assert rows["best other candidate"]["makespan_us"] is None       # a plain algorithm has none
 
 

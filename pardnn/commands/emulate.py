@@ -19,8 +19,8 @@ from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
 from pardnn.errors import UserError
 from pardnn.pipeline.load import load_cost_graph
-from pardnn.io.placement import Placement, read_csv
-from pardnn.pipeline.report import base_report, judged_fields
+from pardnn.io.placement import read_csv
+from pardnn.pipeline.report import emulation_report
 from pardnn.emulator.trace import emulated_step
 from pardnn.io.trace_events import short_names, write_trace
 from pardnn.jsonfile import write_json
@@ -53,10 +53,10 @@ def run(args):
     t0 = time.perf_counter()
     schedule = simulate(graph, cluster, device)
     profile = track_memory(graph, cluster, device, schedule)
-    report = base_report(graph, Placement(device, cluster, algorithm="placement.csv"))
-    report["placement"] = os.path.abspath(args.placement)
-    report.update(judged_fields(graph, cluster, device, schedule, profile))
-    report["stage_seconds"] = {"evaluate": time.perf_counter() - t0}
+    report = emulation_report(graph, cluster, device, schedule, profile, "placement.csv",
+                              placement=os.path.abspath(args.placement))
+    report.stage_seconds = {"evaluate": time.perf_counter() - t0}
+    report = report.to_json()
     about = {"pardnn": "emulated step", "placement": report["placement"], "devices": args.devices}
     _write(args, report, lambda path: _plot(schedule, profile, cluster, device, args, path),
            lambda path: write_trace(path, emulated_step(graph, cluster, device, schedule, profile), about))

@@ -18,6 +18,7 @@ from pardnn.pipeline import place as placer, replicas
 from pardnn.placers import registry as algorithms
 from pardnn.commands.common import add_budget_arg, add_cluster_args, budget_from_args, cluster_from_args, cluster_inputs
 from pardnn.pipeline.load import load_cost_graph
+from pardnn.pipeline.report import placement_report
 from pardnn.io.outputs import OutputDir, check_output_dir
 from pardnn.progress import stage
 from pardnn.jsonfile import write_json
@@ -61,16 +62,14 @@ def run(args):
     if args.replicas is not None:
         check_averaged(graph, args.profile)
     with stage(f"placing {graph.num_nodes} nodes with {args.algorithm} on {cluster.num_devices} devices"):
-        placement, report = placer.place(graph, one_replica, args.algorithm, budget_s)
-    report["stage_seconds"] = {"load": load_s, **report["stage_seconds"]}
-    if args.replicas is not None:
-        report["replicas"] = replicas.estimate(graph, placement.device, cluster, args.replicas,
-                                               report["makespan_us"])
+        placed = placer.run_placement(graph, one_replica, args.algorithm, budget_s)
     loader = {key: info[key] for key in LOADER_FIELDS if key in info}
-    if loader:
-        report["loader"] = loader
+
+    def report_of(write_s):
+        return placement_report(graph, placed, loader, None if args.replicas is None else (cluster, args.replicas),
+                                {"load": load_s, "write": write_s})
     with stage(f"writing {args.out}"):
-        _write_outputs(args, graph, info, placement, cluster, report)
+        report = _write_outputs(args, graph, info, placed.placement, cluster, report_of).to_json()
     print_summary(report, out_dir=args.out)
     if args.replicas is not None:
         print(replicas.summary_line(report["replicas"]))
@@ -79,7 +78,7 @@ def run(args):
               f"(zero compute time, static output sizes)")
     if args.explain:
         from pardnn.commands.explain import explain_placement
-        explain_placement(args.out, graph, info, placement, report, placed_inputs(args))
+        explain_placement(args.out, graph, info, placed.placement, report, placed_inputs(args))
     return 0
 
 
@@ -94,9 +93,10 @@ def placed_inputs(args) -> dict:
             "time_budget": args.time_budget, "replicas": args.replicas}
 
 
-def _write_outputs(args, graph, info, placement, cluster, report):
+def _write_outputs(args, graph, info, placement, cluster, report_of):
     """placement.csv, placed_graph.pb (profile dirs only), profile.json, trace.json,
-    tensorboard/ and report.json."""
+    tensorboard/, then report.json: `report_of(seconds the others took to write)`,
+    which it returns."""
     with OutputDir(args.out) as out:
         t1 = time.perf_counter()
         placement.write_csv(graph, out.temp("placement.csv"))
@@ -114,8 +114,9 @@ def _write_outputs(args, graph, info, placement, cluster, report):
                 write_json(info["profile"], out.temp("profile.json"))
         _write_views(args, graph, placement, placed_pb, out)
         write_json(placed_inputs(args), out.temp("inputs.json"))
-        report["stage_seconds"]["write"] = time.perf_counter() - t1
-        write_json(report, out.temp("report.json"))
+        report = report_of(time.perf_counter() - t1)
+        write_json(report.to_json(), out.temp("report.json"))
+    return report
 
 
 def _write_views(args, graph, placement, placed_graph, out):

@@ -129,7 +129,7 @@ def device_count(placed, delta, allowed_to_place, budget_s=None) -> dict:
         placement, report = place(graph, resized(cluster, k), algorithm, budget_s)
     except UserError as exc:
         return _row(label, placed, None, False, f"{algorithm} placed again: {exc}")
-    return _row(label, placed, report["makespan_us"], report["feasible"],
+    return _row(label, placed, report.makespan_us, report.feasible,
                 f"{algorithm} placed again on {k} devices, repaired and emulated")
 
 
