@@ -84,7 +84,7 @@ def memory_png(explanation) -> bytes:
     ax.set_yticks(range(len(rows)), names, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel(unit)
-    ax.legend(fontsize=7, ncol=7, loc="upper center", bbox_to_anchor=(0.5, -0.25 - 0.6 / (1.2 + 0.4 * len(rows))))
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))     # beside the bars
     ax.set_title("memory at each device's peak", fontsize=10)
     return _png(fig)
 
