@@ -3,15 +3,17 @@
 Writes OUT_DIR/placement.csv, OUT_DIR/report.json, OUT_DIR/trace.json (the emulated
 step, pardnn.io.trace_events), OUT_DIR/tensorboard/ (the placed graph,
 pardnn.io.tensorboard_graph) and, when PROFILE is a profile directory,
-OUT_DIR/placed_graph.pb, all or nothing (the flow is pardnn.pipeline.place_dir's,
-which pardnn.keras.plan runs in-process).
+OUT_DIR/placed_graph.pb, all or nothing; and OUT_DIR/inputs.json, what it was placed
+from (the profile's path and the flags that made the cluster), so that `pardnn explain
+OUT_DIR` can emulate the same step again. `--explain` prints that explanation at the end.
+The flow is pardnn.pipeline.place_dir's, which pardnn.keras.plan runs in-process.
 """
 
 from pardnn.commands.common import add_budget_arg, add_cluster_args, budget_from_args, cluster_from_args, cluster_inputs
 from pardnn.io.outputs import OutputDir, check_output_dir
 from pardnn.io.summary import print_summary
 from pardnn.pipeline import replicas
-from pardnn.pipeline.place_dir import place_profile, write_place_dir
+from pardnn.pipeline.place_dir import place_inputs, place_profile, write_place_dir
 from pardnn.placers import registry as algorithms
 from pardnn.progress import stage
 
@@ -28,6 +30,8 @@ def add_parser(sub):
                    help="data parallelism: place on the first host's devices, replicate on R hosts "
                         "with gradients averaged (docs/multihost.md)")
     p.add_argument("-o", "--out", required=True, metavar="OUT_DIR", help="output directory")
+    p.add_argument("--explain", action="store_true",
+                   help="end with `pardnn explain`'s summary: what sets the step and fills memory, by layer")
     p.set_defaults(run=run)
 
 
@@ -38,13 +42,20 @@ def run(args):
     check_output_dir(args.out, inputs=[args.profile, *cluster_inputs(args)])
     placed = place_profile(args.profile, cluster, args.algorithm, budget_s, args.replicas, args.devices)
     with stage(f"writing {args.out}"), OutputDir(args.out) as out:
-        write_place_dir(out, placed)
-    report = placed.report
+        report = write_place_dir(out, placed, placed_inputs(args)).to_json()
     print_summary(report, out_dir=args.out)
     if args.replicas is not None:
         print(replicas.summary_line(report["replicas"]))
-    untimed = report.get("loader", {}).get("untimed_nodes")
-    if untimed:
-        print(f"  note: {untimed} nodes had no timing in the profile "
+    if placed.loader.get("untimed_nodes"):
+        print(f"  note: {placed.loader['untimed_nodes']} nodes had no timing in the profile "
               f"(zero compute time, static output sizes)")
+    if args.explain:
+        from pardnn.commands.explain import explain_placement
+        explain_placement(args.out, placed.graph, placed.info, placed.placement, report, placed_inputs(args))
     return 0
+
+
+def placed_inputs(args) -> dict:
+    """inputs.json of this command's flags (pardnn.pipeline.place_dir.place_inputs)."""
+    return place_inputs(args.profile, args.devices, args.memory, args.reserve, args.bandwidth, args.latency,
+                        args.algorithm, args.time_budget, args.replicas)

@@ -34,7 +34,7 @@ from pardnn.keras.placed_plan import Plan
 from pardnn.keras.plan_file import FORMAT, PLAN_FILE, variables_json
 from pardnn.keras.specs import check_inputs, model_input, to_json, to_specs
 from pardnn.keras.steps import split_built, training_step, warm_up
-from pardnn.pipeline.place_dir import place_profile, write_place_dir
+from pardnn.pipeline.place_dir import place_inputs, place_profile, write_place_dir
 from pardnn.placers import registry
 from pardnn.tf.function import profile_function
 from pardnn.tf.plan_devices import local_device
@@ -82,7 +82,8 @@ def plan(build, batch_spec, devices, memory="auto", *, step=None, directory="par
                                        estimate=estimate_preset(devices, estimate))
             placed = place_profile(os.path.join(out.staging, "profile"), cluster, algorithm, budget_s,
                                    devices=str(devices))
-            write_place_dir(out, placed)
+            report = write_place_dir(out, placed, _inputs(directory, devices, placed.cluster, algorithm,
+                                                          time_budget)).to_json()
             nodes = _variable_nodes(profile["variables"], created)
             device_of = _devices(placed)
             planned = [PlannedVariable(key, c.variable.name.split(":")[0], c.short, c.variable.shape.as_list(),
@@ -98,7 +99,7 @@ def plan(build, batch_spec, devices, memory="auto", *, step=None, directory="par
                    "tensorflow": tf.__version__, "keras": keras.__version__}
             write_json(doc, out.temp(PLAN_FILE))
     if verbose:
-        print_summary(placed.report, out_dir=str(directory))
+        print_summary(report, out_dir=str(directory))
     return Plan(directory, {**doc, "variables": planned})
 
 
@@ -118,13 +119,24 @@ def _variable_nodes(profiled, created) -> list:
     """The graph node of each created variable (None: the step never touches it):
     profile.json lists node -> variable name in creation order, and variables of one
     name are matched in that order."""
+    by_name = {}
+    for i, c in enumerate(created):
+        by_name.setdefault(c.variable.name, []).append(i)
     nodes = [None] * len(created)
     for node, name in profiled.items():
-        for i, c in enumerate(created):
-            if nodes[i] is None and c.variable.name == name:
-                nodes[i] = node
-                break
+        if by_name.get(name):
+            nodes[by_name[name].pop(0)] = node
     return nodes
+
+
+def _inputs(directory, devices, cluster, algorithm, time_budget) -> dict:
+    """inputs.json of the plan folder, so that `pardnn explain DIR` emulates its step
+    again: its profile/, and the flags that give its cluster (memory in bytes, when
+    every device has the same)."""
+    memory = {int(x) for x in cluster.memory}
+    return place_inputs(os.path.join(str(directory), "profile"), devices,
+                        str(memory.pop()) if len(memory) == 1 else None, cluster.reserve,
+                        algorithm=algorithm, time_budget=time_budget)
 
 
 def _devices(placed) -> dict:

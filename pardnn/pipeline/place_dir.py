@@ -1,13 +1,15 @@
 """The `pardnn place` flow as functions: place a PROFILE (`place_profile`) and write the
 output folder (`write_place_dir`): placement.csv, report.json, trace.json (the emulated
 step, pardnn.io.trace_events), tensorboard/ (the placed graph,
-pardnn.io.tensorboard_graph) and, when PROFILE is a profile directory, placed_graph.pb
-and profile.json. The `place` command and pardnn.keras.plan (in-process) run the
-same code, so `pardnn emulate`, `run` and the views read either's folder alike.
+pardnn.io.tensorboard_graph), inputs.json (what `pardnn explain` needs to emulate the
+step again) and, when PROFILE is a profile directory, placed_graph.pb and
+profile.json. The `place` command and pardnn.keras.plan (in-process) run the same
+code, so `pardnn emulate`, `explain`, `run` and the views read either's folder alike.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -17,8 +19,9 @@ from pardnn.hardware.hosts import replica_cluster
 from pardnn.io.tensorboard_graph import graph_def_bytes, write_graph_logdir
 from pardnn.io.trace_events import write_trace
 from pardnn.jsonfile import write_json
-from pardnn.pipeline import place as placer, replicas as replica_estimate
+from pardnn.pipeline import place as placer
 from pardnn.pipeline.load import load_cost_graph
+from pardnn.pipeline.report import placement_report
 from pardnn.progress import stage
 
 # Loader statistics copied into report.json under "loader".
@@ -32,19 +35,24 @@ class PlacedProfile:
 
     graph: object               # the CostGraph
     info: dict                  # the loader's statistics (pipeline.load.load_cost_graph)
-    placement: object           # pardnn.io.placement.Placement
-    report: dict                # report.json
-    cluster: object             # the cluster asked for (all hosts with replicas)
+    placed: object              # pardnn.pipeline.place.Placed
+    cluster: object             # the cluster asked for (every host's, with replicas)
     algorithm: str
     devices: str                # the --devices text, for the trace's metadata
-    replicas: int | None = None
+    replicas: int | None
+    load_s: float
+    loader: dict                # LOADER_FIELDS of info
+
+    @property
+    def placement(self):
+        return self.placed.placement
 
 
 def place_profile(profile, cluster, algorithm="pardnn", budget_s=None, replicas=None,
                   devices="") -> PlacedProfile:
     """Load `profile` (a profile dir or cost graph JSON) and place it on `cluster` with
-    `algorithm` (pipeline.place.place; `budget_s` caps the portfolio); with `replicas`,
-    on the first host's devices, replicated on R hosts (docs/multihost.md)."""
+    `algorithm` (pipeline.place.run_placement; `budget_s` caps the portfolio); with
+    `replicas`, on the first host's devices, replicated on R hosts (docs/multihost.md)."""
     one_replica = cluster if replicas is None else replica_cluster(cluster, replicas)
     t0 = time.perf_counter()
     with stage(f"loading {profile}"):
@@ -53,22 +61,28 @@ def place_profile(profile, cluster, algorithm="pardnn", budget_s=None, replicas=
     if replicas is not None:
         check_averaged(graph, profile)
     with stage(f"placing {graph.num_nodes} nodes with {algorithm} on {cluster.num_devices} devices"):
-        placement, report = placer.place(graph, one_replica, algorithm, budget_s)
-    report["stage_seconds"] = {"load": load_s, **report["stage_seconds"]}
-    if replicas is not None:
-        report["replicas"] = replica_estimate.estimate(graph, placement.device, cluster, replicas,
-                                                       report["makespan_us"])
+        placed = placer.run_placement(graph, one_replica, algorithm, budget_s)
     loader = {key: info[key] for key in LOADER_FIELDS if key in info}
-    if loader:
-        report["loader"] = loader
-    return PlacedProfile(graph, info, placement, report, cluster, algorithm, str(devices), replicas)
+    return PlacedProfile(graph, info, placed, cluster, algorithm, str(devices), replicas, load_s, loader)
 
 
-def write_place_dir(out, placed: PlacedProfile) -> None:
+def place_inputs(profile, devices, memory=None, reserve=None, bandwidth=None, latency=None,
+                 algorithm="pardnn", time_budget=None, replicas=None) -> dict:
+    """inputs.json: the profile (absolute path) and the flags, as `pardnn place` reads
+    them, that `pardnn explain` needs to build the same cluster and emulate the same
+    step again (a cluster file by its absolute path)."""
+    devices = os.path.abspath(devices) if os.path.isfile(str(devices)) else str(devices)
+    return {"format": "pardnn-place-inputs", "version": 1, "profile": os.path.abspath(profile),
+            "devices": devices, "memory": memory, "reserve": reserve,
+            "bandwidth": bandwidth, "latency": latency, "algorithm": algorithm,
+            "time_budget": time_budget, "replicas": replicas}
+
+
+def write_place_dir(out, placed: PlacedProfile, inputs: dict):
     """The place outputs into `out`, an entered pardnn.io.outputs.OutputDir:
     placement.csv, placed_graph.pb and profile.json (profile dirs only), trace.json,
-    tensorboard/ and report.json."""
-    graph, info, placement, report = placed.graph, placed.info, placed.placement, placed.report
+    tensorboard/, inputs.json (`inputs`), then report.json; returns the Report."""
+    graph, info, placement = placed.graph, placed.info, placed.placement
     t1 = time.perf_counter()
     placement.write_csv(graph, out.temp("placement.csv"))
     placed_pb = None
@@ -84,8 +98,12 @@ def write_place_dir(out, placed: PlacedProfile) -> None:
         if "profile" in info:       # lets `pardnn run OUT_DIR` rebuild the model's feeds
             write_json(info["profile"], out.temp("profile.json"))
     _write_views(placed, placed_pb, out)
-    report["stage_seconds"]["write"] = time.perf_counter() - t1
-    write_json(report, out.temp("report.json"))
+    write_json(inputs, out.temp("inputs.json"))
+    report = placement_report(graph, placed.placed, placed.loader,
+                              None if placed.replicas is None else (placed.cluster, placed.replicas),
+                              {"load": placed.load_s, "write": time.perf_counter() - t1})
+    write_json(report.to_json(), out.temp("report.json"))
+    return report
 
 
 def _write_views(placed, placed_graph, out):
