@@ -204,3 +204,16 @@ def test_the_readmes_example_runs_and_is_examples_keras_fit(root, runs):
     for line in lines:                                  # each README line is the example's, in order
         assert line in example[at:], line
         at = example.index(line, at) + 1
+
+
+@pytest.mark.slow
+def test_the_cli_reads_a_plan_folder(root, runs, capsys):
+    from pardnn.cli import main
+    plan = root / "siamese"
+    assert main(["explain", str(plan)]) == 0                           # inputs.json: its profile and cluster
+    report = json.loads((plan / "report.json").read_text())
+    assert main(["emulate", str(plan / "profile"), "--placement", str(plan / "placement.csv"), "--devices", "cpu:4",
+                 "--memory", "48KiB", "--reserve", "0", "--report", str(root / "emulated.json")]) == 0
+    emulated = json.loads((root / "emulated.json").read_text())
+    assert emulated["makespan_us"] == report["makespan_us"]
+    assert emulated["peak_memory_bytes"] == report["peak_memory_bytes"]
