@@ -19,10 +19,10 @@ from typing import NamedTuple
 
 import keras
 import tensorflow as tf
-from keras.src.backend.common import global_state
 
 from pardnn.errors import UserError
 from pardnn.keras.keys import layer_summary, variable_keys
+from pardnn.keras.names import global_state      # Keras 3's (pardnn.keras.names checks it is)
 
 AGAIN = "plan it again (pardnn.keras.plan)"
 

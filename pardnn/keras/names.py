@@ -16,7 +16,10 @@ from __future__ import annotations
 import collections
 import contextlib
 
-from keras.src.backend.common import global_state
+try:
+    from keras.src.backend.common import global_state
+except ImportError as exc:          # Keras 2 (TensorFlow before 2.16) has no such module
+    raise ImportError("pardnn.keras needs Keras 3 (TensorFlow 2.16 and later install it)") from exc
 
 _COUNTERS = "object_name_uids"      # keras.src.utils.naming.get_uid's global attribute
 

@@ -106,7 +106,8 @@ class Plan:
             warm_up(warm_fn, args)
         matcher.check_variables(models, optimizers)
         step_fn, _ = training_step(built, fn, self.batch_spec)
-        return placed(step_fn, self.placement_csv, around=lambda: self._tracing(matcher, names))
+        return placed(step_fn, self.placement_csv, relax_batch=True,
+                      around=lambda: self._tracing(matcher, names))
 
     def _install_fit(self, matcher, names):
         """The compiled model built in the scope: its lazily built state created, checked
@@ -120,7 +121,8 @@ class Plan:
         step_fn, args = training_step(model, None, self.batch_spec)
         warm_up(step_fn, args)
         matcher.check_variables([model], [])
-        model.train_step = placed(step_fn, self.placement_csv, around=lambda: self._tracing(matcher, names))
+        model.train_step = placed(step_fn, self.placement_csv, relax_batch=True,
+                                  around=lambda: self._tracing(matcher, names))
         model.jit_compile = False       # XLA would compile fit's step as one cluster, on one device
 
     @staticmethod

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from pardnn.errors import UserError
 from pardnn.keras.specs import trace_error
+from pardnn.tf.function import relaxed_batch
 
 
 def split_built(built, step, where="build"):
@@ -47,16 +48,18 @@ def _shown(value) -> str:
 
 def training_step(built, step, batch):
     """(a fresh tf.function, its arguments): fit's `model.train_step(batch)`, or
-    `step(*built, *batch)` (batch: the tuple of the step's batch arguments)."""
+    `step(*built, *batch)` (batch: the tuple of the step's batch arguments). Its input
+    signature leaves the batch dimension unknown (pardnn.tf.function.relaxed_batch), as
+    the placed step's trace does for any batch size; the profile still costs `batch`."""
     if step is None:
-        return tf.function(built.train_step), (batch,)
+        return tf.function(built.train_step, input_signature=[relaxed_batch(batch)]), (batch,)
     python_fn = step.python_function if isinstance(step, tf.types.experimental.PolymorphicFunction) else step
     bound = tuple(built) if isinstance(built, (tuple, list)) else (built,)
 
     def bound_step(*batch_args):
         return python_fn(*bound, *batch_args)
     bound_step.__name__ = bound_step.__qualname__ = getattr(python_fn, "__name__", "step")
-    return tf.function(bound_step), tuple(batch)
+    return tf.function(bound_step, input_signature=[relaxed_batch(b) for b in batch]), tuple(batch)
 
 
 def warm_up(step_fn, args) -> None:
