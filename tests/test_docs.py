@@ -11,7 +11,8 @@ blocks; a span's name is its leading token, up to the first space or "(" (so
    `.ci/`, or a root file such as `setup.cfg`) must exist; a trailing "/" means a
    folder. Any other token ending in ".py" (`io/outputs.py`, `costgraph.py`) must end
    the path of some Python file of the repository at a "/" boundary, and a word with a
-   trailing "/" (`step1_phases/`) some folder's. Other paths (`placed/trace.json`,
+   trailing "/" (`step1_phases/`) some folder's. A path part in capitals is a
+   placeholder (`tools/NAME.py`). Other paths (`placed/trace.json`,
    `/job:worker/task:1`, TF op names with "/") are outputs or TF names: not read.
 2. **`file.py:name`** (or `file.py:Class.name`): the file as in 1, and some file it
    matches defines the name (as in 3).
@@ -198,7 +199,8 @@ def code() -> Code:
 
 
 @cache
-def report_fields() -> set[str]:
+def report_keys() -> set[str]:
+    """The fields of pardnn.pipeline.report.Report: report.json's top-level keys."""
     tree = ast.parse((ROOT / "pardnn/pipeline/report.py").read_text(encoding="utf-8"))
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef) and node.name == "Report":
@@ -229,6 +231,7 @@ def token_of(span: str) -> str | None:
 
 
 def _check_path(token: str) -> str | None:
+    """Rules 1 and 2: a problem with a path, or None."""
     c = code()
     name = None
     if ".py:" in token:
@@ -238,6 +241,8 @@ def _check_path(token: str) -> str | None:
         if "/" not in token and not FILE_EXT.search(token) and token not in PY_DIRS:
             return None               # a bare word that happens to name a root entry
         target = ROOT / token
+        if not target.exists() and any(part.isupper() for part in re.split(r"[./]", token)):
+            return None               # a placeholder: `tools/NAME.py`
         if not target.exists() or (token.endswith("/") and not target.is_dir()):
             return f"`{token}`: no such {'folder' if token.endswith('/') else 'file'}"
         matches = [token] if token in c.files else []
@@ -246,7 +251,8 @@ def _check_path(token: str) -> str | None:
         if not matches:
             return f"`{token}`: no Python file ends so"
     elif token.endswith("/") and "/" not in token[:-1]:
-        if token[:-1] not in OUTSIDE and not any(f == token[:-1] or f.endswith("/" + token[:-1]) for f in c.folders):
+        folder = token[:-1]
+        if folder not in OUTSIDE and not any(f == folder or f.endswith("/" + folder) for f in c.folders):
             return f"`{token}`: no such folder"
         return None
     else:
@@ -257,6 +263,7 @@ def _check_path(token: str) -> str | None:
 
 
 def _check_dotted(token: str) -> str | None:
+    """Rules 3 and 4: a problem with a dotted name, or None."""
     c = code()
     parts = token.split(".")
     if parts[0] in PACKAGES:
@@ -274,13 +281,15 @@ def _check_dotted(token: str) -> str | None:
     if c.classes.get(head):
         return None if c.class_has(head, name) else f"`{token}`: class {head} has no {name}"
     modules = c.stems(head)
-    if modules and head not in report_fields():
+    if modules and head not in report_keys():
         if not any(name in c.top[rel] for rel in modules):
             return f"`{token}`: no module {head}.py defines {name}"
     return None
 
 
 def looks_like_code(word: str) -> bool:
+    """Rule 5's test: snake_case with an underscore, CamelCase or a capitalised word,
+    UPPER_CASE with an underscore, or a private name (`_latest`)."""
     if not word.isidentifier() or word in OUTSIDE:
         return False
     if "_" in word.strip("_"):
@@ -289,6 +298,7 @@ def looks_like_code(word: str) -> bool:
 
 
 def check_span(span: str) -> list[str]:
+    """The problems with one inline code span."""
     problems = check_commands(span)
     token = token_of(span)
     if token is None:
@@ -305,6 +315,7 @@ def check_span(span: str) -> list[str]:
 
 
 def check_commands(text: str) -> list[str]:
+    """Rule 6: `python -m` commands that name no module, tools run as scripts."""
     problems = []
     for module, script in COMMAND.findall(text):
         if any(part.isupper() for part in re.split(r"[./]", module or script)):
@@ -317,6 +328,7 @@ def check_commands(text: str) -> list[str]:
 
 
 def check_text(text: str) -> list[str]:
+    """The problems with one Markdown page: its spans, and the commands in its code blocks."""
     problems = [p for span in spans_of(text) for p in check_span(span)]
     for block in FENCE.finditer(text):
         problems += check_commands(block.group(0))
