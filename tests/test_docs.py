@@ -34,7 +34,10 @@ blocks; a span's name is its leading token, up to the first space or "(" (so
    import, or a string constant that is one identifier or a dotted name: report keys, TF
    op names; not words inside longer strings such as docstrings), or
    be in OUTSIDE (names from outside this code, such as environment variables).
-6. **Commands.** In spans and code blocks alike, `python -m NAME` with NAME rooted at
+6. **Paths in plain prose** (not in backticks): a path under pardnn/, tools/, tests/,
+   docs/, examples/ or pardnn_builtin_models/ with a file extension, such as
+   tests/test_layout.py, must exist as rule 1 says.
+7. **Commands.** In spans and code blocks alike, `python -m NAME` with NAME rooted at
    pardnn or tools must name a module that exists, and tools run as modules
    (`python tools/bench_speed.py` is stale); a part in capitals is a placeholder.
 
@@ -75,6 +78,7 @@ FENCE = re.compile(r"^ {0,3}(```|~~~).*?^ {0,3}\1", re.S | re.M)
 SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
 TOKEN = re.compile(r"[\w./:-]+")
 COMMAND = re.compile(r"python3? -m ([\w.]+)|python3? (tools/[\w/]+\.py)")
+PROSE_PATH = re.compile(r"(?<![\w/.`-])((?:pardnn|pardnn_builtin_models|tools|tests|docs|examples)/[\w./-]*\.(?:py|md|csv|json|cfg|toml|sh))\b")
 IDENT = re.compile(r"[A-Za-z_]\w*")
 FILE_EXT = re.compile(r"\.(py|md|csv|json|cfg|toml|txt|pb|sh|png|yml|yaml)$")
 
@@ -211,11 +215,15 @@ def report_keys() -> set[str]:
 # ---------------------------------------------------------------- the docs' names
 
 
+def prose_of(text: str) -> str:
+    """The page without its fenced and indented code blocks."""
+    text = FENCE.sub("", text)
+    return "\n".join(line for line in text.split("\n") if not line.startswith(("    ", "\t")))
+
+
 def spans_of(text: str) -> list[str]:
     """Inline code spans outside fenced and indented code blocks."""
-    text = FENCE.sub("", text)
-    prose = "\n".join(line for line in text.split("\n") if not line.startswith(("    ", "\t")))
-    return SPAN.findall(prose)
+    return SPAN.findall(prose_of(text))
 
 
 def token_of(span: str) -> str | None:
@@ -315,7 +323,7 @@ def check_span(span: str) -> list[str]:
 
 
 def check_commands(text: str) -> list[str]:
-    """Rule 6: `python -m` commands that name no module, tools run as scripts."""
+    """Rule 7: `python -m` commands that name no module, tools run as scripts."""
     problems = []
     for module, script in COMMAND.findall(text):
         if any(part.isupper() for part in re.split(r"[./]", module or script)):
@@ -330,6 +338,8 @@ def check_commands(text: str) -> list[str]:
 def check_text(text: str) -> list[str]:
     """The problems with one Markdown page: its spans, and the commands in its code blocks."""
     problems = [p for span in spans_of(text) for p in check_span(span)]
+    problems += [f"{path}: no such file" for path in PROSE_PATH.findall(SPAN.sub("", prose_of(text)))
+                 if not (ROOT / path).is_file()]
     for block in FENCE.finditer(text):
         problems += check_commands(block.group(0))
     indented = "\n".join(line for line in FENCE.sub("", text).split("\n") if line.startswith("    "))
@@ -361,6 +371,7 @@ def test_every_name_in_backticks_exists(doc):
     "`choose_finalists(judged)`",               # a call
     "    python -m tools.no_such_tool --flag\n",  # a command in a code block
     "`python tools/bench_speed.py`",             # a tool run as a script
+    "(tests/trace_viewer.py)",                   # a path in plain prose
 ])
 def test_planted_stale_names(stale):
     assert check_text(f"Some prose {stale} and more.\n\n{stale}\n"), stale
