@@ -10,10 +10,10 @@ blocks; a span's name is its leading token, up to the first space or "(" (so
    (`pardnn/`, `tools/`, `tests/`, `docs/`, `examples/`, `pardnn_builtin_models/`,
    `.ci/`, or a root file such as `setup.cfg`) must exist; a trailing "/" means a
    folder. Any other token ending in ".py" (`io/outputs.py`, `costgraph.py`) must end
-   the path of some Python file of the repository at a "/" boundary, and a word with a
-   trailing "/" (`step1_phases/`) some folder's. A path part in capitals is a
-   placeholder (`tools/NAME.py`). Other paths (`placed/trace.json`,
-   `/job:worker/task:1`, TF op names with "/") are outputs or TF names: not read.
+   the path of some Python file of the repository at a "/" boundary. A path part in
+   capitals is a placeholder (`tools/NAME.py`). Other paths (`placed/trace.json`,
+   `step1_phases/`, `/job:worker/task:1`, TF scopes such as `adam/`) are read as
+   outputs, partial folders or TF names: not checked.
 2. **`file.py:name`** (or `file.py:Class.name`): the file as in 1, and some file it
    matches defines the name (as in 3).
 3. **Dotted names rooted at a package of this repository** (`pardnn.pipeline.choice`,
@@ -63,15 +63,14 @@ PACKAGES = ("pardnn", "pardnn_builtin_models", "tools", "tests")
 
 # Names the docs cite from outside this code (rule 5; add one here when a doc names
 # something that is not this repository's): environment variables, TensorFlow's ops,
-# C++ functions, trace and config fields, Keras' layer names, the thesis' names, other
-# tools' keys, and the folders `pardnn place` writes.
+# C++ functions, trace and config fields, Keras' layer names, the thesis' names and
+# other tools' keys.
 OUTSIDE = {
     "OPENBLAS_CORETYPE", "MALLOC_MMAP_THRESHOLD_", "TF_CUDNN_WORKSPACE_LIMIT_IN_MB",
     "Compute", "Shape", "Reshape", "Fill", "BroadcastGradientArgs", "_Arg", "_Retval",
     "_FusedMatMul", "_MklMatMul", "_MklNativeFusedMatMul",
     "MeasureCosts", "DeterminePeakMemoryUsage", "SchedulerState",
     "all_end_rel", "memory_limit", "dense_1", "nodes_heap", "install_requires",
-    "tensorboard",
 }
 
 FENCE = re.compile(r"^ {0,3}(```|~~~).*?^ {0,3}\1", re.S | re.M)
@@ -138,8 +137,6 @@ class Code:
 
     def __init__(self):
         self.files = {p.relative_to(ROOT).as_posix(): p for p in _py_files()}
-        self.folders = {p.relative_to(ROOT).as_posix() for top in PY_DIRS + ("docs",)
-                        for p in [ROOT / top, *(ROOT / top).rglob("*")] if p.is_dir()}
         self.top: dict[str, set[str]] = {}          # file -> names bound at top level
         self.classes: dict[str, list[tuple[set[str], list[str]]]] = {}   # name -> (members, bases)
         self.bound: set[str] = set()                # every name bound or spelled anywhere
@@ -258,11 +255,6 @@ def _check_path(token: str) -> str | None:
         matches = c.files_ending(token)
         if not matches:
             return f"`{token}`: no Python file ends so"
-    elif token.endswith("/") and "/" not in token[:-1]:
-        folder = token[:-1]
-        if folder not in OUTSIDE and not any(f == folder or f.endswith("/" + folder) for f in c.folders):
-            return f"`{token}`: no such folder"
-        return None
     else:
         return None
     if name and not any(c.file_defines(rel, name.split(".")) for rel in matches):

@@ -3,8 +3,12 @@
 Writes OUT_DIR/placement.csv, OUT_DIR/report.json, OUT_DIR/trace.json (the emulated
 step, pardnn.io.trace_events), OUT_DIR/tensorboard/ (the placed graph,
 pardnn.io.tensorboard_graph) and, when PROFILE is a profile directory,
-OUT_DIR/placed_graph.pb, all or nothing.
+OUT_DIR/placed_graph.pb, all or nothing; and OUT_DIR/inputs.json, what it was placed
+from (the profile's path and the flags that made the cluster), so that `pardnn explain
+OUT_DIR` can emulate the same step again. `--explain` prints that explanation at the end.
 """
+
+import os
 
 import time
 
@@ -40,6 +44,8 @@ def add_parser(sub):
                    help="data parallelism: place on the first host's devices, replicate on R hosts "
                         "with gradients averaged (docs/multihost.md)")
     p.add_argument("-o", "--out", required=True, metavar="OUT_DIR", help="output directory")
+    p.add_argument("--explain", action="store_true",
+                   help="end with `pardnn explain`'s summary: what sets the step and fills memory, by layer")
     p.set_defaults(run=run)
 
 
@@ -70,7 +76,21 @@ def run(args):
     if loader.get("untimed_nodes"):
         print(f"  note: {loader['untimed_nodes']} nodes had no timing in the profile "
               f"(zero compute time, static output sizes)")
+    if args.explain:
+        from pardnn.commands.explain import explain_placement
+        explain_placement(args.out, graph, info, placed.placement, report, placed_inputs(args))
     return 0
+
+
+def placed_inputs(args) -> dict:
+    """inputs.json: the profile (absolute path) and the flags `pardnn explain` needs to
+    build the same cluster and emulate the same step again (a cluster file by its
+    absolute path)."""
+    devices = os.path.abspath(args.devices) if cluster_inputs(args) else args.devices
+    return {"format": "pardnn-place-inputs", "version": 1, "profile": os.path.abspath(args.profile),
+            "devices": devices, "memory": args.memory, "reserve": args.reserve,
+            "bandwidth": args.bandwidth, "latency": args.latency, "algorithm": args.algorithm,
+            "time_budget": args.time_budget, "replicas": args.replicas}
 
 
 def _write_outputs(args, graph, info, placement, cluster, report_of):
@@ -93,6 +113,7 @@ def _write_outputs(args, graph, info, placement, cluster, report_of):
             if "profile" in info:       # lets `pardnn run OUT_DIR` rebuild the model's feeds
                 write_json(info["profile"], out.temp("profile.json"))
         _write_views(args, graph, placement, placed_pb, out)
+        write_json(placed_inputs(args), out.temp("inputs.json"))
         report = report_of(time.perf_counter() - t1)
         write_json(report.to_json(), out.temp("report.json"))
     return report
