@@ -85,7 +85,7 @@ def test_every_variable_is_built_where_planned_and_trains_unmoved(models, name):
     assert facts["devices_used"] == 4
     assert facts["moved"] == [] and len(facts["per_device"]) == 4          # every op ran where placed
     assert facts["placed"][0] == facts["unplaced"][0]                       # the same first loss, bit for bit
-    assert facts["placed"] == pytest.approx(facts["unplaced"], rel=1e-5)    # (equal too: docs/tf2.md)
+    assert facts["placed"] == pytest.approx(facts["unplaced"], rel=1e-5)    # equal here; docs/tf2.md "Drift"
     assert facts["placed"][0] != facts["placed"][-1]
     assert facts.get("jit_compile") in (None, False)                    # resnet's, set True: no XLA cluster
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from typing import NamedTuple
 
 import keras
 import tensorflow as tf
@@ -66,41 +67,63 @@ def plan(build, batch_spec, devices, memory="auto", *, step=None, directory="par
     batch = to_specs(batch_spec)
     if step is not None:
         batch = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
-    names = KerasNames()
-    with names.active():
-        created = []
-        with shape_only_variables(), _recording(created):
-            built = build()
-        models, optimizers = split_built(built, step)
-        check_inputs(models[0], model_input(batch, fit=step is None))
-        step_fn, args = training_step(built, step, batch)
-        with shape_only_variables(), _recording(created):
-            warm_up(step_fn, args)
-        keys = keys_of(created, models, optimizers)
+    settings = {"devices": str(devices), "memory": memory if isinstance(memory, (int, str)) else "auto",
+                "algorithm": algorithm, "estimate": estimate_preset(devices, estimate)}
+    with KerasNames().active():
+        traced = _traced_shape_only(build, step, batch)
         with OutputDir(directory, "directory") as out:
-            profile = profile_function(step_fn, args, out_dir=out.temp("profile"),
-                                       estimate=estimate_preset(devices, estimate))
+            profile = profile_function(traced.step_fn, traced.args, out_dir=out.temp("profile"),
+                                       estimate=settings["estimate"])
             placed = place_profile(os.path.join(out.staging, "profile"), cluster, algorithm, budget_s,
                                    devices=str(devices))
             report = write_place_dir(out, placed, _inputs(directory, devices, placed.cluster, algorithm,
                                                           time_budget)).to_json()
-            nodes = _variable_nodes(profile["variables"], created)
-            device_of = _devices(placed)
-            planned = [PlannedVariable(key, c.variable.name.split(":")[0], c.short, c.variable.shape.as_list(),
-                                       c.variable.dtype.name, device_of[node] if node else UNUSED_DEVICE)
-                       for key, c, node in zip(keys, created, nodes)]
-            doc = {"pardnn_keras_plan": FORMAT, "kind": "fit" if step is None else "step",
-                   "step": "train_step" if step is None else getattr(step, "__name__", "step"),
-                   "devices": str(devices), "memory": memory if isinstance(memory, (int, str)) else "auto",
-                   "memory_bytes": [int(x) for x in placed.cluster.memory], "reserve": placed.cluster.reserve,
-                   "algorithm": algorithm, "estimate": estimate_preset(devices, estimate),
-                   "batch_spec": to_json(batch), "layers": [layer_summary(m) for m in models],
-                   "variables": variables_json(planned, nodes),
-                   "tensorflow": tf.__version__, "keras": keras.__version__}
-            write_json(doc, out.temp(PLAN_FILE))
+            doc = _plan_doc(traced, profile, placed, settings, step, batch)
+            nodes = doc.pop("nodes")
+            write_json({**doc, "variables": variables_json(doc["variables"], nodes)}, out.temp(PLAN_FILE))
     if verbose:
         print_summary(report, out_dir=str(directory))
-    return Plan(directory, {**doc, "variables": planned})
+    return Plan(directory, doc)
+
+
+class _Traced(NamedTuple):
+    """A build made shape-only and its step traced once."""
+
+    models: list
+    optimizers: list
+    step_fn: object             # the tf.function profiled
+    args: tuple
+    created: list               # Created, in creation order
+    keys: list                  # their keys (pardnn.keras.keys)
+
+
+def _traced_shape_only(build, step, batch) -> _Traced:
+    """build() shape-only, checked (a model, batch_spec its inputs'), its step traced
+    once as Keras' first step would (creating what Keras builds lazily)."""
+    created = []
+    with shape_only_variables(), _recording(created):
+        built = build()
+    models, optimizers = split_built(built, step)
+    check_inputs(models[0], model_input(batch, fit=step is None))
+    step_fn, args = training_step(built, step, batch)
+    with shape_only_variables(), _recording(created):
+        warm_up(step_fn, args)
+    return _Traced(models, optimizers, step_fn, args, created, keys_of(created, models, optimizers))
+
+
+def _plan_doc(traced, profile, placed, settings, step, batch) -> dict:
+    """plan.json's fields (pardnn.keras.plan_file), its variables as PlannedVariables and
+    their graph nodes under "nodes"."""
+    nodes = _variable_nodes(profile["variables"], traced.created)
+    device_of = _devices(placed)
+    planned = [PlannedVariable(key, c.variable.name.split(":")[0], c.short, c.variable.shape.as_list(),
+                               c.variable.dtype.name, device_of[node] if node else UNUSED_DEVICE)
+               for key, c, node in zip(traced.keys, traced.created, nodes)]
+    return {"pardnn_keras_plan": FORMAT, "kind": "fit" if step is None else "step",
+            "step": "train_step" if step is None else getattr(step, "__name__", "step"), **settings,
+            "memory_bytes": [int(x) for x in placed.cluster.memory], "reserve": placed.cluster.reserve,
+            "batch_spec": to_json(batch), "layers": [layer_summary(m) for m in traced.models],
+            "variables": planned, "nodes": nodes, "tensorflow": tf.__version__, "keras": keras.__version__}
 
 
 @contextlib.contextmanager
