@@ -12,7 +12,8 @@ the step as a Chrome Trace Event file for Perfetto or TensorBoard's trace viewer
 import os
 import time
 
-from pardnn.commands.common import add_cluster_args, check_output_files, cluster_from_args, cluster_inputs
+from pardnn.commands.common import (add_cluster_args, check_output_files, cluster_from_args, cluster_inputs,
+                                    write_all_or_nothing)
 from pardnn.graph.constraints import violations
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
@@ -72,24 +73,9 @@ def _plot(schedule, profile, cluster, device, args, path):
 def _write(args, report, plot, trace):
     """Write --plot, --trace and --report through temporary files; rename them only
     if all worked."""
-    pending = []
-    try:
-        if args.plot:
-            pending.append((f"{args.plot}.tmp{os.getpid()}", args.plot))
-            plot(pending[-1][0])
-        if args.trace:
-            pending.append((f"{args.trace}.tmp{os.getpid()}", args.trace))
-            trace(pending[-1][0])
-        if args.report:
-            pending.append((f"{args.report}.tmp{os.getpid()}", args.report))
-            write_json(report, pending[-1][0])
-    except BaseException:
-        for tmp, _ in pending:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-        raise
-    for tmp, final in pending:
-        os.replace(tmp, final)
+    writers = [(args.plot, plot), (args.trace, trace),
+               (args.report, lambda path: write_json(report, path))]
+    write_all_or_nothing([(path, write) for path, write in writers if path])
 
 
 def print_table(report, cluster, file=None):
