@@ -24,7 +24,7 @@ from pardnn.io.trace_events import write_trace
 
 # Loader statistics copied into report.json under "loader".
 LOADER_FIELDS = ("steps", "untimed_nodes", "outside_step_nodes",
-                 "unknown_stats_records", "dropped_back_edges", "pinned_cpu", "fusions", "fused_timed_nodes")
+                 "unknown_stats_records", "dropped_back_edges", "pinned_cpu", "pinned_gpu", "fusions", "fused_timed_nodes")
 
 
 def add_parser(sub):

@@ -10,6 +10,7 @@ from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
 from pardnn.graph.levels import critical_path_us
 from pardnn.graph.edge_costs import comm_bytes
+from pardnn.graph.op_rates import fastest_times, node_times
 
 
 def evaluate(graph, cluster, device) -> dict:
@@ -22,16 +23,18 @@ def evaluate(graph, cluster, device) -> dict:
 def lower_bound_us(graph, cluster) -> float:
     """A bound on the step of every placement: the larger of the critical path and
     pardnn.emulator.bounds.step_lower_bound_us (work / K; a path's forced transfers)."""
-    return max(critical_path_us(graph), step_lower_bound_us(graph, cluster))
+    return max(critical_path_us(graph, fastest_times(graph, cluster)), step_lower_bound_us(graph, cluster))
 
 
 def report_fields(graph, cluster, device, schedule, profile, bound_us=None) -> dict:
     """report.json fields from an emulated schedule and its memory profile.
 
-    single_device_us is the total work: emulating everything on one device runs the
-    nodes back to back with no communication, so the step takes exactly their sum.
+    single_device_us is the total work: emulating everything on one device (the first)
+    runs the nodes back to back with no communication, so the step takes exactly their
+    sum (at the first device's rates).
     lower_bound_us is `lower_bound_us` (`bound_us`, when the caller has it already)."""
-    work = graph.total_work_us()
+    work = graph.total_work_us() if cluster.uniform else \
+        float(node_times(graph, cluster, np.zeros(graph.num_nodes, np.int64)).sum())
     makespan = schedule.makespan
     return {
         "makespan_us": makespan,

@@ -17,24 +17,27 @@ import numpy as np
 from pardnn.emulator.scheduler import plan_transfers
 from pardnn.graph.forced_levels import start_and_tail_floors
 from pardnn.graph.levels import bottom_levels
+from pardnn.graph.op_rates import fastest_times, node_times
 
 
 def busiest_device_us(graph, cluster, device) -> float:
     """The work placed on the busiest device (one bincount, far cheaper than the path)."""
     if graph.num_nodes == 0:
         return 0.0
-    return float(np.bincount(np.asarray(device, np.int64), graph.comp_us, minlength=cluster.num_devices).max())
+    return float(np.bincount(np.asarray(device, np.int64), node_times(graph, cluster, device),
+                             minlength=cluster.num_devices).max())
 
 
 def longest_path_us(graph, cluster, device) -> float:
     """The costliest path, each cut edge costing its transfer's `bytes / bandwidth + latency`."""
     if graph.num_nodes == 0:
         return 0.0
-    edge_transfer, _, _, occupancy, latency = plan_transfers(graph, cluster, np.asarray(device, np.int64))
+    device = np.asarray(device, np.int64)
+    edge_transfer, _, _, occupancy, latency = plan_transfers(graph, cluster, device)
     cross = edge_transfer >= 0
     edge_cost = np.zeros(graph.num_edges)
     edge_cost[cross] = occupancy[edge_transfer[cross]] + latency[edge_transfer[cross]]
-    return float(bottom_levels(graph, graph.comp_us, edge_cost).max())
+    return float(bottom_levels(graph, node_times(graph, cluster, device), edge_cost).max())
 
 
 # ------------------------------------------------- the bound on every placement's step
@@ -59,7 +62,7 @@ def step_lower_bound_us(graph, cluster) -> float:
 def _step_lower_bound_us(graph, cluster) -> float:
     if graph.num_nodes == 0:
         return 0.0
-    p = np.asarray(graph.comp_us, np.float64)
+    p = np.asarray(fastest_times(graph, cluster), np.float64)      # each op on its fastest device
     work = float(p.sum()) / cluster.num_devices
     comm = edge_comm_floor_us(graph, cluster)
     est, tail = start_and_tail_floors(graph, p, comm)

@@ -99,7 +99,7 @@ def build(graph, cluster, name, timings=None) -> np.ndarray:
     """Placer `name`'s placement (int32 per node), lending it the emulator when it
     judges its own trials (registry.Placer.emulates)."""
     lent = {"emulate": emulate} if registry.PLACERS[name].emulates else {}
-    return np.asarray(registry.get(name)(graph, cluster, timings, **lent), np.int32)
+    return np.asarray(registry.run(name, graph, cluster, timings, **lent), np.int32)
 
 
 def choose(graph, cluster, algorithm, timings=None, budget_s=None) -> Chosen:
@@ -142,7 +142,7 @@ def _first(judging, name, timings, alone=False):
     the emulation of its result. `alone`: the portfolio has no other candidate (its
     memory profile is kept: see `_judged`)."""
     graph, cluster = judging.graph, judging.cluster
-    if name != "step1":
+    if name != "step1" or cluster.mixed:        # mixed speeds: on the fastest devices (registry.run)
         return {name: _candidate(judging, name, timings, keep_profile=alone)}, None
     first = step1.partition(graph, cluster, timings, emulate=emulate)
     output = "one-device" if first.one_device else "affinity" if first.affinity else "thesis"

@@ -5,9 +5,11 @@ move of a round, tens of thousands per round, so a kernel (pardnn.compiled).
 
 Where it goes (pardnn.repair.repair_round's module docstring): the first device, in
 order of preference, that absorbs it. The order: the devices the group's pins allow,
-other than its own, by the communication time between the group and each device's
-nodes (most first; summed edge by edge in edge order, as numpy's bincount sums), then
-the device's compute time, then its index.
+other than its own, the fastest first (`tier`, pardnn.hardware.cluster: the host
+beside GPUs only when no GPU absorbs the group; on alike devices every tier is 0), then
+by the communication time between the group and each device's nodes (most first;
+summed edge by edge in edge order, as numpy's bincount sums), then the device's
+compute time, then its index.
 
 What the group adds on device e: its resident state over the whole step, and the
 buffers it would need there (pardnn.repair.footprint's `need_*` rows): an input whose
@@ -40,7 +42,7 @@ def move_group(g, d, allowed, ptr, nbr, ecost, node_dev, busy, comp, resident, c
                vals, lazy, bmax, n, block, times,
                need_ptr, need_lo, need_hi, need_bytes, need_prod, need_buf, need_ready, copied,
                row_ptr, row_i0, row_i1, row_bytes, row_active, row_next, row_group, gone,
-               group_ptr, group_nodes):
+               group_ptr, group_nodes, tier):
     """Move group g off device d to the first device that absorbs it (see the module
     docstring), updating the timelines (`vals`, `lazy`, `bmax`: pardnn.repair.rangemax's
     arrays), `copied`, the footprint rows' `row_active`, `gone`, `busy` and `node_dev`;
@@ -90,9 +92,10 @@ def move_group(g, d, allowed, ptr, nbr, ecost, node_dev, busy, comp, resident, c
         m = 0
         for e in range(k):
             if allowed[e] and e != d:
-                j = m                               # insertion by (-talk, busy, index)
-                while j > 0 and (talk[e] > talk[options[j - 1]]
-                                 or (talk[e] == talk[options[j - 1]] and busy[e] < busy[options[j - 1]])):
+                j = m                               # insertion by (tier, -talk, busy, index)
+                while j > 0 and (tier[e] < tier[options[j - 1]] or (tier[e] == tier[options[j - 1]] and (
+                        talk[e] > talk[options[j - 1]]
+                        or (talk[e] == talk[options[j - 1]] and busy[e] < busy[options[j - 1]])))):
                     options[j] = options[j - 1]
                     j -= 1
                 options[j] = e

@@ -1,0 +1,39 @@
+"""The host as a placement tier, run for real: four logical CPU devices, the last
+playing the host (slower, `"host": true` in a cluster file, ample memory), the others
+too small for a Keras model's weights and Adam slots. pardnn offloads part of the
+optimizer state to the host; built under variables_placed, those variables are on the
+host, and the placed step trains with the unplaced step's losses, no op moved by TF
+(tests/helpers/keras_host_script.py)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.tf
+HERE = os.path.dirname(os.path.abspath(__file__))
+HOST = "/job:localhost/replica:0/task:0/device:CPU:3"
+
+
+@pytest.fixture(scope="module")
+def flow(tmp_path_factory):
+    root = tmp_path_factory.mktemp("keras_host")
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "helpers", "keras_host_script.py"), str(root)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_optimizer_state_offloaded_to_the_host_trains_placed(flow):
+    assert flow["variable_bytes"] >= 4 * flow["budget"]          # the three devices hold 3/4 at most
+    assert flow["feasible"] and max(flow["peaks"][:3]) <= flow["budget"]
+    assert flow["resident"][HOST] > 0                             # state went to the host...
+    assert any(name.startswith("adam/") for name in flow["on_host"])     # ... optimizer slots among it
+    assert flow["host_built"] == flow["on_host"]                  # built there, and nothing else
+    assert flow["moved"] == []                                    # every op ran where placed
+    assert flow["per_device"][HOST] > 0
+    assert flow["placed"] == pytest.approx(flow["unplaced"], rel=1e-6)
+    assert flow["placed"][0] == flow["unplaced"][0]               # the unplaced first loss, bit for bit
