@@ -13,10 +13,13 @@ cross to and from the host per step, and how long planning and placing took.
     python -m tools.bench_offload [--work DIR] [--configs A,B,...] [--resolution N]
 
 Each plan (a profile dir per block count, kept in `--work` and reused by every
-cluster) and each placement runs in a child process, one at a time; a placement of
-a 100k-node graph takes minutes and GBs of memory, so run it under `nice` on a shared
-machine. `--resolution N` stops a bisection when the fitting and failing block counts
-are N apart (default 1: the exact largest).
+cluster) and each placement runs in a child process, one at a time; planning and
+placing a 100k-node graph take minutes and GBs of memory each, so run it under `nice`
+on a shared machine. The search starts from a guess by bytes per block, or for a
+cluster with the host at twice the largest block count found without it (the
+target), grows by STEP until a size fails, then bisects until the fitting and the
+failing counts are at most `--resolution` of the fitting one apart (default 0: the
+exact largest).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ DEFAULT_CONFIGS = ("dgx-h100:1", "dgx-h100:1+host", "dgx-h100:2", "dgx-h100:2+ho
 # it holds at the step's peak (2.42 + 0.57 GB, measured on 8 blocks); with the host, the
 # GPUs hold the weights' copies and the activations (0.81 + 0.57 GB).
 BYTES_PER_BLOCK, BYTES_PER_BLOCK_HOST = 3.0e9, 1.4e9
+STEP = 0.08         # growth of the probe while no size has failed yet
 
 PLAN = r'''
 import json, sys, time, resource
@@ -122,38 +126,35 @@ def fits(work, blocks, spec, log) -> dict:
     return result
 
 
-def largest(work, spec, resolution) -> tuple:
-    """(largest fitting result, smallest failing block count) for cluster `spec`."""
+def largest(work, spec, resolution, start=None) -> tuple:
+    """(largest fitting result, smallest failing block count) for cluster `spec`,
+    searched from `start` blocks (None: a guess by bytes per block)."""
     from pardnn.hardware import parse_devices
     cluster = parse_devices(spec)
     per_block = BYTES_PER_BLOCK_HOST if cluster.host_device >= 0 else BYTES_PER_BLOCK
     gpus = cluster.capacity[np.asarray([not d.host_tier for d in cluster.devices])]
-    guess = max(1, int(gpus.sum() / per_block))
+    probe = start or max(1, int(gpus.sum() / per_block))
     log, good, bad = [], None, None
-    probe = guess
-    while bad is None or good is None or bad - good.get("blocks") > resolution:
+    while True:
         result = fits(work, probe, spec, log)
-        if result["fits"]:
-            good = result
-        else:
-            bad = probe
+        good, bad = (result, bad) if result["fits"] else (good, probe)
         lo = good["blocks"] if good else 0
+        if bad is not None and (bad - lo <= max(1, resolution * lo) or bad == 1):
+            return good, bad
         if bad is None:
-            probe = max(lo + 1, int(lo * 1.08))
+            probe = max(lo + 1, int(lo * (1 + STEP)))
         elif good is None:
-            probe = max(1, int(bad * 0.92)) if bad > 1 else None
-            if probe is None:
-                break
+            probe = max(1, int(bad * (1 - STEP)))
         else:
             probe = (lo + bad) // 2
-    return good, bad
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", default="/tmp/bench_offload")
     parser.add_argument("--configs", default=",".join(DEFAULT_CONFIGS))
-    parser.add_argument("--resolution", type=int, default=1)
+    parser.add_argument("--resolution", type=float, default=0.0,
+                        help="stop when failing - fitting <= this share of the fitting block count")
     parser.add_argument("--place", nargs=2, metavar=("PROFILE", "SPEC"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.place:
@@ -161,9 +162,12 @@ def main():
         return
     print_commit()
     os.makedirs(args.work, exist_ok=True)
-    rows = []
+    rows, found = [], {}
     for spec in args.configs.split(","):
-        good, bad = largest(args.work, spec, args.resolution)
+        alone = spec[:-len("+host")] if spec.endswith("+host") else None
+        start = 2 * found[alone] if found.get(alone) else None
+        good, bad = largest(args.work, spec, args.resolution, start)
+        found[spec] = good["blocks"] if good else None
         rows.append((spec, good, bad))
     print("cluster | blocks | parameters | fails at | emulated step | host transfers | host bytes/step | "
           "nodes | plan s, RSS | place s, RSS")

@@ -166,7 +166,7 @@ def _refine_early(judging, results, pending, order, pool, timings, deadline):
     known = {name: r.judged for name, r in results.items() if r.judged is not None}
     done = {name: _collect(job, deadline) for name, job in pending.items() if name not in results and job.done()}
     known.update({name: r.judged for name, r in done.items() if r.judged is not None})
-    finalists = _finalists(known, judging.graph.num_nodes, order) if known else []
+    finalists = _finalists(known, judging.graph.num_nodes, order, judging.cluster) if known else []
     if len(finalists) < 2 or not _refinable(finalists[0], known) or _refinable(finalists[1], known):
         return {}, None
     lead, bound = known[finalists[0]], pool.bound()
@@ -198,7 +198,7 @@ def _pick(judging, results, step1_output, timings, deadline, pool, early=None, b
     timings["repair"] = sum(r.repair_s for r in results.values())
     first = next(iter(results))                 # the FIRST candidate: its stages are in timings
     timings.update({name: r.build_s for name, r in results.items() if name != first and r.device is not None})
-    finalists = _finalists(judged, graph.num_nodes, list(results))
+    finalists = _finalists(judged, graph.num_nodes, list(results), cluster)
     refine = len(results) > 1
     if not refine or not (_refinable(finalists[0], judged) or graph.num_nodes <= RUNNER_UP_MAX_NODES):
         finalists = finalists[:1]   # Step 1 won as it is: no refinement for the runner-up to run beside
@@ -274,11 +274,19 @@ def _refinable(name, judged) -> bool:
     return name != "step1" or judged[name].rounds > 0
 
 
-def _finalists(judged, num_nodes, order) -> list:
+def _finalists(judged, num_nodes, order, cluster=None) -> list:
     """The two fastest feasible candidates (the earlier in `order` on ties), among those
-    whose repair moved at most MAX_MOVED_SHARE of the nodes when there are any."""
+    whose repair moved at most MAX_MOVED_SHARE of the nodes when there are any. On
+    devices of different speeds (`cluster.mixed`: the host beside GPUs), the second is
+    the fastest that uses the fastest devices alone when one fits there, so that the
+    host is kept only where it makes the refined step faster."""
     few = [n for n, r in judged.items() if r.moved.sum() <= MAX_MOVED_SHARE * num_nodes]
-    return sorted(few or judged, key=lambda n: (judged[n].schedule.makespan, order.index(n)))[:2]
+    ranked = sorted(few or judged, key=lambda n: (judged[n].schedule.makespan, order.index(n)))
+    if cluster is not None and cluster.mixed:
+        alone = [n for n in ranked if not np.any(cluster.tiers[judged[n].device])]
+        if alone and alone[0] not in ranked[:2]:
+            return [ranked[0], alone[0]]
+    return ranked[:2]
 
 
 def _candidate(judging, name, timings=None, keep_profile=False):
