@@ -255,7 +255,7 @@ def test_placers_that_cost_devices_alike_place_on_the_fastest_devices():
         device = registry.run(name, g, c)
         assert set(np.asarray(device).tolist()) <= {0, 1}, name
     assert registry.PLACERS["exact"].speeds is None and not registry.applies("exact", g, c)
-    with pytest.raises(UserError, match="cannot place on devices of different speeds"):
+    with pytest.raises(UserError, match="cannot place on devices with rates"):
         registry.run("exact", g, c)
     assert registry.applies("etf-fastest", g, c) and not registry.applies("etf-fastest", g, parse_devices("cpu:2"))
 
@@ -323,3 +323,41 @@ def test_offload_only_when_the_gpus_cannot_hold_the_model():
     placement, report = place(g, tight)
     assert report["feasible"] and np.any(placement.device == 1)
     assert report["peak_memory_bytes"][0] <= 900
+
+
+def test_a_finalist_uses_the_fastest_devices_alone():
+    """On devices of different speeds the second finalist refined within memory is the
+    fastest candidate that leaves the host out, however far behind it is, so the host is
+    kept only where it makes the refined step faster; on alike devices, the two fastest."""
+    from types import SimpleNamespace
+    from pardnn.pipeline.portfolio import _finalists
+
+    def judged(makespan, device):
+        return SimpleNamespace(schedule=SimpleNamespace(makespan=makespan), moved=np.zeros(3, bool),
+                               device=np.array(device))
+    candidates = {"etf": judged(10.0, [0, 2, 1]), "heft": judged(11.0, [2, 0, 0]), "step1": judged(12.0, [0, 1, 1]),
+                  "stages": judged(13.0, [0, 0, 1])}
+    order = list(candidates)
+    assert _finalists(candidates, 3, order, two_speeds(gpus=2)) == ["etf", "step1"]
+    assert _finalists(candidates, 3, order, parse_devices("cpu:3")) == ["etf", "heft"]
+    assert _finalists(candidates, 3, order) == ["etf", "heft"]
+
+
+def test_placers_see_the_fastest_devices_at_their_times_and_at_rate_1():
+    """A placer that costs devices alike gets the graph's times at the fastest devices'
+    rates and those devices at rate 1: an emulation it is lent runs each op once scaled.
+    So does one on devices all at one rate other than 1."""
+    g = chain_of_four()
+    seen = []
+
+    def spy(graph, cluster):
+        seen.append((graph.comp_us.tolist(), bool(cluster.uniform), cluster.num_devices))
+        return np.zeros(graph.num_nodes, np.int32)
+    half = two_speeds(gpus=2, compute=0.1)
+    half = Cluster(tuple(d if d.host_tier else Device(d.name, d.kind, d.memory, compute_rate=0.5, memory_rate=0.5)
+                         for d in half.devices), half.latency_us, half.bandwidth)
+    registry.on_fastest(g, half, spy)
+    slow = Cluster(tuple(Device(f"/device:GPU:{i}", "GPU", GiB, compute_rate=0.5) for i in range(2)),
+                   np.zeros((2, 2)), np.full((2, 2), 1e3))
+    registry.on_fastest(g, slow, spy)
+    assert seen == [([20.0] * 4, True, 2), ([20.0] * 4, True, 2)]

@@ -142,7 +142,7 @@ def _first(judging, name, timings, alone=False):
     the emulation of its result. `alone`: the portfolio has no other candidate (its
     memory profile is kept: see `_judged`)."""
     graph, cluster = judging.graph, judging.cluster
-    if name != "step1" or cluster.mixed:        # mixed speeds: on the fastest devices (registry.run)
+    if name != "step1" or not cluster.uniform:  # devices with rates: on the fastest ones (registry.run)
         return {name: _candidate(judging, name, timings, keep_profile=alone)}, None
     first = step1.partition(graph, cluster, timings, emulate=emulate)
     output = "one-device" if first.one_device else "affinity" if first.affinity else "thesis"

@@ -11,10 +11,11 @@ judges trial placements itself takes the emulator as the keyword `emulate`
 Devices of different speeds (the host beside GPUs; pardnn.graph.op_rates): a placer
 whose cost model times each op on each device (`speeds=RATES`) places on the whole
 cluster; one that costs every device alike (`FASTEST`) places on the fastest devices
-alone, which are alike (`Cluster.fastest`), with the graph's times at their rates, and
-the memory repair and refinement within memory may then use the others (`run`); one
-that cannot do either (`speeds=None`) is left out of the portfolio on such clusters and
-refused by name. On a cluster of alike devices every placer runs as it is.
+alone, which are alike (`Cluster.fastest`), given the graph's times at their rates and
+those devices at rate 1, and the memory repair and refinement within memory may then
+use the others (`run`); one that cannot do either (`speeds=None`) is left out of the
+portfolio there and refused by name. The same holds where every device runs at one
+rate other than 1. On a cluster whose rates are all 1 every placer runs as it is.
 
 Every algorithm is a portfolio that the pipeline builds, repairs and judges alike:
 `--algorithm pardnn` the candidates with a role below, any other name the one placer
@@ -25,6 +26,7 @@ Modules are imported on first use, so that listing algorithms stays cheap.
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
@@ -120,7 +122,7 @@ def get(name: str):
 def applies(name: str, graph, cluster) -> bool:
     """Whether placer `name` runs as a candidate on this graph and cluster: not on
     devices of different speeds when it can place on none (`speeds=None`)."""
-    if cluster.mixed and PLACERS[name].speeds is None:
+    if not cluster.uniform and PLACERS[name].speeds is None:
         return False
     test = PLACERS[name].applies
     return test is None or bool(_load(test)(graph, cluster))
@@ -138,21 +140,23 @@ def run(name: str, graph, cluster, timings=None, **lent) -> np.ndarray:
     keywords (`emulate`): on devices of different speeds, by its `speeds` (module
     docstring); UserError for one that cannot place there."""
     entry, place = PLACERS[name], get(name)
-    if not cluster.mixed or entry.speeds == RATES:
+    if cluster.uniform or entry.speeds == RATES:
         return place(graph, cluster, timings, **lent)
     if entry.speeds is None:
-        raise UserError(f"--algorithm: {entry.algorithm or name} costs every device alike and cannot place on "
-                        f"devices of different speeds ({cluster.preset or 'the cluster'}); choose another")
+        raise UserError(f"--algorithm: {entry.algorithm or name} gives each op one time and cannot place on "
+                        f"devices with rates ({cluster.preset or 'the cluster'}); choose another")
     return on_fastest(graph, cluster, lambda g, c: place(g, c, timings, **lent))
 
 
 def on_fastest(graph, cluster, place) -> np.ndarray:
-    """`place(graph, cluster)` run on the cluster's fastest devices, with the graph's
-    times at their rates, mapped back to this cluster's device indices (int32); a
-    group pinned to a kind those devices lack goes to the first device of its kind."""
+    """`place(graph, cluster)` run on the cluster's fastest devices, given the graph's
+    times at their rates and those devices at rate 1 (so that an emulation lent to the
+    placer scales nothing twice), mapped back to this cluster's device indices (int32);
+    a group pinned to a kind those devices lack goes to the first device of its kind."""
     fastest, index = cluster.fastest()
     first = fastest.devices[0]
-    device = index[np.asarray(place(at_rates(graph, first.compute_rate, first.memory_rate), fastest), np.int64)]
+    alike = replace(fastest, devices=tuple(replace(d, compute_rate=1.0, memory_rate=1.0) for d in fastest.devices))
+    device = index[np.asarray(place(at_rates(graph, first.compute_rate, first.memory_rate), alike), np.int64)]
     return onto_allowed(graph, cluster, device)
 
 
