@@ -5,7 +5,11 @@ For each cluster of `--configs` (default dgx-h100:1, dgx-h100:2, dgx-h100, each 
 and with `+host`), bisects the number of decoder blocks of tools/gpt_model.py's GPT
 (d = 4096, 32 heads, sequence 1024, batch 1, vocabulary 32768, Adam in float32),
 planned shape-only with `estimate="dgx-h100"`, for the largest model that
-`--algorithm pardnn` places within memory. Prints per cluster the largest fitting
+`--algorithm pardnn` places within memory with every compute-bound op (MatMul,
+BatchMatMul: pardnn.graph.op_rates) on the GPUs. (The host alone, 2 TiB, could hold
+any of these models and run all of it on its CPUs: a model counts as fitting when the
+host serves as memory and for the optimizer's updates and element-wise ops, as in
+ZeRO-Offload, and the GPUs do the model's arithmetic.) Prints per cluster the largest fitting
 model (blocks, parameters), the smallest that did not fit, its emulated step, the share
 of the step during which a transfer to or from the host is in flight, the bytes that
 cross to and from the host per step, and how long planning and placing took.
@@ -76,6 +80,7 @@ def plan(work, blocks) -> tuple:
 def place_child(profile, spec) -> dict:
     """What the `--place` child prints: place `profile` on `spec` with pardnn."""
     from pardnn.errors import UserError
+    from pardnn.graph.op_rates import COMPUTE
     from pardnn.hardware import parse_devices
     from pardnn.pipeline.load import load_cost_graph
     from pardnn.pipeline.place import place
@@ -90,7 +95,10 @@ def place_child(profile, spec) -> dict:
         return {"fits": False, "nodes": graph.num_nodes, "seconds": time.perf_counter() - t0,
                 "reason": str(exc)[:300], "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     share, crossing = host_transfers(graph, cluster, placement.device, placement.schedule)
-    return {"fits": True, "nodes": graph.num_nodes, "seconds": time.perf_counter() - t0,
+    on_host = np.asarray([d.host_tier for d in cluster.devices])[placement.device]
+    arithmetic = int(np.count_nonzero(on_host & (graph.rate_class == COMPUTE)))
+    return {"fits": arithmetic == 0, "host_matmuls": arithmetic, "nodes": graph.num_nodes,
+            "seconds": time.perf_counter() - t0,
             "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "makespan_us": report["makespan_us"], "host_share": share, "host_bytes": crossing,
             "candidate": report.get("candidate"), "moved_nodes": report["moved_nodes"],
@@ -121,8 +129,10 @@ def fits(work, blocks, spec, log) -> dict:
     result = json.loads(_child(["-m", "tools.bench_offload", "--place", profile, spec]))
     result.update(facts, blocks=blocks)
     log.append(result)
+    why = "" if result["fits"] else (f", {result['host_matmuls']} MatMuls on the host" if "host_matmuls" in result
+                                     else f": {result['reason'][:120]}")
     print(f"  {spec}: {blocks} blocks, {result['nodes']} nodes: "
-          f"{'fits' if result['fits'] else 'does not fit'} ({result['seconds']:.0f} s)", flush=True)
+          f"{'fits' if result['fits'] else 'does not fit'}{why} ({result['seconds']:.0f} s)", flush=True)
     return result
 
 
