@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from pardnn.emulator import evaluate, lower_bound_us
+from pardnn.emulator import lower_bound_us
 from pardnn.emulator.scheduler import simulate
 from pardnn.errors import UserError
 from pardnn.graph import REFERENCE, RESIDUAL, CostGraph
@@ -20,6 +20,7 @@ from pardnn.hardware.host_specs import XEON_8480C
 from pardnn.placers import etf, heft, registry
 from pardnn.pipeline.judge import judge
 from pardnn.pipeline.place import place
+from pardnn.pipeline.report import evaluate
 
 TiB = 2**40
 
@@ -195,7 +196,7 @@ def test_the_emulator_runs_each_op_at_its_devices_rate():
     on_host = simulate(g, c, np.array([1, 1]))
     assert on_host.makespan == 48.0
     fields = evaluate(g, c, np.array([1, 1]))
-    assert fields["single_device_us"] == 14.0 and fields["makespan_us"] == 48.0
+    assert fields.single_device_us == 14.0 and fields.makespan_us == 48.0
     assert lower_bound_us(g, c) <= 14.0
 
 
@@ -317,12 +318,12 @@ def test_offload_only_when_the_gpus_cannot_hold_the_model():
     g = training_step()
     roomy = two_speeds(memory=10**6, host_memory=10**6, compute=0.05, mem_rate=0.2, bandwidth=100)
     placement, report = place(g, roomy)
-    assert not np.any(placement.device == 1) and report["feasible"]
+    assert not np.any(placement.device == 1) and report.feasible
     tight = Cluster(two_speeds(memory=900, host_memory=10**6, compute=0.05, mem_rate=0.2, bandwidth=100).devices,
                     roomy.latency_us, roomy.bandwidth, reserve=0.0)
     placement, report = place(g, tight)
-    assert report["feasible"] and np.any(placement.device == 1)
-    assert report["peak_memory_bytes"][0] <= 900
+    assert report.feasible and np.any(placement.device == 1)
+    assert report.peak_memory_bytes[0] <= 900
 
 
 def test_a_finalist_uses_the_fastest_devices_alone():
@@ -330,17 +331,20 @@ def test_a_finalist_uses_the_fastest_devices_alone():
     fastest candidate that leaves the host out, however far behind it is, so the host is
     kept only where it makes the refined step faster; on alike devices, the two fastest."""
     from types import SimpleNamespace
-    from pardnn.pipeline.portfolio import _finalists
+    from pardnn.pipeline import choice
 
     def judged(makespan, device):
         return SimpleNamespace(schedule=SimpleNamespace(makespan=makespan), moved=np.zeros(3, bool),
-                               device=np.array(device))
+                               device=np.array(device), rounds=1)
     candidates = {"etf": judged(10.0, [0, 2, 1]), "heft": judged(11.0, [2, 0, 0]), "step1": judged(12.0, [0, 1, 1]),
                   "stages": judged(13.0, [0, 0, 1])}
     order = list(candidates)
-    assert _finalists(candidates, 3, order, two_speeds(gpus=2)) == ["etf", "step1"]
-    assert _finalists(candidates, 3, order, parse_devices("cpu:3")) == ["etf", "heft"]
-    assert _finalists(candidates, 3, order) == ["etf", "heft"]
+
+    def finalists(cluster):
+        return choice.finalists({n: choice.Judgement.of(j, cluster) for n, j in candidates.items()}, 3, order)
+    assert finalists(two_speeds(gpus=2)) == ["etf", "step1"]
+    assert finalists(parse_devices("cpu:3")) == ["etf", "heft"]
+    assert finalists(None) == ["etf", "heft"]
 
 
 def test_placers_see_the_fastest_devices_at_their_times_and_at_rate_1():

@@ -1,6 +1,7 @@
 """The house rules of the source tree (docs/architecture.md): the packages form layers
 that import only downwards, no module imports itself back through a cycle, TensorFlow
-stays in pardnn/tf and the model scripts, and setup.cfg installs every package.
+stays in pardnn/tf, the Keras layer on top (pardnn/keras) and the model scripts, and
+setup.cfg installs every package.
 
 Imports by name count as imports: in a module that imports importlib, a string constant
 naming a project module ("pardnn.commands.place", or "pardnn.placers.etf:place") is an
@@ -25,6 +26,7 @@ LAYERS = [
     {"pardnn_builtin_models"},
     {"pardnn.emulator", "pardnn.repair", "pardnn.placers", "pardnn.tf"},
     {"pardnn.pipeline"},
+    {"pardnn.explain", "pardnn.keras"},
     {"pardnn.commands"},
     {"pardnn.cli"},
     {"pardnn.__main__"},
@@ -151,10 +153,10 @@ def test_the_rules_fail_on_a_forbidden_import(importer, imported):
     assert f"{importer} -> {imported}" in upward_imports(graph)
 
 
-def test_tensorflow_is_imported_only_in_tf_and_models():
+def test_tensorflow_is_imported_only_in_tf_keras_and_models():
     offenders = []
     for name, path in source_modules().items():
-        if name.startswith(("pardnn.tf", "pardnn_builtin_models", "pardnn.models")):
+        if name.startswith(("pardnn.tf", "pardnn.keras", "pardnn_builtin_models", "pardnn.models")):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
@@ -188,3 +190,77 @@ def test_every_layer_exists(layer):
 ])
 def test_imports_by_name_are_edges(importer, imported):
     assert import_graph().has_edge(importer, imported)
+
+
+# ------------------------------------------------------------------ module-level caches
+# Per-graph state lives with the graph (CostGraph.memo) or a judging context, never in a
+# module: a module-level cache outlives its graphs, is shared by every caller, and hides
+# what a result depends on. Allowed here, each with why:
+MODULE_STATE = {
+    "pardnn.pipeline.workers._SHARED": "what forked workers inherit: set before the fork, cleared after",
+}
+CONTAINERS = {"dict", "list", "set", "defaultdict", "OrderedDict", "Counter"}
+WEAK = {"WeakKeyDictionary", "WeakValueDictionary", "WeakSet"}
+MUTATORS = {"update", "setdefault", "append", "extend", "add", "clear", "pop", "popitem", "insert",
+            "remove", "discard"}
+
+
+def _called(node) -> str:
+    func = node.func if isinstance(node, ast.Call) else None
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+
+
+def module_caches(tree, module: str) -> list:
+    """'module.NAME' for each module-level container the module's code mutates (or a weak
+    dictionary, or an unbounded functools cache), not in MODULE_STATE."""
+    containers = set()
+    for stmt in tree.body:
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+        value = getattr(stmt, "value", None)
+        if value is None:
+            continue
+        mutable = isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp))
+        mutable |= _called(value) in CONTAINERS | WEAK
+        for target in targets:
+            if isinstance(target, ast.Name) and mutable:
+                containers.add((target.id, _called(value) in WEAK))
+    found = {name for name, weak in containers if weak}
+    names = {name for name, _ in containers}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global):
+            found |= set(node.names) & names
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
+            for target in getattr(node, "targets", None) or [node.target]:
+                if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and target.value.id in names:
+                    found.add(target.value.id)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS
+              and isinstance(node.func.value, ast.Name) and node.func.value.id in names):
+            found.add(node.func.value.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for deco in node.decorator_list:
+                unbounded = _called(deco) == "lru_cache" and any(
+                    k.arg == "maxsize" and isinstance(k.value, ast.Constant) and k.value.value is None
+                    for k in deco.keywords)
+                if unbounded or (isinstance(deco, (ast.Name, ast.Attribute)) and
+                                 getattr(deco, "id", getattr(deco, "attr", "")) == "cache"):
+                    found.add(node.name)
+    return sorted(f"{module}.{name}" for name in found if f"{module}.{name}" not in MODULE_STATE)
+
+
+def test_no_module_level_caches():
+    caches = [c for name, path in source_modules().items() for c in module_caches(ast.parse(path.read_text()), name)]
+    assert caches == []
+
+
+@pytest.mark.parametrize("source", [
+    "import weakref\n_SOLVED = weakref.WeakKeyDictionary()\n",
+    "_SEEN = {}\ndef f(g):\n    _SEEN[g] = 1\n",
+    "_SEEN = []\ndef f(g):\n    _SEEN.append(g)\n",
+    "import functools\n@functools.lru_cache(maxsize=None)\ndef f(g):\n    return g\n",
+])
+def test_a_module_level_cache_is_found(source):
+    assert module_caches(ast.parse(source), "m") != []
+
+
+def test_a_constant_table_is_no_cache():
+    assert module_caches(ast.parse('TABLE = {"a": 1}\ndef f():\n    return TABLE["a"]\n'), "m") == []

@@ -100,9 +100,9 @@ def place_child(profile, spec) -> dict:
     return {"fits": arithmetic == 0, "host_matmuls": arithmetic, "nodes": graph.num_nodes,
             "seconds": time.perf_counter() - t0,
             "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "makespan_us": report["makespan_us"], "host_share": share, "host_bytes": crossing,
-            "candidate": report.get("candidate"), "moved_nodes": report["moved_nodes"],
-            "peak_gib": [round(x / 2**30, 2) for x in report["peak_memory_bytes"]]}
+            "makespan_us": report.makespan_us, "host_share": share, "host_bytes": crossing,
+            "candidate": report.candidate, "moved_nodes": report.moved_nodes,
+            "peak_gib": [round(x / 2**30, 2) for x in report.peak_memory_bytes]}
 
 
 def host_transfers(graph, cluster, device, schedule) -> tuple:

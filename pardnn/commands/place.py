@@ -3,28 +3,19 @@
 Writes OUT_DIR/placement.csv, OUT_DIR/report.json, OUT_DIR/trace.json (the emulated
 step, pardnn.io.trace_events), OUT_DIR/tensorboard/ (the placed graph,
 pardnn.io.tensorboard_graph) and, when PROFILE is a profile directory,
-OUT_DIR/placed_graph.pb, all or nothing.
+OUT_DIR/placed_graph.pb, all or nothing; and OUT_DIR/inputs.json, what it was placed
+from (the profile's path and the flags that made the cluster), so that `pardnn explain
+OUT_DIR` can emulate the same step again. `--explain` prints that explanation at the end.
+The flow is pardnn.pipeline.place_dir's, which pardnn.keras.plan runs in-process.
 """
 
-import time
-
-from pardnn.graph.averaging import check_averaged
-from pardnn.hardware.hosts import replica_cluster
-from pardnn.pipeline import place as placer, replicas
-from pardnn.placers import registry as algorithms
 from pardnn.commands.common import add_budget_arg, add_cluster_args, budget_from_args, cluster_from_args, cluster_inputs
-from pardnn.pipeline.load import load_cost_graph
 from pardnn.io.outputs import OutputDir, check_output_dir
-from pardnn.progress import stage
-from pardnn.jsonfile import write_json
 from pardnn.io.summary import print_summary
-from pardnn.io.tensorboard_graph import graph_def_bytes, write_graph_logdir
-from pardnn.emulator.trace import emulated_step
-from pardnn.io.trace_events import write_trace
-
-# Loader statistics copied into report.json under "loader".
-LOADER_FIELDS = ("steps", "untimed_nodes", "outside_step_nodes",
-                 "unknown_stats_records", "dropped_back_edges", "pinned_cpu", "pinned_gpu", "fusions", "fused_timed_nodes")
+from pardnn.pipeline import replicas
+from pardnn.pipeline.place_dir import place_inputs, place_profile, write_place_dir
+from pardnn.placers import registry as algorithms
+from pardnn.progress import stage
 
 
 def add_parser(sub):
@@ -39,6 +30,8 @@ def add_parser(sub):
                    help="data parallelism: place on the first host's devices, replicate on R hosts "
                         "with gradients averaged (docs/multihost.md)")
     p.add_argument("-o", "--out", required=True, metavar="OUT_DIR", help="output directory")
+    p.add_argument("--explain", action="store_true",
+                   help="end with `pardnn explain`'s summary: what sets the step and fills memory, by layer")
     p.set_defaults(run=run)
 
 
@@ -47,67 +40,22 @@ def run(args):
     algorithms.candidates(args.algorithm)   # reject a bad name before loading anything
     budget_s = budget_from_args(args)
     check_output_dir(args.out, inputs=[args.profile, *cluster_inputs(args)])
-    one_replica = cluster if args.replicas is None else replica_cluster(cluster, args.replicas)
-    t0 = time.perf_counter()
-    with stage(f"loading {args.profile}"):
-        graph, info = load_cost_graph(args.profile)
-    load_s = time.perf_counter() - t0
-    if args.replicas is not None:
-        check_averaged(graph, args.profile)
-    with stage(f"placing {graph.num_nodes} nodes with {args.algorithm} on {cluster.num_devices} devices"):
-        placement, report = placer.place(graph, one_replica, args.algorithm, budget_s)
-    report["stage_seconds"] = {"load": load_s, **report["stage_seconds"]}
-    if args.replicas is not None:
-        report["replicas"] = replicas.estimate(graph, placement.device, cluster, args.replicas,
-                                               report["makespan_us"])
-    loader = {key: info[key] for key in LOADER_FIELDS if key in info}
-    if loader:
-        report["loader"] = loader
-    with stage(f"writing {args.out}"):
-        _write_outputs(args, graph, info, placement, cluster, report)
+    placed = place_profile(args.profile, cluster, args.algorithm, budget_s, args.replicas, args.devices)
+    with stage(f"writing {args.out}"), OutputDir(args.out) as out:
+        report = write_place_dir(out, placed, placed_inputs(args)).to_json()
     print_summary(report, out_dir=args.out)
     if args.replicas is not None:
         print(replicas.summary_line(report["replicas"]))
-    if loader.get("untimed_nodes"):
-        print(f"  note: {loader['untimed_nodes']} nodes had no timing in the profile "
+    if placed.loader.get("untimed_nodes"):
+        print(f"  note: {placed.loader['untimed_nodes']} nodes had no timing in the profile "
               f"(zero compute time, static output sizes)")
+    if args.explain:
+        from pardnn.commands.explain import explain_placement
+        explain_placement(args.out, placed.graph, placed.info, placed.placement, report, placed_inputs(args))
     return 0
 
 
-def _write_outputs(args, graph, info, placement, cluster, report):
-    """placement.csv, placed_graph.pb (profile dirs only), profile.json, trace.json,
-    tensorboard/ and report.json."""
-    with OutputDir(args.out) as out:
-        t1 = time.perf_counter()
-        placement.write_csv(graph, out.temp("placement.csv"))
-        placed_pb = None
-        if info.get("profile_dir"):
-            placed_pb = out.temp("placed_graph.pb")
-            if args.replicas is None:
-                from pardnn.tf.placed_graph import write_placed_graph
-                write_placed_graph(info["profile_dir"], graph, placement, placed_pb)
-            else:
-                from pardnn.tf.replicate import write_replicated_graph
-                write_replicated_graph(info["profile_dir"], graph, placement, cluster, args.replicas,
-                                       info.get("profile", {}), placed_pb)
-            if "profile" in info:       # lets `pardnn run OUT_DIR` rebuild the model's feeds
-                write_json(info["profile"], out.temp("profile.json"))
-        _write_views(args, graph, placement, placed_pb, out)
-        report["stage_seconds"]["write"] = time.perf_counter() - t1
-        write_json(report, out.temp("report.json"))
-
-
-def _write_views(args, graph, placement, placed_graph, out):
-    """trace.json, the emulated step the report judged (placement.schedule and .profile),
-    and tensorboard/ with `placed_graph` (a placed_graph.pb) or, without one, a GraphDef
-    made from the cost graph."""
-    cluster, device = placement.cluster, placement.device
-    write_trace(out.temp("trace.json"), emulated_step(graph, cluster, device, placement.schedule,
-                                                      placement.profile),
-                {"pardnn": "emulated step", "algorithm": args.algorithm, "devices": args.devices})
-    if placed_graph is None:
-        graph_def = graph_def_bytes(graph, cluster.names, device)
-    else:
-        with open(placed_graph, "rb") as f:
-            graph_def = f.read()
-    write_graph_logdir(out.temp("tensorboard"), graph_def)
+def placed_inputs(args) -> dict:
+    """inputs.json of this command's flags (pardnn.pipeline.place_dir.place_inputs)."""
+    return place_inputs(args.profile, args.devices, args.memory, args.reserve, args.bandwidth, args.latency,
+                        args.algorithm, args.time_budget, args.replicas)

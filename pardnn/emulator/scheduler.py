@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pardnn.compiled import INTERPRETED_BELOW, kernel
-from pardnn.emulator.event_loop import event_loop
+from pardnn.emulator.event_loop import Successors, Transfers, event_loop
 from pardnn.graph.op_rates import node_times
 
 
@@ -147,9 +147,9 @@ def simulate(graph, cluster, device) -> Schedule:
     f64, i64 = np.float64, np.int64                  # the compiled loop's dtypes
     comp = node_times(graph, cluster, device)
     start, finish, send, arrival = event_loop.for_size(graph.num_nodes)(
-        cluster.num_devices, np.asarray(comp, f64), device, *graph.successor_arrays,
-        edge_transfer, np.asarray(link, i64), np.asarray(occupancy, f64), np.asarray(latency, f64),
-        np.diff(graph.pred_ptr).astype(i64))
+        cluster.num_devices, np.asarray(comp, f64), device, np.diff(graph.pred_ptr).astype(i64),
+        Successors(*graph.successor_arrays, edge_transfer),
+        Transfers(np.asarray(link, i64), np.asarray(occupancy, f64), np.asarray(latency, f64)))
     return Schedule(
         start=start, finish=finish,
         busy_us=np.bincount(device, comp, minlength=cluster.num_devices),

@@ -24,7 +24,7 @@ import decimal
 import json
 import numbers
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -63,6 +63,21 @@ class CostGraph:
     pred_eid: np.ndarray
     group_ptr: np.ndarray
     group_nodes: np.ndarray
+    # What was derived from this graph for one purpose (and usually one cluster): the
+    # bound on every placement's step, the exact model's solution, the complete search's
+    # proofs. It lives and dies with the graph; pardnn keeps no cache at module level.
+    memo: dict = field(default_factory=dict, init=False, repr=False)
+
+    def memoized(self, key, compute):
+        """compute()'s result, computed once per `key` (hashable; a Cluster keys by
+        identity) for this graph."""
+        if key not in self.memo:
+            self.memo[key] = compute()
+        return self.memo[key]
+
+    def __getstate__(self):
+        """Pickled (to the exact model's process) without the memo, which stays here."""
+        return {**self.__dict__, "memo": {}}
 
     # ------------------------------------------------------------------ sizes
     @property

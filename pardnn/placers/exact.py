@@ -22,7 +22,6 @@ import os
 import pickle
 import subprocess
 import sys
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,7 +35,6 @@ DETERMINISTIC_PER_NODE = 4e-4  # CP-SAT's deterministic seconds per node for one
 GRID = 1_000_000              # time units over the horizon
 KEEP = 3                      # improving solutions kept as candidates
 ORTOOLS = "ortools.sat.python.cp_model"  # the module that must be imported before TensorFlow
-_SOLVED = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -69,16 +67,13 @@ def place(graph, cluster, timings=None) -> np.ndarray:
 
 
 def solve(graph, cluster) -> Solved:
-    """Build and solve the model once per graph and cluster (cached). CP-SAT crashes in
+    """Build and solve the model once per graph and cluster (the graph's memo). CP-SAT crashes in
     a process that imported TensorFlow before it (google/or-tools#3230); imported the
     other way round, as pardnn.tf.quiet_import does, both work. In a process where
     TensorFlow came first (a user's script) the model runs in a fresh interpreter that
     imports neither TensorFlow nor the caller's script, with the same answer."""
-    per_graph = _SOLVED.setdefault(graph, {})
-    if id(cluster) not in per_graph or per_graph[id(cluster)][0] is not cluster:
-        solved = _solve_apart(graph, cluster) if _tensorflow_first() else solve_here(graph, cluster)
-        per_graph[id(cluster)] = (cluster, solved)
-    return per_graph[id(cluster)][1]
+    return graph.memoized(("exact model", cluster), lambda: _solve_apart(graph, cluster) if _tensorflow_first()
+                          else solve_here(graph, cluster))
 
 
 def _tensorflow_first() -> bool:

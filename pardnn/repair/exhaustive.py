@@ -28,7 +28,6 @@ costs what it did before.
 from __future__ import annotations
 
 import math
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,7 +36,6 @@ from pardnn.repair.least_memory import group_resident, working_sets
 
 WORK_LIMIT = 1_000_000      # nodes + edges emulated, plus one per partial placement checked
 MAX_PLACEMENTS = 1_000_000  # larger spaces are not searched: the limit would stop it near the start
-_PROOFS = weakref.WeakKeyDictionary()   # graph -> {cluster key: a complete Search that found nothing}
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,7 +57,7 @@ def search(graph, cluster, group_device, allowed, peaks, limit=None) -> Search:
         return Search(None, False, 0, 0)
     key = (cluster.capacity.tobytes(), cluster.latency_us.tobytes(), cluster.bandwidth.tobytes(),
            np.packbits(allowed).tobytes())
-    proofs = _PROOFS.setdefault(graph, {})
+    proofs = graph.memoized("exhaustive search proofs", dict)  # cluster key -> a complete Search that found nothing
     if key in proofs:                   # none fits, whatever the start: proved once already
         return proofs[key]
     found = _Search(graph, cluster, np.asarray(group_device, np.int64), allowed, peaks,

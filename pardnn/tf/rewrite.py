@@ -87,13 +87,13 @@ def compare_partitions(requested: dict, partition_graphs) -> PlacementCheck:
     return PlacementCheck(dict(sorted(ran.items())), moved)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=1024)
 def _canonical(name: str) -> str:
     """The full canonical form of a device name (memoised: few distinct names)."""
     return tf.DeviceSpec.from_string(name).to_string()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=1024)
 def _honours(actual: str, want: str) -> bool:
     """Whether device `actual` has every field the request `want` sets."""
     got, asked = tf.DeviceSpec.from_string(actual), tf.DeviceSpec.from_string(want)
