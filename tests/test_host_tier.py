@@ -365,3 +365,16 @@ def test_placers_see_the_fastest_devices_at_their_times_and_at_rate_1():
                    np.zeros((2, 2)), np.full((2, 2), 1e3))
     registry.on_fastest(g, slow, spy)
     assert seen == [([20.0] * 4, True, 2), ([20.0] * 4, True, 2)]
+
+
+def test_the_work_bound_counts_each_device_at_its_rate():
+    """Two independent 10 us element-wise ops on a GPU and a host at half speed: in a
+    step of T the two devices run at most 1.5 T of profiled work, so no step beats
+    20 / 1.5 us (alike devices would give 20 / 2); the best placement takes 20 us."""
+    from pardnn.emulator.bounds import step_lower_bounds
+    g = CostGraph.build(names=["a", "b"], ops=["AddV2", "AddV2"], comp_us=[10.0, 10.0])
+    c = two_speeds(compute=0.25, mem_rate=0.5)
+    assert step_lower_bounds(g, c)["work_per_device_us"] == pytest.approx(20.0 / 1.5)
+    best = min(simulate(g, c, np.array(d)).makespan for d in ([0, 0], [0, 1], [1, 0], [1, 1]))
+    assert best == 20.0 and lower_bound_us(g, c) <= best
+    assert step_lower_bounds(g, parse_devices("cpu:2"))["work_per_device_us"] == 10.0

@@ -63,13 +63,27 @@ def _step_lower_bounds(graph, cluster) -> dict:
     if graph.num_nodes == 0:
         return {"work_per_device_us": 0.0, "forced_transfers_us": 0.0}
     p = np.asarray(fastest_times(graph, cluster), np.float64)      # each op on its fastest device
-    bounds = {"work_per_device_us": float(p.sum()) / cluster.num_devices}
+    bounds = {"work_per_device_us": _work_bound_us(graph, cluster, p)}
     comm = edge_comm_floor_us(graph, cluster)
     est, tail = start_and_tail_floors(graph, p, comm)
     bounds["forced_transfers_us"] = float((est + p + tail).max())
     if graph.num_nodes <= INTERVAL_MAX_NODES and cluster.num_devices > 1:
         bounds["interval_us"] = interval_bound_us(p, est, tail + p, cluster.num_devices, max(bounds.values()))
     return bounds
+
+
+def _work_bound_us(graph, cluster, p) -> float:
+    """Total work / K; on devices of different speeds the largest of sum(p) / K (p: each
+    op on its fastest device), each class's profiled work over the devices' summed rates
+    for it, and all work over the devices' summed best rates: in a step of length T,
+    device d runs at most T x rate(c, d) of class c's profiled work, and at most T x its
+    best rate of all of it (pardnn.graph.op_rates)."""
+    spread = float(p.sum()) / cluster.num_devices
+    if cluster.uniform:
+        return spread
+    work = np.bincount(graph.rate_class, graph.comp_us, minlength=cluster.rates.shape[0])
+    per_class = work / cluster.rates.sum(axis=1)
+    return max(spread, float(per_class.max()), float(work.sum()) / float(cluster.rates.max(axis=0).sum()))
 
 
 def edge_comm_floor_us(graph, cluster) -> np.ndarray:
