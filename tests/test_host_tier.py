@@ -378,3 +378,17 @@ def test_the_work_bound_counts_each_device_at_its_rate():
     best = min(simulate(g, c, np.array(d)).makespan for d in ([0, 0], [0, 1], [1, 0], [1, 1]))
     assert best == 20.0 and lower_bound_us(g, c) <= best
     assert step_lower_bounds(g, parse_devices("cpu:2"))["work_per_device_us"] == 10.0
+
+
+def test_explain_rebuilds_a_cluster_with_the_host(tmp_path, capsys):
+    """inputs.json keeps --host-memory, so `pardnn explain` emulates the same step."""
+    from pardnn.cli import main
+    graph = tmp_path / "g.json"
+    training_step().to_json(graph)
+    out = tmp_path / "placed"
+    assert main(["place", str(graph), "--devices", "gpu:1+host", "--memory", "1000B", "--reserve", "0",
+                 "--host-memory", "1MiB", "-o", str(out)]) == 0
+    inputs = json.loads((out / "inputs.json").read_text())
+    assert inputs["host_memory"] == "1MiB"
+    assert main(["explain", str(out)]) == 0
+    capsys.readouterr()

@@ -19,7 +19,7 @@ from pardnn.hardware.hosts import replica_cluster
 from pardnn.jsonfile import write_json
 from pardnn.progress import stage
 
-CLUSTER_FLAGS = ("devices", "memory", "reserve", "bandwidth", "latency")
+CLUSTER_FLAGS = ("devices", "memory", "reserve", "bandwidth", "latency", "host_memory")
 
 
 def add_parser(sub):
