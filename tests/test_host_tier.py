@@ -139,6 +139,9 @@ def test_one_number_is_both_rates(tmp_path):
     ({"link": {"bandwidth": "900GB/s"}}, "a link of .*CPU:0 moves 900 GB/s, faster than its memory"),
     ({"name": "NPU:0"}, "unknown device kind 'NPU' \\(TensorFlow places ops on CPU, GPU, TPU\\)"),
     ({"host": "yes"}, "host: give true or false"),
+    ({"kind": "NPU"}, r"devices\[2\].kind: unknown device kind 'NPU'"),
+    ({"kind": "GPU"}, r"devices\[2\].kind: 'GPU' is not the kind its name 'CPU:0' gives"),
+    ({"name": "GPU:2"}, r"devices\[2\].host: the host device is the host's CPU, not a GPU"),
 ])
 def test_bad_cluster_files_are_one_line_errors(tmp_path, fields, message):
     with pytest.raises(UserError, match=message) as info:

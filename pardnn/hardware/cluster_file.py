@@ -131,11 +131,14 @@ def _from_doc(doc, name) -> Cluster:
 
 
 def _device(dev, task, h, where) -> Device:
-    """One entry of a host's `devices`: its name and memory, and optionally its `rate`
-    (a number for every op, or {"compute": x, "memory": y}), `host` (true for the host
-    tier) and `memory_bandwidth` (a rate, which its links may not pass)."""
+    """One entry of a host's `devices`: its name (and `kind`, which must agree) and
+    memory, and optionally its `rate` (a number for every op, or {"compute": x,
+    "memory": y}), `host` (true for the host tier, a CPU) and `memory_bandwidth` (a
+    rate, which its links may not pass)."""
     kind, index = dev["name"].upper().replace("/DEVICE:", "").split(":")
     kind = check_kind(kind, f"{where}.name")
+    if "kind" in dev and check_kind(dev["kind"], f"{where}.kind") != kind:
+        raise UserError(f"{where}.kind: {dev['kind']!r} is not the kind its name {dev['name']!r} gives")
     rate = dev.get("rate", 1.0)
     if isinstance(rate, dict):
         unknown = set(rate) - {"compute", "memory"}
@@ -147,6 +150,8 @@ def _device(dev, task, h, where) -> Device:
     host_tier = dev.get("host", False)
     if not isinstance(host_tier, bool):
         raise UserError(f"{where}.host: give true or false, not {host_tier!r}")
+    if host_tier and kind != "CPU":
+        raise UserError(f"{where}.host: the host device is the host's CPU, not a {kind}")
     bandwidth = dev.get("memory_bandwidth")
     return Device(f"{task}/device:{kind}:{int(index)}", kind, parse_size(dev["memory"], f"{where}.memory"), h,
                   compute_rate=check_rate(compute, f"{where}.rate.compute"),
