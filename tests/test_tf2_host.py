@@ -3,7 +3,8 @@ playing the host (slower, `"host": true` in a cluster file, ample memory), the o
 too small for a Keras model's weights and Adam slots. pardnn offloads part of the
 optimizer state to the host; built under variables_placed, those variables are on the
 host, and the placed step trains with the unplaced step's losses, no op moved by TF
-(tests/helpers/keras_host_script.py)."""
+(tests/helpers/keras_host_script.py). The same through pardnn.keras: plan, build in
+plan.scope(), fit."""
 
 import json
 import os
@@ -37,3 +38,12 @@ def test_optimizer_state_offloaded_to_the_host_trains_placed(flow):
     assert flow["per_device"][HOST] > 0
     assert flow["placed"] == pytest.approx(flow["unplaced"], rel=1e-6)
     assert flow["placed"][0] == flow["unplaced"][0]               # the unplaced first loss, bit for bit
+
+
+@pytest.mark.slow
+def test_a_keras_plan_builds_the_host_variables_on_the_host_and_fits_unmoved(flow):
+    assert flow["planned_on_host"] > 0 and flow["built_on_host"] == flow["planned_on_host"]
+    assert flow["keras_moved"] == []
+    assert flow["keras_placed"] == pytest.approx(flow["keras_unplaced"], rel=1e-6)
+    assert flow["keras_placed"][0] == flow["keras_unplaced"][0]
+    assert flow["inputs_memory"] == [str(flow["budget"]), str(1 << 30)]   # explain rebuilds the same cluster

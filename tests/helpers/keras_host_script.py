@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 
+import pardnn.keras
 import pardnn.tf
 import keras
 import tensorflow as tf
@@ -86,7 +87,52 @@ def main_flow(root):
             "placed": placed, "unplaced": [float(reference(*b)) for b in data]}
 
 
+def compiled():
+    """The example's MLP compiled with Adam and MSE (a plan for fit)."""
+    model = example.mlp()
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse")
+    return model
+
+
+def keras_flow(root, budget):
+    """The same offload through pardnn.keras: plan on the cluster file with `budget`
+    bytes per accelerator (the host keeps the file's memory), build under plan.scope()
+    and fit."""
+    keras.backend.clear_session()
+    rng = np.random.RandomState(1)
+    data = [(rng.randn(BATCH, 64).astype("float32"), rng.randn(BATCH, 8).astype("float32")) for _ in range(STEPS)]
+    reference = compiled()
+    plan = pardnn.keras.plan(compiled, (tf.TensorSpec([BATCH, 64]), tf.TensorSpec([BATCH, 8])),
+                             devices=cluster_file(root, 1 << 30), memory=budget, reserve=0,
+                             directory=f"{root}/plan", verbose=0)
+    planned = plan.variable_devices()
+    created = []
+
+    def record(next_creator, **kwargs):
+        created.append(next_creator(**kwargs))
+        return created[-1]
+    with tf.variable_creator_scope(record), plan.scope():
+        model = compiled()
+    losses, check = pardnn.tf.check_nested_placement(model.train_step, lambda: fit_losses(model, data))
+    inputs = json.load(open(f"{root}/plan/inputs.json"))
+    local = "/job:localhost/replica:0/task:0"
+    return {"planned_on_host": sum(device == HOST.replace(local, "") for device in planned.values()),
+            "built_on_host": sum(v.device == HOST for v in created), "created": len(created),
+            "inputs_memory": [inputs["memory"], inputs["host_memory"]],
+            "keras_moved": check.moved, "keras_placed": losses, "keras_unplaced": fit_losses(reference, data)}
+
+
+def fit_losses(model, data):
+    """Per-batch losses of one epoch of fit over `data`, in order."""
+    losses = []
+    callback = keras.callbacks.LambdaCallback(on_train_batch_end=lambda _, logs: losses.append(float(logs["loss"])))
+    model.fit(np.concatenate([x for x, _ in data]), np.concatenate([y for _, y in data]), batch_size=BATCH,
+              epochs=1, shuffle=False, verbose=0, callbacks=[callback])
+    return losses
+
+
 if __name__ == "__main__":
     tf.config.set_logical_device_configuration(
         tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * K)
-    print(json.dumps(main_flow(sys.argv[1])))
+    facts = main_flow(sys.argv[1])
+    print(json.dumps({**facts, **keras_flow(sys.argv[1], facts["budget"])}))
