@@ -151,7 +151,7 @@ def test_bad_cluster_files_are_one_line_errors(tmp_path, fields, message):
 
 def test_two_host_devices_on_one_host_are_refused(tmp_path):
     doc = cluster_doc()
-    doc["hosts"][0]["devices"][0]["host"] = True
+    doc["hosts"][0]["devices"].append({"name": "CPU:1", "memory": "1TiB", "host": True})
     with pytest.raises(UserError, match="a host has one host device"):
         parse_devices(write(tmp_path, doc))
 
