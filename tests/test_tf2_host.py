@@ -6,25 +6,18 @@ host, and the placed step trains with the unplaced step's losses, no op moved by
 (tests/helpers/keras_host_script.py). The same through pardnn.keras: plan, build in
 plan.scope(), fit."""
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
+from helpers.script_run import script_facts
+
 pytestmark = pytest.mark.tf
-HERE = os.path.dirname(os.path.abspath(__file__))
 HOST = "/job:localhost/replica:0/task:0/device:CPU:3"
 
 
 @pytest.fixture(scope="module")
 def flow(tmp_path_factory):
     root = tmp_path_factory.mktemp("keras_host")
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "helpers", "keras_host_script.py"), str(root)],
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return script_facts("keras_host_script.py", root)
 
 
 @pytest.mark.slow
