@@ -10,7 +10,7 @@ import pytest
 
 from pardnn.emulator import lower_bound_us
 from pardnn.emulator.scheduler import simulate
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.graph import REFERENCE, RESIDUAL, CostGraph
 from pardnn.graph.constraints import allowed_devices, onto_allowed, violations
 from pardnn.graph.op_rates import COMPUTE, MEMORY, node_times, rate_classes, time_matrix

@@ -79,7 +79,7 @@ def plan(work, blocks) -> tuple:
 
 def place_child(profile, spec) -> dict:
     """What the `--place` child prints: place `profile` on `spec` with pardnn."""
-    from pardnn.errors import UserError
+    from pardnn.base.errors import UserError
     from pardnn.graph.op_rates import COMPUTE
     from pardnn.hardware import parse_devices
     from pardnn.pipeline.load import load_cost_graph

@@ -2,9 +2,9 @@
 
 import os
 
-from pardnn.errors import UserError
-from pardnn.hardware import parse_devices
-from pardnn.units import MAX_TIME_US, parse_rate, parse_size, parse_time
+from pardnn.base.errors import UserError
+from pardnn.hardware import cluster_from_flags
+from pardnn.base.units import MAX_TIME_US, parse_time
 
 
 def add_cluster_args(parser, required=True):
@@ -51,13 +51,8 @@ def _plain_number(text):
 
 
 def cluster_from_args(args):
-    cluster = parse_devices(args.devices)
-    return cluster.with_options(
-        memory=None if args.memory is None else parse_size(args.memory, "--memory"),
-        reserve=args.reserve,
-        bandwidth=None if args.bandwidth is None else parse_rate(args.bandwidth, "--bandwidth"),
-        latency=None if args.latency is None else parse_time(args.latency, "--latency"),
-        host_memory=None if args.host_memory is None else parse_size(args.host_memory, "--host-memory"))
+    return cluster_from_flags(args.devices, args.memory, args.reserve, args.bandwidth, args.latency,
+                              args.host_memory)
 
 
 def cluster_inputs(args) -> list:

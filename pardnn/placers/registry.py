@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.graph.constraints import onto_allowed
 from pardnn.graph.op_rates import at_rates
 
