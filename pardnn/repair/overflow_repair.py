@@ -41,7 +41,8 @@ class RepairSetup:
 
     def __init__(self, graph, cluster):
         self.graph, self.cluster = graph, cluster
-        self.links, self.allowed = GroupLinks(graph, cluster), allowed_devices(graph, cluster)
+        self.allowed = allowed_devices(graph, cluster)
+        self.links = GroupLinks(graph, cluster, self.allowed)
         need = least_memory(graph, cluster.num_devices)
         cap = cluster.capacity
         self.hopeless = (max(need["largest colocation group"], need["largest op working set"]) > cap.max()
