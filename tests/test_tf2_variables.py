@@ -3,29 +3,24 @@ the plan says (pardnn.tf.variables_placed), trained placed; bad inputs refused."
 
 import contextlib
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 import pardnn.tf.quiet_import  # noqa: F401  (quiet TensorFlow import first)
 import tensorflow as tf
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.tf import profile_function, shape_only_variables, variables_placed
 
+from helpers.script_run import script_facts
+
 pytestmark = pytest.mark.tf
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @pytest.fixture(scope="module")
 def flow(tmp_path_factory):
     root = tmp_path_factory.mktemp("keras_placed")
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "helpers", "keras_placed_script.py"), str(root)],
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return script_facts("keras_placed_script.py", root)
 
 
 @pytest.mark.slow

@@ -19,9 +19,9 @@ from pardnn.pipeline import place as placer
 from pardnn.placers import registry as algorithms
 from pardnn.commands.common import (add_budget_arg, add_cluster_args, budget_from_args, check_output_file,
                                     cluster_from_args, cluster_inputs)
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.pipeline.load import load_cost_graph
-from pardnn.units import format_size, format_time
+from pardnn.base.units import format_size, format_time
 
 
 def add_parser(sub):
@@ -100,8 +100,11 @@ def format_table(rows, graph, cluster) -> str:
     capacity = cluster.capacity
     header = ["algorithm", "makespan", "speedup", "peak memory, % of capacity per device",
               "feasible", "communicated", "placement time"]
+    host = cluster.host_device
+    others = [int(c) for i, c in enumerate(capacity) if i != host] or [int(capacity.min())]
+    beside = f", the host {format_size(capacity[host])}" if host >= 0 else ""
     lines = [f"{graph.num_nodes} nodes, {graph.num_edges} edges on {cluster.num_devices} devices, "
-             f"capacity {format_size(capacity.min())} per device (reserve {cluster.reserve:.0%})"]
+             f"capacity {format_size(min(others))} per device{beside} (reserve {cluster.reserve:.0%})"]
     table = []
     for r in rows:
         if "error" in r:

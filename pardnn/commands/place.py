@@ -15,7 +15,7 @@ from pardnn.io.summary import print_summary
 from pardnn.pipeline import replicas
 from pardnn.pipeline.place_dir import place_inputs, place_profile, write_place_dir
 from pardnn.placers import registry as algorithms
-from pardnn.progress import stage
+from pardnn.base.progress import stage
 
 
 def add_parser(sub):
@@ -58,4 +58,4 @@ def run(args):
 def placed_inputs(args) -> dict:
     """inputs.json of this command's flags (pardnn.pipeline.place_dir.place_inputs)."""
     return place_inputs(args.profile, args.devices, args.memory, args.reserve, args.bandwidth, args.latency,
-                        args.algorithm, args.time_budget, args.replicas)
+                        args.algorithm, args.time_budget, args.replicas, host_memory=args.host_memory)

@@ -23,10 +23,10 @@ from typing import NamedTuple
 import keras
 import tensorflow as tf
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.io.outputs import OutputDir, check_output_dir
 from pardnn.io.summary import print_summary
-from pardnn.jsonfile import write_json
+from pardnn.base.jsonfile import write_json
 from pardnn.keras.devices import estimate_preset, plan_cluster
 from pardnn.keras.keys import layer_summary
 from pardnn.keras.matching import Created, PlannedVariable, keys_of, owner_now
@@ -40,7 +40,7 @@ from pardnn.placers import registry
 from pardnn.tf.function import profile_function
 from pardnn.tf.plan_devices import local_device
 from pardnn.tf.variables import shape_only_variables
-from pardnn.units import MAX_TIME_US
+from pardnn.base.units import MAX_TIME_US
 
 UNUSED_DEVICE = "/device:CPU:0"     # a variable the step never touches: host memory
 
@@ -155,11 +155,14 @@ def _variable_nodes(profiled, created) -> list:
 def _inputs(directory, devices, cluster, algorithm, time_budget) -> dict:
     """inputs.json of the plan folder, so that `pardnn explain DIR` emulates its step
     again: its profile/, and the flags that give its cluster (memory in bytes, when
-    every device has the same)."""
-    memory = {int(x) for x in cluster.memory}
+    every accelerator has the same; the host's as host_memory, as --memory and
+    --host-memory split them)."""
+    memory = {int(m) for m, d in zip(cluster.memory, cluster.devices) if not d.host_tier}
+    host = {int(m) for m, d in zip(cluster.memory, cluster.devices) if d.host_tier}
     return place_inputs(os.path.join(str(directory), "profile"), devices,
                         str(memory.pop()) if len(memory) == 1 else None, cluster.reserve,
-                        algorithm=algorithm, time_budget=time_budget)
+                        algorithm=algorithm, time_budget=time_budget,
+                        host_memory=str(host.pop()) if len(host) == 1 else None)
 
 
 def _devices(placed) -> dict:

@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.graph.constraints import allowed_devices
 from pardnn.graph.node_memory import resident_bytes
 from pardnn.repair import exhaustive
 from pardnn.repair.footprint import GroupLinks
 from pardnn.repair.least_memory import group_resident, least_memory
 from pardnn.repair.repair_round import RepairRound
-from pardnn.units import format_size, format_time
+from pardnn.base.units import format_size, format_time
 
 
 class RepairSetup:
@@ -41,7 +41,8 @@ class RepairSetup:
 
     def __init__(self, graph, cluster):
         self.graph, self.cluster = graph, cluster
-        self.links, self.allowed = GroupLinks(graph, cluster), allowed_devices(graph, cluster)
+        self.allowed = allowed_devices(graph, cluster)
+        self.links = GroupLinks(graph, cluster, self.allowed)
         need = least_memory(graph, cluster.num_devices)
         cap = cluster.capacity
         self.hopeless = (max(need["largest colocation group"], need["largest op working set"]) > cap.max()
