@@ -263,11 +263,12 @@ def test_the_consumer_kernel_on_a_chain_has_a_block_per_edge():
 
 
 def one_node_search(memory, limit):
-    """The complete search on one node of 1,000 B output, one device of `memory` B."""
+    """The complete search on one node of 1,000 B output, two like devices of `memory` B
+    (device 1 is device 0 renamed: the search skips it)."""
     from pardnn.repair.exhaustive import search
     g = CostGraph.build(names=["a"], comp_us=[1], out_bytes=[1000], edge_src=[], edge_dst=[], edge_bytes=[])
-    c = parse_devices("cpu:1").with_options(memory=memory, reserve=0.0)
-    return search(g, c, [0], np.ones((1, 1), bool), lambda device: np.zeros(1, np.int64), limit)
+    c = parse_devices("cpu:2").with_options(memory=memory, reserve=0.0)
+    return search(g, c, [0], np.ones((1, 2), bool), lambda device: np.zeros(2, np.int64), limit)
 
 
 def test_the_search_may_spend_exactly_its_work_limit():
