@@ -1,0 +1,67 @@
+"""Parts of step 1's phases (pardnn.placers.step1_phases) on small hand-made inputs
+whose right answer is known by hand."""
+
+import dataclasses
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from pardnn.graph import CostGraph
+from pardnn.hardware import parse_devices
+from pardnn.placers.step1_phases.cut_edges import ClusterLinks
+from pardnn.placers.step1_phases.fenwick import FenwickTree
+from pardnn.placers.step1_phases.mapping import _primary_devices
+from pardnn.placers.step1_phases.slicing import Slices
+from pardnn.placers.step1_phases.swapping import _level_prefix
+
+
+def test_range_sum_cancels_the_shared_high_bits_exactly():
+    # levels 5..5 are positions 6 - 5 of the tree; both chains end in position 4
+    # (levels 0..3), which holds 1e16: cancelled, not subtracted, 1.0 survives
+    levels = np.zeros((1, 8))
+    levels[0, 0], levels[0, 5] = 1e16, 1.0
+    tree = FenwickTree(levels)
+    assert tree.range_sum(5, 6).tolist() == [1.0]
+    assert tree.range_sum(4, 6).tolist() == [1.0]
+
+
+@pytest.mark.parametrize("size", [1, 2, 5, 8, 13])
+def test_level_prefix_is_the_cumsum_of_the_levels(size):
+    levels = np.arange(1.0, 2 * size + 1).reshape(2, size) ** 2
+    tree = FenwickTree(levels)
+    got = _level_prefix.interpreted(tree.tree)
+    want = np.vstack([np.zeros((1, 2)), np.cumsum(levels.T, axis=0)])
+    assert got.tolist() == want.tolist()
+
+
+def test_primary_j_takes_device_j_unless_taken():
+    ok = np.array([[False, True, True], [True, True, True], [True, True, True]])
+    # primary 0 may not use device 0: the first free (1); primary 1's own device is
+    # taken, so it gets the first free (0); primary 2 keeps its own
+    assert _primary_devices(ok).tolist() == [1, 0, 2]
+
+
+def three_clusters():
+    """a -> b -> c -> d, clusters {a, b}, {c}, {d}; 1000 bytes per edge."""
+    g = CostGraph.build(names=list("abcd"), comp_us=[1.0] * 4, group=list("abcd"),
+                        edge_src=list("abc"), edge_dst=list("bcd"), edge_bytes=[1000] * 3)
+    slices = SimpleNamespace(cluster=np.array([0, 0, 1, 2]), num_clusters=3)
+    return g, slices
+
+
+def test_cluster_links_members_and_same_device_costs_nothing():
+    g, slices = three_clusters()
+    cluster = parse_devices("gpu:2")
+    links = ClusterLinks(g, cluster, slices, np.array([0, 1, -1]))
+    assert links.members == [[0, 1], [2], [3]]
+    # cluster 1 ({c}): an in-edge from b (device 0), an out-edge to d (unmapped)
+    assert links.counts(1).tolist() == [[0, 0], [0, 0], [1, 0], [1000, 0]]
+    lat, bw = cluster.latency_us[0, 1], cluster.bandwidth[0, 1]
+    assert links.comm_cost(1).tolist() == [0.0, lat + 1000 / bw]
+
+
+def test_slices_are_immutable():
+    s = Slices(np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64), 1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.num_primary = 2
