@@ -65,3 +65,24 @@ def test_slices_are_immutable():
     s = Slices(np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64), 1)
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.num_primary = 2
+
+
+def test_comm_moves_both_ends_of_a_heavy_edge_and_no_zero_gain():
+    from pardnn.graph.constraints import allowed_devices
+    from pardnn.placers.step1_phases.volume import comm_moves
+
+    # a -> b, 1e6 bytes (about 42 us on a gpu:2 link) across devices; a costs 1 us,
+    # b 2 us: moving either to the other's device saves the transfer less its work
+    g = CostGraph.build(names=["a", "b"], comp_us=[1.0, 2.0], group=["a", "b"],
+                        edge_src=["a"], edge_dst=["b"], edge_bytes=[10**6])
+    cluster = parse_devices("gpu:2")
+    allowed = allowed_devices(g, cluster)
+    moves = comm_moves(g, cluster, np.array([0, 1]), allowed)
+    assert [(grp, dev) for _, grp, dev in moves] == [(0, 1), (1, 0)]
+    assert moves[0][0] - moves[1][0] == pytest.approx(1.0)
+    # a -> b -> c, work free, b -> c heavier and on one device: b is already where
+    # it costs least (gain exactly 0, not a move); only a moves
+    g0 = CostGraph.build(names=list("abc"), comp_us=[0.0] * 3, group=list("abc"),
+                         edge_src=["a", "b"], edge_dst=["b", "c"], edge_bytes=[10**6, 10**7])
+    moves = comm_moves(g0, cluster, np.array([0, 1, 1]), allowed_devices(g0, cluster))
+    assert [(grp, dev) for _, grp, dev in moves] == [(0, 1)]
