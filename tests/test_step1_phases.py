@@ -86,3 +86,32 @@ def test_comm_moves_both_ends_of_a_heavy_edge_and_no_zero_gain():
                          edge_src=["a", "b"], edge_dst=["b", "c"], edge_bytes=[10**6, 10**7])
     moves = comm_moves(g0, cluster, np.array([0, 1, 1]), allowed_devices(g0, cluster))
     assert [(grp, dev) for _, grp, dev in moves] == [(0, 1)]
+
+
+def two_ops():
+    return CostGraph.build(names=["a", "b"], comp_us=[5.0, 5.0], group=["a", "b"],
+                           edge_src=["a"], edge_dst=["b"], edge_bytes=[100])
+
+
+def test_affinity_kept_only_when_the_emulator_finds_it_faster():
+    from pardnn.graph.constraints import allowed_devices
+    from pardnn.placers.step1_phases.refinement import _affinity_if_faster
+
+    g, cluster = two_ops(), parse_devices("gpu:2")
+    device, schedule = np.array([0, 1]), SimpleNamespace(makespan=1.0)
+    out = _affinity_if_faster(g, cluster, device, schedule, allowed_devices(g, cluster),
+                              lambda *args: None)
+    assert out[0] is device and out[1] is schedule and out[2] is False
+
+
+def test_one_device_only_when_one_device_may_hold_every_group():
+    from pardnn.placers.step1_phases.refinement import _one_device_if_faster
+
+    def emulate(*args):
+        raise AssertionError("no device may hold both groups: nothing to emulate")
+
+    g, cluster = two_ops(), parse_devices("gpu:2")
+    device, schedule = np.array([0, 1]), SimpleNamespace(makespan=1e6)
+    allowed = np.array([[True, False], [False, True]])     # a only on 0, b only on 1
+    out = _one_device_if_faster(g, cluster, device, schedule, allowed, emulate)
+    assert out[0] is device and out[1] is schedule and out[2] is False
