@@ -115,3 +115,18 @@ def test_one_device_only_when_one_device_may_hold_every_group():
     allowed = np.array([[True, False], [False, True]])     # a only on 0, b only on 1
     out = _one_device_if_faster(g, cluster, device, schedule, allowed, emulate)
     assert out[0] is device and out[1] is schedule and out[2] is False
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_every_path_stays_in_its_cluster(seed):
+    from pardnn.graph.constraints import allowed_devices
+    from pardnn.graph.edge_costs import mean_edge_costs
+    from pardnn.placers.step1_phases.slicing import slice_graph
+    from tools.synth_graph import synth_graph
+
+    g = synth_graph(400, seed=seed)
+    cluster = parse_devices("gpu:4")
+    s = slice_graph(g, 4, mean_edge_costs(g, cluster), allowed_devices(g, cluster))
+    clusters = np.arange(s.num_clusters)
+    assert s.cluster[s.head].tolist() == clusters.tolist()
+    assert s.cluster[s.tail].tolist() == clusters.tolist()
