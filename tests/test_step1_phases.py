@@ -130,3 +130,12 @@ def test_every_path_stays_in_its_cluster(seed):
     clusters = np.arange(s.num_clusters)
     assert s.cluster[s.head].tolist() == clusters.tolist()
     assert s.cluster[s.tail].tolist() == clusters.tolist()
+
+
+def test_step1_places_an_empty_graph_in_no_time():
+    from pardnn.emulator.trial import emulate
+    from pardnn.placers.step1 import partition
+
+    g = CostGraph.build(names=[], comp_us=[], group=[], edge_src=[], edge_dst=[], edge_bytes=[])
+    out = partition(g, parse_devices("gpu:2"), emulate=emulate)
+    assert out.device.tolist() == [] and out.makespan_us == 0.0
