@@ -139,3 +139,19 @@ def test_step1_places_an_empty_graph_in_no_time():
     g = CostGraph.build(names=[], comp_us=[], group=[], edge_src=[], edge_dst=[], edge_bytes=[])
     out = partition(g, parse_devices("gpu:2"), emulate=emulate)
     assert out.device.tolist() == [] and out.makespan_us == 0.0
+
+
+def test_a_moved_nodes_inputs_cross_the_link_towards_it():
+    from pardnn.emulator.scheduler import simulate
+    from pardnn.placers.step1_phases.switching import _Timing
+
+    # a -> b (1e6 bytes), 10 us each, both on device 0; b moved to device 1 gets a's
+    # output over the 0 -> 1 link (5 us + 1e6 B / 1e5 B/us), not the slower 1 -> 0
+    g = CostGraph.build(names=["a", "b"], comp_us=[10.0, 10.0], group=["a", "b"],
+                        edge_src=["a"], edge_dst=["b"], edge_bytes=[10**6])
+    device = np.array([0, 0])
+    schedule = simulate(g, parse_devices("gpu:2"), device)
+    links = SimpleNamespace(num_devices=2, latency_us=np.array([[0.0, 5.0], [50.0, 0.0]]),
+                            bandwidth=np.array([[np.inf, 1e5], [1e4, np.inf]]))
+    timing = _Timing(g, links, device, schedule, np.ones((2, 2), bool))
+    assert timing.moved_finish(np.array([1]), np.array([1]), np.array([np.inf])).tolist() == [35.0]
