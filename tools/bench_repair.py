@@ -49,7 +49,7 @@ from pardnn.pipeline import place as placer
 from pardnn.hardware import parse_devices
 from pardnn.emulator import evaluate
 from pardnn.pipeline.judge import judge
-from pardnn.repair.overflow_repair import least_memory
+from pardnn.repair.least_memory import least_memory
 from pardnn.units import format_size
 from tools.commit_line import print_commit
 
@@ -72,7 +72,7 @@ def quality_row(name, graph, k, frac, algorithm):
     peak = single_peak(graph)
     free = parse_devices(f"cpu:{k}").with_options(memory=UNLIMITED)
     _, loose = placer.place(graph, free, algorithm)
-    least = max(least_memory(graph, k).values())
+    least = least_memory(graph, k).bytes
     if 1.1 * least > frac * peak:   # (nearly) no placement could fit: 1.1 x the bound
         name, frac = f"{name}*", 1.1 * least / peak
     cluster = sized_cluster(k, frac * peak)

@@ -12,7 +12,8 @@ from pardnn.graph.averaging import check_averaged
 from pardnn.hardware.hosts import replica_cluster
 from pardnn.pipeline import place as placer, replicas
 from pardnn.placers import registry as algorithms
-from pardnn.commands.common import add_budget_arg, add_cluster_args, budget_from_args, cluster_from_args, cluster_inputs
+from pardnn.commands.common import (add_budget_arg, add_cluster_args, budget_from_args, cluster_from_args,
+                                   cluster_inputs, refuse_below_least_memory)
 from pardnn.pipeline.load import load_cost_graph
 from pardnn.io.outputs import OutputDir, check_output_dir
 from pardnn.progress import stage
@@ -54,6 +55,7 @@ def run(args):
     load_s = time.perf_counter() - t0
     if args.replicas is not None:
         check_averaged(graph, args.profile)
+    refuse_below_least_memory(graph, one_replica, args)
     with stage(f"placing {graph.num_nodes} nodes with {args.algorithm} on {cluster.num_devices} devices"):
         placement, report = placer.place(graph, one_replica, args.algorithm, budget_s)
     report["stage_seconds"] = {"load": load_s, **report["stage_seconds"]}

@@ -7,6 +7,7 @@ absent, never faked.
 from pardnn.emulator import report_fields
 from pardnn.graph.edge_costs import comm_bytes
 from pardnn.placers import exact
+from pardnn.repair.least_memory import least_memory
 
 
 def base_report(graph, placement) -> dict:
@@ -27,7 +28,9 @@ def judged_fields(graph, cluster, device, schedule, profile, bound_us=None) -> d
     """The emulation's fields (pardnn.emulator.report_fields; `bound_us`, its
     lower_bound_us when known), with lower_bound_us raised to the exact model's proven
     bound where that model runs (small graphs, pardnn.placers.exact): either holds for
-    every placement (docs/bounds.md)."""
+    every placement (docs/bounds.md); and least_memory, the memory per device below
+    which no placement fits (pardnn.repair.least_memory, docs/bounds.md "Least memory")."""
     fields = report_fields(graph, cluster, device, schedule, profile, bound_us)
     fields["lower_bound_us"] = max(fields["lower_bound_us"], exact.proven_bound_us(graph, cluster))
+    fields["least_memory"] = least_memory(graph, cluster.num_devices).fields()
     return fields

@@ -29,7 +29,7 @@ from pardnn.graph.constraints import allowed_devices
 from pardnn.graph.node_memory import resident_bytes
 from pardnn.repair import exhaustive
 from pardnn.repair.footprint import GroupLinks
-from pardnn.repair.least_memory import group_resident, least_memory
+from pardnn.repair.least_memory import least_memory
 from pardnn.repair.repair_round import RepairRound
 from pardnn.units import format_size, format_time
 
@@ -42,10 +42,7 @@ class RepairSetup:
     def __init__(self, graph, cluster):
         self.graph, self.cluster = graph, cluster
         self.links, self.allowed = GroupLinks(graph, cluster), allowed_devices(graph, cluster)
-        need = least_memory(graph, cluster.num_devices)
-        cap = cluster.capacity
-        self.hopeless = (max(need["largest colocation group"], need["largest op working set"]) > cap.max()
-                         or int(group_resident(graph).sum()) > cap.sum())
+        self.hopeless = least_memory(graph, cluster.num_devices).ruled_out(cluster.capacity) is not None
 
 
 class OverflowRepair:
@@ -104,15 +101,12 @@ def _message(graph, cluster, d, time_us, overflow, group=-1, held=0, search=None
     otherwise that pardnn found none and the bound below which none exists."""
     need = least_memory(graph, cluster.num_devices)
     cap = int(cluster.capacity[d])
-    bound = max(need.values())
-    parts = ", ".join(f"{k} {format_size(v)}" for k, v in need.items())
     where = (f"{cluster.names[d]} overflows by {overflow} bytes ({format_size(overflow)}) "
              f"at t={format_time(time_us)} (capacity {format_size(cap)} = memory minus "
              f"{cluster.reserve:.0%} reserve){_holder_clause(graph, cluster, group, held)}")
     advice = "raise --memory, lower --reserve or add devices"
     if proved:
-        return (f"memory: no placement fits: this graph needs at least {format_size(bound)} per device "
-                f"({parts}); {where}: {advice}")
+        return f"memory: no placement fits: this graph needs {need.shortfall(cluster.capacity)}; {where}: {advice}"
     if search is not None and search.complete:
         uniform = len(set(cluster.capacity.tolist())) == 1
         least = (f" (none fits below {format_size(cap + search.least_overflow)} per device)"
@@ -122,4 +116,4 @@ def _message(graph, cluster, d, time_us, overflow, group=-1, held=0, search=None
                 f"working sets); each overflows a device by at least {search.least_overflow} bytes{least}; "
                 f"{where}: {advice}")
     return (f"memory: pardnn found no placement within {format_size(cap)} per device; the bound below "
-            f"which none exists is {format_size(bound)} ({parts}); {where}: {advice}")
+            f"which none exists is {need.describe()}; {where}: {advice}")

@@ -1,0 +1,184 @@
+"""What every schedule holds at once, summed over the devices, at the start of one op
+(docs/bounds.md, "Least memory": the live-tensor bound).
+
+Take an op n that takes time, and any emulated schedule of any placement; t is the
+instant n starts. The nodes finished by t form a down-closed set D (a node finishes
+after its inputs' producers), holding every ancestor of n and neither n nor any
+descendant. A NORMAL node a in D with a data consumer c outside D (c finishes after
+t) has its tensor alive at t: in a's own buffer (c on a's device, or a copy for c not
+yet landed, which keeps a's buffer) or in a received copy on c's device (landed, and
+kept until c finishes). Distinct producers hold distinct buffers. So at t the devices
+hold together at least
+    resident state of every group + n's own output and scratch
+    + min over such D of the sum, over a in D read outside D, of a's smallest buffer,
+where a's smallest buffer is the smaller of its output and the largest copy floor
+(pardnn.repair.working_sets.copy_floor) among its tensors read outside D. The
+minimum over D is a minimum cut (`cut_bytes`): node a on the source side is a in D;
+an infinite arc c -> u for each edge u -> c keeps D down-closed; n's inputs are tied to
+the source and n to the sink; and a's buffer is priced by a chain of arcs from a to
+auxiliary nodes, one per distinct floor level of its out-edges, each tied to the
+consumers reading at that level or above, so that a pays the largest level read
+outside D. OR-Tools' max flow (C++) solves it, O(V + E) arcs per op.
+
+Which ops: a cut costs a max flow, so it runs for the CUTS ops with the most bytes in
+a cheaper bound of the same kind, `ancestor_bytes` (D = the ancestors of n alone, read
+by n or a descendant: a subset of every cut's bytes), computed for the CHOSEN ops
+whose topological position the most output bytes cross. Any choice gives a bound.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pardnn.compiled import kernel
+from pardnn.graph import NORMAL
+from pardnn.repair.footprint import distinct
+from pardnn.repair.working_sets import copy_floor
+
+CHOSEN = 63     # ops per bit-mask sweep: the bits of a non-negative int64
+POOL = 4        # sweeps of CHOSEN ops each, to choose the CUTS ops from
+CUTS = 24       # max flows per graph
+
+
+def held_at_once(graph) -> tuple:
+    """(op, bytes): the op whose start the most bytes are held at, over the devices
+    together, beyond the groups' resident state (module docstring); (-1, 0) when no
+    op takes time."""
+    ops = chosen_ops(graph)
+    if len(ops) == 0:
+        return -1, 0
+    own = np.where(graph.kind == NORMAL, graph.out_bytes, 0).astype(np.int64) + graph.temp_bytes
+    network = CutNetwork(graph)
+    held = np.array([network.cut(int(n)) for n in ops], np.int64) + own[ops]
+    i = int(np.argmax(held))
+    return int(ops[i]), int(held[i])
+
+
+def chosen_ops(graph) -> np.ndarray:
+    """The CUTS ops (that take time) with the most `ancestor_bytes` plus their own output
+    and scratch, from a pool of the POOL * CHOSEN whose topological position the most
+    output bytes cross (plus their scratch)."""
+    n = graph.num_nodes
+    data = graph.edge_slot >= 0
+    normal = np.where(graph.kind == NORMAL, graph.out_bytes, 0).astype(float)
+    last = np.arange(n)
+    np.maximum.at(last, graph.edge_src[data], graph.edge_dst[data])
+    cross = np.zeros(n + 1)
+    cross[:n] += normal
+    np.add.at(cross, last + 1, -normal)
+    own = normal + graph.temp_bytes
+    cross = np.cumsum(cross)[:n] + graph.temp_bytes
+    timed = np.flatnonzero(graph.comp_us > 0)
+    pool = np.sort(timed[np.lexsort((timed, -cross[timed]))[:POOL * CHOSEN]])
+    value = np.concatenate([ancestor_bytes(graph, pool[i:i + CHOSEN]) for i in range(0, len(pool), CHOSEN)]
+                           or [np.zeros(0, np.int64)])
+    value = value + own[pool]
+    return np.sort(pool[np.lexsort((pool, -value))[:CUTS]])
+
+
+def ancestor_bytes(graph, ops) -> np.ndarray:
+    """Per op of `ops` (at most CHOSEN): bytes of NORMAL outputs that its ancestors
+    produce and it or a descendant reads (D = its ancestors in the module docstring)."""
+    ops = np.asarray(ops, np.int64)
+    if len(ops) == 0:
+        return np.zeros(0, np.int64)
+    out = np.where(graph.kind == NORMAL, graph.out_bytes, 0).astype(np.int64)
+    run = _ancestor_bytes.for_size(graph.num_nodes)
+    return run(*graph.successor_arrays, graph.edge_slot >= 0, copy_floor(graph), out, ops)
+
+
+@kernel
+def _ancestor_bytes(succ_ptr, edge_dst, data, floor, out, ops):
+    """`ancestor_bytes` by bit masks: after[v] has bit j when v is ops[j] or a
+    descendant, before[u] when u is a strict ancestor of ops[j]."""
+    n, m = succ_ptr.shape[0] - 1, ops.shape[0]
+    own = np.zeros(n, np.int64)
+    for j in range(m):
+        own[ops[j]] |= np.int64(1) << np.int64(j)
+    after = own.copy()
+    for u in range(n):                          # ids are a topological order
+        for e in range(succ_ptr[u], succ_ptr[u + 1]):
+            after[edge_dst[e]] |= after[u]
+    before = np.zeros(n, np.int64)
+    for u in range(n - 1, -1, -1):
+        acc = np.int64(0)
+        for e in range(succ_ptr[u], succ_ptr[u + 1]):
+            acc |= before[edge_dst[e]] | own[edge_dst[e]]
+        before[u] = acc
+    live, best = np.zeros(m, np.int64), np.zeros(m, np.int64)
+    for a in range(n):
+        if out[a] == 0 or before[a] == 0:
+            continue
+        touched = np.int64(0)
+        for e in range(succ_ptr[a], succ_ptr[a + 1]):
+            if not data[e]:
+                continue
+            q = before[a] & after[edge_dst[e]]
+            touched |= q
+            j = 0
+            while q != 0:
+                if q & 1:
+                    best[j] = max(best[j], floor[e])
+                q >>= 1
+                j += 1
+        j = 0
+        while touched != 0:
+            if touched & 1:
+                live[j] += min(out[a], best[j])
+                best[j] = 0
+            touched >>= 1
+            j += 1
+    return live
+
+
+class CutNetwork:
+    """The arcs every op's cut shares (module docstring); `cut(n)` adds n's ties."""
+
+    def __init__(self, graph):
+        n = graph.num_nodes
+        src, dst = graph.edge_src.astype(np.int64), graph.edge_dst.astype(np.int64)
+        out = np.where(graph.kind == NORMAL, graph.out_bytes, 0).astype(np.int64)
+        data = np.flatnonzero((graph.edge_slot >= 0) & (out[src] > 0))
+        level = np.minimum(copy_floor(graph)[data], out[src[data]])
+        data, level = data[level > 0], level[level > 0]
+        # one auxiliary node per (producer, distinct level), numbered from n
+        order = np.lexsort((level, src[data]))
+        data, level = data[order], level[order]
+        first = distinct(src[data] * (int(level.max(initial=0)) + 1) + level)
+        aux = n + np.cumsum(first) - 1
+        starts = np.flatnonzero(first)
+        below = np.zeros(len(starts), np.int64)       # the producer's next lower level, or 0
+        same = src[data[starts[1:]]] == src[data[starts[:-1]]]
+        below[1:] = np.where(same, level[starts[:-1]], 0)
+        price = level[starts] - below
+        # an edge at level L is tied to every aux node of its producer with level <= L:
+        # the aux ids of one producer are consecutive, from its first one to the edge's
+        first_aux = np.maximum.accumulate(np.where(distinct(src[data]), aux, 0))
+        count = aux - first_aux + 1
+        edge = np.repeat(np.arange(len(data)), count)
+        tied = first_aux[edge] + (np.arange(len(edge)) - np.repeat(np.cumsum(count) - count, count))
+        self.infinite = int(price.sum()) + 1       # more than any cut of the priced arcs
+        self.source, self.sink = int(aux.max(initial=n - 1)) + 1, int(aux.max(initial=n - 1)) + 2
+        self.tails = np.concatenate([dst, src[data[starts]], tied]).astype(np.int64)
+        self.heads = np.concatenate([src, aux[starts], dst[data[edge]]]).astype(np.int64)
+        self.caps = np.concatenate([np.full(len(dst), self.infinite), price,
+                                    np.full(len(edge), self.infinite)]).astype(np.int64)
+        self.graph = graph
+
+    def cut(self, n: int) -> int:
+        """Least bytes held at op n's start by NORMAL buffers finished before it."""
+        from ortools.graph.python import max_flow
+        preds = np.unique(self.graph.predecessors(n)).astype(np.int64)
+        # an "infinite" arc lower than any cut is only a weaker bound, never a wrong one:
+        # kept so that no sum of capacities overflows int64
+        infinite = min(self.infinite, 2**62 // (len(preds) + 2))
+        caps = np.where(self.caps == self.infinite, infinite, self.caps)
+        flow = max_flow.SimpleMaxFlow()
+        flow.add_arcs_with_capacity(
+            np.concatenate([self.tails, np.full(len(preds), self.source), [n]]),
+            np.concatenate([self.heads, preds, [self.sink]]),
+            np.concatenate([caps, np.full(len(preds), infinite), [infinite]]))
+        status = flow.solve(self.source, self.sink)
+        if status != flow.OPTIMAL:
+            raise RuntimeError(f"max flow of the live-tensor bound at op {n}: {status}")
+        return int(flow.optimal_flow())
