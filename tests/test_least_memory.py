@@ -20,7 +20,8 @@ from pardnn.hardware import parse_devices
 from pardnn.pipeline import place as placer
 from pardnn.placers import registry
 from pardnn.repair.least_memory import least_memory, pigeonhole
-from pardnn.repair.live_at_once import ancestor_bytes, held_at_once
+from pardnn.graph.live_tensors import ancestor_bytes
+from pardnn.repair.live_at_once import held_at_once
 from pardnn.repair.working_sets import working_sets
 
 

@@ -80,36 +80,47 @@ def _write_outputs(args, graph, info, placement, cluster, report):
     """placement.csv, placed_graph.pb (profile dirs only), profile.json, trace.json,
     tensorboard/ and report.json."""
     with OutputDir(args.out) as out:
-        t1 = time.perf_counter()
-        placement.write_csv(graph, out.temp("placement.csv"))
-        placed_pb = None
-        if info.get("profile_dir"):
-            placed_pb = out.temp("placed_graph.pb")
-            if args.replicas is None:
-                from pardnn.tf.placed_graph import write_placed_graph
-                write_placed_graph(info["profile_dir"], graph, placement, placed_pb)
-            else:
-                from pardnn.tf.replicate import write_replicated_graph
-                write_replicated_graph(info["profile_dir"], graph, placement, cluster, args.replicas,
-                                       info.get("profile", {}), placed_pb)
-            if "profile" in info:       # lets `pardnn run OUT_DIR` rebuild the model's feeds
-                write_json(info["profile"], out.temp("profile.json"))
-        _write_views(args, graph, placement, placed_pb, out)
-        report["stage_seconds"]["write"] = time.perf_counter() - t1
-        write_json(report, out.temp("report.json"))
+        write_placement(out, graph, info, placement, cluster, report, args.algorithm, args.devices,
+                        replicas=args.replicas)
 
 
-def _write_views(args, graph, placement, placed_graph, out):
+def write_placement(out, graph, info, placement, cluster, report, algorithm, devices, replicas=None,
+                    prefix="", views=True):
+    """A placed dir's files under `prefix` in the OutputDir `out`: placement.csv,
+    placed_graph.pb and profile.json (profile dirs only: what `pardnn run` reads),
+    with `views` trace.json and tensorboard/, and report.json (its stage_seconds
+    gains `write`)."""
+    t1 = time.perf_counter()
+    placement.write_csv(graph, out.temp(prefix + "placement.csv"))
+    placed_pb = None
+    if info.get("profile_dir"):
+        placed_pb = out.temp(prefix + "placed_graph.pb")
+        if replicas is None:
+            from pardnn.tf.placed_graph import write_placed_graph
+            write_placed_graph(info["profile_dir"], graph, placement, placed_pb)
+        else:
+            from pardnn.tf.replicate import write_replicated_graph
+            write_replicated_graph(info["profile_dir"], graph, placement, cluster, replicas,
+                                   info.get("profile", {}), placed_pb)
+        if "profile" in info:       # lets `pardnn run OUT_DIR` rebuild the model's feeds
+            write_json(info["profile"], out.temp(prefix + "profile.json"))
+    if views:
+        _write_views(algorithm, devices, graph, placement, placed_pb, out, prefix)
+    report["stage_seconds"]["write"] = time.perf_counter() - t1
+    write_json(report, out.temp(prefix + "report.json"))
+
+
+def _write_views(algorithm, devices, graph, placement, placed_graph, out, prefix=""):
     """trace.json, the emulated step the report judged (placement.schedule and .profile),
     and tensorboard/ with `placed_graph` (a placed_graph.pb) or, without one, a GraphDef
     made from the cost graph."""
     cluster, device = placement.cluster, placement.device
-    write_trace(out.temp("trace.json"), emulated_step(graph, cluster, device, placement.schedule,
-                                                      placement.profile),
-                {"pardnn": "emulated step", "algorithm": args.algorithm, "devices": args.devices})
+    write_trace(out.temp(prefix + "trace.json"), emulated_step(graph, cluster, device, placement.schedule,
+                                                               placement.profile),
+                {"pardnn": "emulated step", "algorithm": algorithm, "devices": devices})
     if placed_graph is None:
         graph_def = graph_def_bytes(graph, cluster.names, device)
     else:
         with open(placed_graph, "rb") as f:
             graph_def = f.read()
-    write_graph_logdir(out.temp("tensorboard"), graph_def)
+    write_graph_logdir(out.temp(prefix + "tensorboard"), graph_def)

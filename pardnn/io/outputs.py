@@ -74,9 +74,12 @@ class OutputDir:
         return self
 
     def temp(self, name) -> str:
-        """Where to write output file `name`; it lands in the output folder on success."""
+        """Where to write output file `name` (a path inside the folder: its subfolders
+        are made); it lands in the output folder on success."""
         self.names.append(name)
-        return os.path.join(self.staging, name)
+        path = os.path.join(self.staging, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return path
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is not None:

@@ -21,114 +21,35 @@ consumers reading at that level or above, so that a pays the largest level read
 outside D. OR-Tools' max flow (C++) solves it, O(V + E) arcs per op.
 
 Which ops: a cut costs a max flow, so it runs for the CUTS ops with the most bytes in
-a cheaper bound of the same kind, `ancestor_bytes` (D = the ancestors of n alone, read
-by n or a descendant: a subset of every cut's bytes), computed for the CHOSEN ops
-whose topological position the most output bytes cross. Any choice gives a bound.
+a cheaper bound of the same kind, pardnn.graph.live_tensors.ancestor_bytes (D = the
+ancestors of n alone, read by n or a descendant: a subset of every cut's bytes),
+among the POOL ops whose topological position the most output bytes cross. Any
+choice gives a bound.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from pardnn.compiled import kernel
 from pardnn.graph import NORMAL
+from pardnn.graph.live_tensors import CHOSEN, busiest_ops, copy_floor, own_bytes
 from pardnn.repair.footprint import distinct
-from pardnn.repair.working_sets import copy_floor
 
-CHOSEN = 63     # ops per bit-mask sweep: the bits of a non-negative int64
-POOL = 4        # sweeps of CHOSEN ops each, to choose the CUTS ops from
-CUTS = 24       # max flows per graph
+POOL = 4 * CHOSEN   # ops to choose the CUTS ops from
+CUTS = 24           # max flows per graph
 
 
 def held_at_once(graph) -> tuple:
     """(op, bytes): the op whose start the most bytes are held at, over the devices
     together, beyond the groups' resident state (module docstring); (-1, 0) when no
     op takes time."""
-    ops = chosen_ops(graph)
+    ops = busiest_ops(graph, CUTS, POOL)
     if len(ops) == 0:
         return -1, 0
-    own = np.where(graph.kind == NORMAL, graph.out_bytes, 0).astype(np.int64) + graph.temp_bytes
     network = CutNetwork(graph)
-    held = np.array([network.cut(int(n)) for n in ops], np.int64) + own[ops]
+    held = np.array([network.cut(int(n)) for n in ops], np.int64) + own_bytes(graph)[ops]
     i = int(np.argmax(held))
     return int(ops[i]), int(held[i])
-
-
-def chosen_ops(graph) -> np.ndarray:
-    """The CUTS ops (that take time) with the most `ancestor_bytes` plus their own output
-    and scratch, from a pool of the POOL * CHOSEN whose topological position the most
-    output bytes cross (plus their scratch)."""
-    n = graph.num_nodes
-    data = graph.edge_slot >= 0
-    normal = np.where(graph.kind == NORMAL, graph.out_bytes, 0).astype(float)
-    last = np.arange(n)
-    np.maximum.at(last, graph.edge_src[data], graph.edge_dst[data])
-    cross = np.zeros(n + 1)
-    cross[:n] += normal
-    np.add.at(cross, last + 1, -normal)
-    own = normal + graph.temp_bytes
-    cross = np.cumsum(cross)[:n] + graph.temp_bytes
-    timed = np.flatnonzero(graph.comp_us > 0)
-    pool = np.sort(timed[np.lexsort((timed, -cross[timed]))[:POOL * CHOSEN]])
-    value = np.concatenate([ancestor_bytes(graph, pool[i:i + CHOSEN]) for i in range(0, len(pool), CHOSEN)]
-                           or [np.zeros(0, np.int64)])
-    value = value + own[pool]
-    return np.sort(pool[np.lexsort((pool, -value))[:CUTS]])
-
-
-def ancestor_bytes(graph, ops) -> np.ndarray:
-    """Per op of `ops` (at most CHOSEN): bytes of NORMAL outputs that its ancestors
-    produce and it or a descendant reads (D = its ancestors in the module docstring)."""
-    ops = np.asarray(ops, np.int64)
-    if len(ops) == 0:
-        return np.zeros(0, np.int64)
-    out = np.where(graph.kind == NORMAL, graph.out_bytes, 0).astype(np.int64)
-    run = _ancestor_bytes.for_size(graph.num_nodes)
-    return run(*graph.successor_arrays, graph.edge_slot >= 0, copy_floor(graph), out, ops)
-
-
-@kernel
-def _ancestor_bytes(succ_ptr, edge_dst, data, floor, out, ops):
-    """`ancestor_bytes` by bit masks: after[v] has bit j when v is ops[j] or a
-    descendant, before[u] when u is a strict ancestor of ops[j]."""
-    n, m = succ_ptr.shape[0] - 1, ops.shape[0]
-    own = np.zeros(n, np.int64)
-    for j in range(m):
-        own[ops[j]] |= np.int64(1) << np.int64(j)
-    after = own.copy()
-    for u in range(n):                          # ids are a topological order
-        for e in range(succ_ptr[u], succ_ptr[u + 1]):
-            after[edge_dst[e]] |= after[u]
-    before = np.zeros(n, np.int64)
-    for u in range(n - 1, -1, -1):
-        acc = np.int64(0)
-        for e in range(succ_ptr[u], succ_ptr[u + 1]):
-            acc |= before[edge_dst[e]] | own[edge_dst[e]]
-        before[u] = acc
-    live, best = np.zeros(m, np.int64), np.zeros(m, np.int64)
-    for a in range(n):
-        if out[a] == 0 or before[a] == 0:
-            continue
-        touched = np.int64(0)
-        for e in range(succ_ptr[a], succ_ptr[a + 1]):
-            if not data[e]:
-                continue
-            q = before[a] & after[edge_dst[e]]
-            touched |= q
-            j = 0
-            while q != 0:
-                if q & 1:
-                    best[j] = max(best[j], floor[e])
-                q >>= 1
-                j += 1
-        j = 0
-        while touched != 0:
-            if touched & 1:
-                live[j] += min(out[a], best[j])
-                best[j] = 0
-            touched >>= 1
-            j += 1
-    return live
 
 
 class CutNetwork:

@@ -21,30 +21,13 @@ from __future__ import annotations
 import numpy as np
 
 from pardnn.graph import NORMAL
+from pardnn.graph.live_tensors import copy_floor, own_bytes
 from pardnn.graph.node_memory import resident_bytes
-from pardnn.repair.footprint import distinct
 
 
 def group_resident(graph):
     """Resident bytes per colocation group (held all step wherever it goes)."""
     return sums(graph.group, resident_bytes(graph), graph.num_groups)
-
-
-def copy_floor(graph) -> np.ndarray:
-    """Per edge: the fewest bytes a received copy of its tensor (producer, slot) holds,
-    the least `edge_bytes` over the edges carrying that tensor (the emulator sizes a
-    copy by the first edge of the tensor to its device)."""
-    m = graph.num_edges
-    if m == 0:
-        return np.zeros(0, np.int64)
-    key = graph.edge_src.astype(np.int64) * (int(graph.edge_slot.max(initial=0)) + 2) + graph.edge_slot + 1
-    order = np.argsort(key, kind="stable")
-    starts = np.flatnonzero(distinct(key[order]))
-    least = np.minimum.reduceat(graph.edge_bytes[order].astype(np.int64), starts)
-    run = np.cumsum(distinct(key[order])) - 1
-    floor = np.empty(m, np.int64)
-    floor[order] = least[run]
-    return floor
 
 
 def op_needs(graph, group_res=None):
@@ -78,8 +61,7 @@ def op_needs(graph, group_res=None):
     own = source == graph.group[reader]
     extra_in = np.where(own, outs, np.minimum(outs, copies))
     whole = np.where(own, outs, np.minimum(outs + group_res[source], copies))
-    own_bytes = np.where(graph.kind == NORMAL, graph.out_bytes, 0).astype(np.int64) + graph.temp_bytes
-    extra = sums(reader, extra_in, n) + own_bytes
+    extra = sums(reader, extra_in, n) + own_bytes(graph)
     foreign = sums(reader, whole - extra_in, n)
     return np.where(timed, extra, 0), np.where(timed, foreign, 0)
 

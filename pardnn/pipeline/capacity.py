@@ -1,0 +1,172 @@
+"""How many devices a graph needs and how much memory each: `pardnn capacity`
+(docs/capacity.md).
+
+For each device count k (the first k devices of the cluster), the least memory per
+device at which `algorithm` fits the graph is bisected: the placement runs exactly as
+`pardnn place --memory M` would (pardnn.pipeline.place.place), and M moves between the
+least-memory bound (pardnn.repair.least_memory: nothing fits below it) and a memory at
+which a placement was seen to fit, until the bracket is within TOLERANCE of its top.
+The count's row also holds the placement at the cluster's own memory (the step the
+user gets there) when it fits. The search counts placements, not seconds: the same
+inputs give the same answer on any machine.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from pardnn.emulator.memory import track_memory
+from pardnn.emulator.scheduler import simulate
+from pardnn.errors import UserError
+from pardnn.graph.node_memory import resident_bytes
+from pardnn.pipeline.place import place
+from pardnn.progress import stage
+from pardnn.repair.least_memory import least_memory
+from pardnn.repair.working_sets import group_resident
+from pardnn.units import format_size
+
+TOLERANCE = 0.01        # the bisection stops when its bracket is within this share of its top
+
+
+@dataclass
+class Fit:
+    """One placement that fits, and the memory per device it was placed with."""
+
+    memory: int                 # bytes per device, the reserve included (as --memory)
+    placement: object           # pardnn.io.placement.Placement
+    report: dict                # its report.json
+
+
+@dataclass
+class Row:
+    """One device count: the least memory pardnn fits in, and the step at the cluster's memory."""
+
+    devices: int
+    bound: object               # repair.least_memory.LeastMemory for this count
+    least: Fit                  # the placement at the least memory found
+    at_memory: Fit | None       # the placement at the cluster's own memory, None when none fits
+    placements: int             # placements run for this row
+
+    def fields(self, one_device_us) -> dict:
+        """capacity.json's entry for this row (docs/capacity.md)."""
+        doc = {"devices": self.devices,
+               "least_memory_bytes": self.least.memory,
+               "least_memory_bound_bytes": _memory(self.bound.bytes, self.least.placement.cluster.reserve),
+               "bound": self.bound.fields(),
+               "step_us_at_least_memory": self.least.report["makespan_us"],
+               "fits_at_memory": self.at_memory is not None,
+               "placements": self.placements}
+        if self.at_memory is not None:
+            step = self.at_memory.report["makespan_us"]
+            doc.update({"step_us_at_memory": step, "speedup_at_memory": one_device_us / step if step else None})
+        return doc
+
+
+def first_devices(cluster, k):
+    """The cluster of the first k devices of `cluster` (their links and hosts)."""
+    hosts = cluster.hosts[:max(d.host for d in cluster.devices[:k]) + 1]
+    return replace(cluster, devices=cluster.devices[:k], latency_us=cluster.latency_us[:k, :k].copy(),
+                   bandwidth=cluster.bandwidth[:k, :k].copy(), hosts=hosts)
+
+
+def check_devices(cluster, flag="--devices") -> None:
+    """UserError for a cluster of one device: there are no counts to compare."""
+    if cluster.num_devices < 2:
+        raise UserError(f"{flag}: capacity compares device counts, and this cluster has one device; "
+                        f"name a preset or cluster of several (e.g. dgx-h100 or gpu:8)")
+
+
+def check_groups(graph, cluster, flag="--devices") -> None:
+    """UserError when a colocation group holds more than every device's usable memory:
+    no count fits it."""
+    res = group_resident(graph)
+    if len(res) and int(res.max()) > int(cluster.capacity.max()):
+        g = int(np.argmax(res))
+        members = graph.group_members(g)
+        name = graph.names[members[np.argmax(resident_bytes(graph)[members])]]
+        raise UserError(f"{flag}: the colocation group of {name!r} ({len(members)} nodes) holds "
+                        f"{format_size(int(res[g]))}, more than the largest device's "
+                        f"{format_size(int(cluster.capacity.max()))} usable (memory minus the reserve)")
+
+
+def capacity(graph, cluster, counts, algorithm="pardnn") -> list:
+    """A Row per device count in `counts` (each at most the cluster's device count)."""
+    return [_row(graph, first_devices(cluster, k), algorithm) for k in counts]
+
+
+def _row(graph, cluster, algorithm) -> Row:
+    k, reserve = cluster.num_devices, cluster.reserve
+    bound = least_memory(graph, k)
+    memory = int(cluster.memory.max())
+    runs = [0]
+
+    def fit(m):
+        runs[0] += 1
+        with stage(f"placing on {k} devices with {format_size(m)} each"):
+            try:
+                placement, report = place(graph, cluster.with_options(memory=m), algorithm)
+            except UserError:
+                return None
+        return Fit(m, placement, report)
+
+    if k == 1:                                      # one placement: its peak is the answer
+        least = fit(_memory(_one_device_peak(graph, cluster), reserve))
+        at_memory = fit(memory) if memory >= least.memory else None
+        return Row(k, bound, least, at_memory, runs[0])
+    low = _memory(bound.bytes, reserve)             # nothing fits below it
+    at_memory = fit(memory) if memory >= low else None
+    top = _fitting_top(graph, cluster, at_memory, low, fit)
+    return Row(k, bound, _bisect(low, top, fit), at_memory, runs[0])
+
+
+def _fitting_top(graph, cluster, at_memory, low, fit) -> Fit:
+    """A placement that fits, to start the bisection from: at the peak of the one at
+    the cluster's memory, else at it, else at the one-device peak of the whole step
+    (everything on one device fits there, and the portfolio tries that)."""
+    if at_memory is not None:
+        peak = _memory(max(at_memory.report["peak_memory_bytes"]), cluster.reserve)
+        if peak < at_memory.memory:
+            tried = fit(max(peak, low))
+            if tried is not None:
+                return tried
+        return at_memory
+    one = _memory(_one_device_peak(graph, cluster), cluster.reserve)
+    found = fit(max(one, low))
+    if found is None:
+        raise RuntimeError(f"no placement fits at the one-device peak ({format_size(one)} per device)")
+    return found
+
+
+def _bisect(low, top: Fit, fit) -> Fit:
+    """The least memory found to fit between `low` (the bound: nothing fits below it)
+    and `top` (fits), bisecting until the bracket is within TOLERANCE of its top."""
+    lo, best = low - 1, top
+    while best.memory - lo > max(1, math.floor(TOLERANCE * best.memory)):
+        mid = (lo + best.memory) // 2
+        found = fit(mid)
+        if found is None:
+            lo = mid
+        else:
+            best = found
+    return best
+
+
+def _memory(capacity, reserve) -> int:
+    """The least memory per device whose usable part (memory minus the reserve, as
+    Cluster.capacity floors it) holds `capacity` bytes."""
+    m = int(math.ceil(capacity / (1.0 - reserve))) if reserve else int(capacity)
+    while math.floor(m * (1.0 - reserve)) < capacity:
+        m += 1
+    while m > 0 and math.floor((m - 1) * (1.0 - reserve)) >= capacity:
+        m -= 1
+    return m
+
+
+def _one_device_peak(graph, cluster) -> int:
+    """The emulated peak of the whole step on the first device of `cluster`."""
+    one = first_devices(cluster, 1)
+    device = np.zeros(graph.num_nodes, np.int32)
+    return int(track_memory(graph, one, device, simulate(graph, one, device)).peak_bytes.max())
