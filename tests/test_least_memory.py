@@ -186,3 +186,19 @@ def test_the_least_memory_of_every_placement_of_the_chain(k):
     g = chain_with_saved_activations()
     best = min(int(peaks(g, cluster(k), d).max()) for d in every_placement(g, k))
     assert least_memory(g, k).bytes <= best
+
+
+def test_the_exhaustive_packing_tries_every_assignment_of_the_groups():
+    from pardnn.repair.least_memory import packed_exactly
+    # three groups of 10 with transients 5, 5, 1 on two devices: two share one, and
+    # every pair has a transient of 5: 10 + 10 + 5 = 25; on three devices 10 + 5 each
+    assert packed_exactly(np.array([10, 10, 10]), np.array([5, 5, 1]), 2) == (25, 3)
+    assert packed_exactly(np.array([10, 10, 10]), np.array([5, 5, 1]), 3) == (15, 3)
+    assert packed_exactly(np.array([10] * 30), np.array([1] * 30), 4, limit=50) is None
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        res, extra, k = rng.integers(0, 50, 6), rng.integers(0, 30, 6), int(rng.integers(2, 4))
+        best = min(max(res[[g for g in range(6) if a[g] == d]].sum()
+                       + max([extra[g] for g in range(6) if a[g] == d], default=0) for d in range(k))
+                   for a in itertools.product(range(k), repeat=6))
+        assert packed_exactly(res, extra, k)[0] == best

@@ -89,7 +89,8 @@ def document(args, graph, cluster, rows, seconds) -> dict:
             "reserve": cluster.reserve, "single_device_us": one,
             "fewest_devices": min(fitting) if fitting else None,
             "rows": [r.fields(one) for r in rows],
-            "placements": sum(r.placements for r in rows), "seconds": seconds,
+            "placements": sum(r.placements for r in rows), "memories_tried": sum(r.checks for r in rows),
+            "seconds": seconds,
             "title": f"{args.profile} on {args.devices} ({args.algorithm})"}
 
 
@@ -112,7 +113,7 @@ def print_table(doc) -> None:
         print("  " + "  ".join(cell.rjust(w) for cell, w in zip(line, widths)))
     fewest = doc["fewest_devices"]
     print(f"  fewest devices that fit {mem} each: {fewest if fewest else 'none of these counts'}; "
-          f"{doc['placements']} placements in {doc['seconds']:.1f} s")
+          f"{doc['memories_tried']} memories tried, {doc['placements']} placements, {doc['seconds']:.1f} s")
 
 
 def write_outputs(args, graph, info, rows, doc) -> None:

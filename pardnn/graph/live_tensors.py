@@ -43,8 +43,15 @@ def own_bytes(graph) -> np.ndarray:
 
 def busiest_ops(graph, count, pool) -> np.ndarray:
     """The `count` ops (that take time) with the most `ancestor_bytes` plus their own
-    bytes, by node id, from the `pool` whose position the most output bytes cross
-    (plus their scratch), in the topological order by depth (longest path from a
+    bytes, by node id, from `ranked_ops(graph, pool)`."""
+    ops, live, _ = ranked_ops(graph, pool)
+    return np.sort(ops[np.lexsort((ops, -live))[:count]])
+
+
+def ranked_ops(graph, pool) -> tuple:
+    """(ops, their `ancestor_bytes`, their ancestors' cut bytes; each plus the op's own
+    bytes) for the `pool` ops (that take time) whose position the most output bytes
+    cross (plus their scratch), in the topological order by depth (longest path from a
     source, then id), which does not depend on how the graph's file listed its nodes."""
     n = graph.num_nodes
     data = graph.edge_slot >= 0
@@ -59,18 +66,29 @@ def busiest_ops(graph, count, pool) -> np.ndarray:
     cross = np.cumsum(cross)[:n][rank] + graph.temp_bytes
     timed = np.flatnonzero(graph.comp_us > 0)
     chosen = np.sort(timed[np.lexsort((timed, -cross[timed]))[:pool]])
-    value = np.concatenate([ancestor_bytes(graph, chosen[i:i + CHOSEN]) for i in range(0, len(chosen), CHOSEN)]
-                           or [np.zeros(0, np.int64)]) + own_bytes(graph)[chosen]
-    return np.sort(chosen[np.lexsort((chosen, -value))[:count]])
+    sweeps = [ancestor_sweep(graph, chosen[i:i + CHOSEN]) for i in range(0, len(chosen), CHOSEN)]
+    own = own_bytes(graph)[chosen]
+    if not sweeps:
+        return chosen, own, own
+    return (chosen, np.concatenate([s[0] for s in sweeps]) + own, np.concatenate([s[1] for s in sweeps]) + own)
 
 
 def ancestor_bytes(graph, ops) -> np.ndarray:
     """Per op of `ops` (at most CHOSEN): bytes of NORMAL outputs that its ancestors
     produce and it or a descendant reads, each producer counted once, as the smaller of
     its output and the largest copy floor among those reads."""
+    return ancestor_sweep(graph, ops)[0]
+
+
+def ancestor_sweep(graph, ops) -> tuple:
+    """(`ancestor_bytes`, cut bytes) per op of `ops` (at most CHOSEN). The cut bytes
+    are those of the set D of its ancestors in pardnn.repair.live_at_once's cut: the
+    bytes of NORMAL outputs its ancestors produce and any node outside them reads (it,
+    a descendant, or an op beside it), each producer counted as there: so at least the
+    least cut over every such D."""
     ops = np.asarray(ops, np.int64)
     if len(ops) == 0:
-        return np.zeros(0, np.int64)
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
     out = np.where(graph.kind == NORMAL, graph.out_bytes, 0).astype(np.int64)
     run = _ancestor_bytes.for_size(graph.num_nodes)
     return run(*graph.successor_arrays, graph.edge_slot >= 0, copy_floor(graph), out, ops)
@@ -78,8 +96,8 @@ def ancestor_bytes(graph, ops) -> np.ndarray:
 
 @kernel
 def _ancestor_bytes(succ_ptr, edge_dst, data, floor, out, ops):
-    """`ancestor_bytes` by bit masks: after[v] has bit j when v is ops[j] or a
-    descendant, before[u] when u is a strict ancestor of ops[j]."""
+    """(`ancestor_bytes`, `ancestor_cut_bytes`) by bit masks: after[v] has bit j when
+    v is ops[j] or a descendant, before[u] when u is a strict ancestor of ops[j]."""
     n, m = succ_ptr.shape[0] - 1, ops.shape[0]
     own = np.zeros(n, np.int64)
     for j in range(m):
@@ -94,30 +112,41 @@ def _ancestor_bytes(succ_ptr, edge_dst, data, floor, out, ops):
         for e in range(succ_ptr[u], succ_ptr[u + 1]):
             acc |= before[edge_dst[e]] | own[edge_dst[e]]
         before[u] = acc
-    live, best = np.zeros(m, np.int64), np.zeros(m, np.int64)
+    live, cut = np.zeros(m, np.int64), np.zeros(m, np.int64)
+    best, most = np.zeros(m, np.int64), np.zeros(m, np.int64)
     for a in range(n):
         if out[a] == 0 or before[a] == 0:
             continue
         touched = np.int64(0)
+        crossed = np.int64(0)
         for e in range(succ_ptr[a], succ_ptr[a + 1]):
             if not data[e]:
                 continue
             q = before[a] & after[edge_dst[e]]
+            x = before[a] & ~before[edge_dst[e]]
             touched |= q
+            crossed |= x
             j = 0
-            while q != 0:
+            while q != 0 or x != 0:
                 if q & 1:
                     best[j] = max(best[j], floor[e])
+                if x & 1:
+                    most[j] = max(most[j], floor[e])
                 q >>= 1
+                x >>= 1
                 j += 1
         j = 0
-        while touched != 0:
+        while touched != 0 or crossed != 0:
             if touched & 1:
                 live[j] += min(out[a], best[j])
                 best[j] = 0
+            if crossed & 1:
+                cut[j] += min(out[a], most[j])
+                most[j] = 0
             touched >>= 1
+            crossed >>= 1
             j += 1
-    return live
+    return live, cut
 
 
 def ancestors(graph, v) -> np.ndarray:
@@ -139,4 +168,24 @@ def _ancestors(pred_ptr, pred_src, v):
             for i in range(pred_ptr[u], pred_ptr[u + 1]):
                 mark[pred_src[i]] = True
                 reached[pred_src[i]] = True
+    return mark
+
+
+def descendants(graph, v) -> np.ndarray:
+    """Mask of the strict descendants of node v (a forward sweep, `_descendants`)."""
+    return _descendants.for_size(graph.num_nodes)(*graph.successor_arrays, np.int64(v))
+
+
+@kernel
+def _descendants(succ_ptr, edge_dst, v):
+    """Marks v's consumers, then theirs, in increasing id (a topological order)."""
+    n = succ_ptr.shape[0] - 1
+    mark = np.zeros(n, np.bool_)
+    reached = np.zeros(n, np.bool_)
+    reached[v] = True
+    for u in range(v, n):
+        if reached[u]:
+            for e in range(succ_ptr[u], succ_ptr[u + 1]):
+                mark[edge_dst[e]] = True
+                reached[edge_dst[e]] = True
     return mark

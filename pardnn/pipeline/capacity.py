@@ -2,13 +2,14 @@
 (docs/capacity.md).
 
 For each device count k (the first k devices of the cluster), the least memory per
-device at which `algorithm` fits the graph is bisected: the placement runs exactly as
-`pardnn place --memory M` would (pardnn.pipeline.place.place), and M moves between the
-least-memory bound (pardnn.repair.least_memory: nothing fits below it) and a memory at
-which a placement was seen to fit, until the bracket is within TOLERANCE of its top.
-The count's row also holds the placement at the cluster's own memory (the step the
-user gets there) when it fits. The search counts placements, not seconds: the same
-inputs give the same answer on any machine.
+device at which `algorithm` fits the graph is bisected between the least-memory bound
+(pardnn.repair.least_memory: nothing fits below it) and a memory at which it was seen
+to fit, until the bracket is within TOLERANCE of its top. Each memory tried asks what
+decides whether `pardnn place --memory M` succeeds (`Feasibility`: some candidate of
+the portfolio fits after its repair), without refining; the least memory found is then
+placed exactly as `pardnn place --memory M` would (pardnn.pipeline.place.place), as is
+the cluster's own memory (the step the user gets there). The search counts memories
+tried, not seconds: the same inputs give the same answer on any machine.
 """
 
 from __future__ import annotations
@@ -22,13 +23,17 @@ from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
 from pardnn.errors import UserError
 from pardnn.graph.node_memory import resident_bytes
+from pardnn.pipeline.judge import Judging, judge
 from pardnn.pipeline.place import place
+from pardnn.pipeline.portfolio import build, candidate_roles
+from pardnn.placers import registry
 from pardnn.progress import stage
 from pardnn.repair.least_memory import least_memory
 from pardnn.repair.working_sets import group_resident
 from pardnn.units import format_size
 
-TOLERANCE = 0.01        # the bisection stops when its bracket is within this share of its top
+TOLERANCE = 0.01        # the bisection stops when its bracket is within this share of its top,
+NEAR_BOUND = 0.02       # or its top within this share of the bound
 
 
 @dataclass
@@ -48,7 +53,8 @@ class Row:
     bound: object               # repair.least_memory.LeastMemory for this count
     least: Fit                  # the placement at the least memory found
     at_memory: Fit | None       # the placement at the cluster's own memory, None when none fits
-    placements: int             # placements run for this row
+    placements: int             # placements run for this row, as pardnn place runs them
+    checks: int                 # memories tried by the bisection (Feasibility.fits)
 
     def fields(self, one_device_us) -> dict:
         """capacity.json's entry for this row (docs/capacity.md)."""
@@ -58,7 +64,7 @@ class Row:
                "bound": self.bound.fields(),
                "step_us_at_least_memory": self.least.report["makespan_us"],
                "fits_at_memory": self.at_memory is not None,
-               "placements": self.placements}
+               "placements": self.placements, "memories_tried": self.checks}
         if self.at_memory is not None:
             step = self.at_memory.report["makespan_us"]
             doc.update({"step_us_at_memory": step, "speedup_at_memory": one_device_us / step if step else None})
@@ -94,17 +100,21 @@ def check_groups(graph, cluster, flag="--devices") -> None:
 
 def capacity(graph, cluster, counts, algorithm="pardnn") -> list:
     """A Row per device count in `counts` (each at most the cluster's device count)."""
-    return [_row(graph, first_devices(cluster, k), algorithm) for k in counts]
+    return [count_row(graph, first_devices(cluster, k), algorithm) for k in counts]
 
 
-def _row(graph, cluster, algorithm) -> Row:
+def count_row(graph, cluster, algorithm) -> Row:
+    """The Row of `cluster` (all its devices): the least memory bisected with
+    `Feasibility`, then placed as `pardnn place --memory` would; and the placement at
+    the cluster's own memory."""
     k, reserve = cluster.num_devices, cluster.reserve
     bound = least_memory(graph, k)
     memory = int(cluster.memory.max())
-    runs = [0]
+    feasible = Feasibility(graph, cluster, algorithm)
+    placed = [0]
 
-    def fit(m):
-        runs[0] += 1
+    def full(m):
+        placed[0] += 1
         with stage(f"placing on {k} devices with {format_size(m)} each"):
             try:
                 placement, report = place(graph, cluster.with_options(memory=m), algorithm)
@@ -113,44 +123,84 @@ def _row(graph, cluster, algorithm) -> Row:
         return Fit(m, placement, report)
 
     if k == 1:                                      # one placement: its peak is the answer
-        least = fit(_memory(_one_device_peak(graph, cluster), reserve))
-        at_memory = fit(memory) if memory >= least.memory else None
-        return Row(k, bound, least, at_memory, runs[0])
+        least = full(_memory(_one_device_peak(graph, cluster), reserve))
+        return Row(k, bound, least, full(memory) if memory >= least.memory else None, placed[0], 0)
     low = _memory(bound.bytes, reserve)             # nothing fits below it
-    at_memory = fit(memory) if memory >= low else None
-    top = _fitting_top(graph, cluster, at_memory, low, fit)
-    return Row(k, bound, _bisect(low, top, fit), at_memory, runs[0])
+    at_memory = full(memory) if memory >= low else None
+    top = _fitting_top(graph, cluster, at_memory, low, feasible)
+    least_memory_found = _bisect(low, top, feasible.fits)
+    least = at_memory if at_memory is not None and least_memory_found == memory else full(least_memory_found)
+    if least is None:
+        raise RuntimeError(f"{algorithm} found a fit at {format_size(least_memory_found)} on {k} devices "
+                           f"and then did not place there")
+    return Row(k, bound, least, at_memory, placed[0], feasible.checks)
 
 
-def _fitting_top(graph, cluster, at_memory, low, fit) -> Fit:
-    """A placement that fits, to start the bisection from: at the peak of the one at
-    the cluster's memory, else at it, else at the one-device peak of the whole step
+class Feasibility:
+    """Whether `algorithm` fits at a memory per device, as `pardnn place` decides it
+    from the candidates it builds from the start (pardnn.pipeline.portfolio.
+    candidate_roles): some of them, built and repaired, fits. Refinement within memory
+    keeps a fit, so it is left out; so are the EXTRA candidates that `pardnn place`
+    tries on large graphs (EXTRAS_MAX_NODES nodes or more) only when none of those fits
+    (each a long repair that rarely fits there): a fit found here is one `pardnn place`
+    finds too. Placers that read no memory (registry.Placer.reads_memory) are built
+    once; the candidate that fitted last is tried first."""
+
+    def __init__(self, graph, cluster, algorithm):
+        self.graph, self.cluster = graph, cluster
+        roles, beside = candidate_roles(graph, cluster, algorithm)
+        self.names = [n for n, role in roles.items() if role == registry.FIRST or n in beside]
+        self.built, self.last, self.checks = {}, None, 0
+
+    def fits(self, memory) -> bool:
+        self.checks += 1
+        cluster = self.cluster.with_options(memory=memory)
+        judging = Judging(self.graph, cluster)
+        with stage(f"trying {format_size(memory)} per device on {cluster.num_devices} devices"):
+            for name in sorted(self.names, key=lambda n: n != self.last):
+                if self._fits(name, cluster, judging):
+                    self.last = name
+                    return True
+        return False
+
+    def _fits(self, name, cluster, judging) -> bool:
+        device = self.built.get(name)
+        if device is None:
+            device = build(self.graph, cluster, name)
+            if not registry.PLACERS[name].reads_memory:
+                self.built[name] = device
+        try:
+            judge(self.graph, cluster, device, judging=judging)
+        except UserError:
+            return False
+        return True
+
+
+def _fitting_top(graph, cluster, at_memory, low, feasible) -> int:
+    """A memory at which the algorithm fits, to start the bisection from: the peak of
+    the placement at the cluster's memory, if it fits there, else the cluster's memory;
+    without a fit at the cluster's memory, the one-device peak of the whole step
     (everything on one device fits there, and the portfolio tries that)."""
     if at_memory is not None:
-        peak = _memory(max(at_memory.report["peak_memory_bytes"]), cluster.reserve)
-        if peak < at_memory.memory:
-            tried = fit(max(peak, low))
-            if tried is not None:
-                return tried
-        return at_memory
-    one = _memory(_one_device_peak(graph, cluster), cluster.reserve)
-    found = fit(max(one, low))
-    if found is None:
+        peak = max(_memory(max(at_memory.report["peak_memory_bytes"]), cluster.reserve), low)
+        return peak if peak < at_memory.memory and feasible.fits(peak) else at_memory.memory
+    one = max(_memory(_one_device_peak(graph, cluster), cluster.reserve), low)
+    if not feasible.fits(one):
         raise RuntimeError(f"no placement fits at the one-device peak ({format_size(one)} per device)")
-    return found
+    return one
 
 
-def _bisect(low, top: Fit, fit) -> Fit:
+def _bisect(low, top, fits) -> int:
     """The least memory found to fit between `low` (the bound: nothing fits below it)
-    and `top` (fits), bisecting until the bracket is within TOLERANCE of its top."""
+    and `top` (fits), bisecting until the bracket is within TOLERANCE of its top, or
+    the top within NEAR_BOUND of the bound (no placement can do much better)."""
     lo, best = low - 1, top
-    while best.memory - lo > max(1, math.floor(TOLERANCE * best.memory)):
-        mid = (lo + best.memory) // 2
-        found = fit(mid)
-        if found is None:
-            lo = mid
+    while best - lo > max(1, math.floor(TOLERANCE * best)) and best > (1 + NEAR_BOUND) * low:
+        mid = (lo + best) // 2
+        if fits(mid):
+            best = mid
         else:
-            best = found
+            lo = mid
     return best
 
 

@@ -102,20 +102,28 @@ def build(graph, cluster, name, timings=None) -> np.ndarray:
     return np.asarray(registry.get(name)(graph, cluster, timings, **lent), np.int32)
 
 
-def choose(graph, cluster, algorithm, timings=None, budget_s=None) -> Chosen:
-    """Build and judge `algorithm`'s candidates; refine the two fastest within memory."""
-    timings = {} if timings is None else timings
+def candidate_roles(graph, cluster, algorithm) -> tuple:
+    """(roles, beside): `algorithm`'s candidates that run here, name -> role in the
+    registry's order, and those built beside the FIRST one from the start (the others,
+    EXTRA ones on large graphs, run only when none of these fits)."""
     names = registry.candidates(algorithm)
     if len(names) == 1:
         roles = {names[0]: registry.FIRST}      # a portfolio of one: built here, always
     else:
         roles = {name: registry.PLACERS[name].role for name in names
                  if registry.applies(name, graph, cluster)}
-    first = [name for name, role in roles.items() if role == registry.FIRST]
-    extra = [name for name, role in roles.items() if role == registry.EXTRA]
     beside = [name for name, role in roles.items() if role == registry.CORE
               or (role == registry.HOSTS and len(cluster.hosts) > 1)
               or (role == registry.EXTRA and graph.num_nodes < EXTRAS_MAX_NODES)]
+    return roles, beside
+
+
+def choose(graph, cluster, algorithm, timings=None, budget_s=None) -> Chosen:
+    """Build and judge `algorithm`'s candidates; refine the two fastest within memory."""
+    timings = {} if timings is None else timings
+    roles, beside = candidate_roles(graph, cluster, algorithm)
+    first = [name for name, role in roles.items() if role == registry.FIRST]
+    extra = [name for name, role in roles.items() if role == registry.EXTRA]
     beside.sort(key=lambda name: -registry.PLACERS[name].build_rank)      # the slowest first
     judging = Judging(graph, cluster)
     with workers(judging, beside, _candidate, _refined_beside) as pool:

@@ -32,6 +32,8 @@ from pardnn.repair.working_sets import group_resident, op_needs, working_sets
 from pardnn.units import format_size
 
 PIGEONHOLE_WORK = 200_000   # heap operations the pigeonhole packing may take (a few seconds at most)
+PACKING_WORK = 100_000      # partial packings the exhaustive packing may try before it gives up
+PACKING_MAX_GROUPS = 64     # more groups with state or transients: no exhaustive packing
 
 
 @dataclass(frozen=True)
@@ -119,8 +121,13 @@ def _bounds(graph, k) -> LeastMemory:
         bounds.append(Bound("largest op working set", int(work[n]), True, f"op {graph.names[n]!r}"))
     group_extra = np.zeros(graph.num_groups, np.int64)
     np.maximum.at(group_extra, graph.group, extra)
+    exact = packed_exactly(res, group_extra, k)
     packed = pigeonhole(res, group_extra, k)
-    if packed is not None:
+    if exact is not None and (packed is None or exact[0] > packed[0]):
+        bounds.append(Bound("groups packed", exact[0], True,
+                            f"the best packing of the {exact[1]} colocation groups with state or transients, "
+                            f"every one tried"))
+    elif packed is not None:
         bounds.append(Bound("groups packed", packed[0], True,
                             f"{packed[1]} of the {packed[2]} largest colocation groups on one device"))
     op, held = graph.memoized("held_at_once", lambda: held_at_once(graph))
@@ -172,3 +179,58 @@ def _least_set(res, extra, size) -> int:
         elif res[i] < -heap[0]:
             total += res[i] + heapq.heappushpop(heap, -res[i])
     return int(best)
+
+
+def packed_exactly(res, extra, k, limit=PACKING_WORK):
+    """(bytes, groups) of the least, over every assignment of the groups to k devices,
+    of the largest res(S) + max extra(S) over the devices (each device's groups S), or
+    None when the search needs more than `limit` partial assignments or there are more
+    than PACKING_MAX_GROUPS groups. Depth-first,
+    largest groups first; devices are interchangeable here, so of the empty ones only
+    the first is tried; a branch stops once its largest need reaches the best found."""
+    items = sorted(((int(r), int(e)) for r, e in zip(res, extra) if r or e), key=lambda x: (-(x[0] + x[1]), x))
+    if not items or k < 1 or len(items) > PACKING_MAX_GROUPS:
+        return None
+    if len(items) <= k:
+        return max(r + e for r, e in items), len(items)
+    held, peak = [0] * k, [0] * k
+    best = [_greedy_packing(items, k)]
+    work = [0]
+
+    def descend(i, worst):
+        if worst >= best[0]:
+            return True
+        if i == len(items):
+            best[0] = worst
+            return True
+        r, e = items[i]
+        tried_empty = False
+        for d in range(k):
+            empty = held[d] == 0 and peak[d] == 0
+            if empty and tried_empty:
+                continue
+            tried_empty |= empty
+            work[0] += 1
+            if work[0] > limit:
+                return False
+            saved = peak[d]
+            held[d] += r
+            peak[d] = max(saved, e)
+            done = descend(i + 1, max(worst, held[d] + peak[d]))
+            held[d] -= r
+            peak[d] = saved
+            if not done:
+                return False
+        return True
+
+    return (best[0], len(items)) if descend(0, 0) else None
+
+
+def _greedy_packing(items, k) -> int:
+    """The largest need of the greedy packing (each group where the need grows least)."""
+    held, peak = [0] * k, [0] * k
+    for r, e in items:
+        d = min(range(k), key=lambda i: (held[i] + r + max(peak[i], e), i))
+        held[d] += r
+        peak[d] = max(peak[d], e)
+    return max(h + p for h, p in zip(held, peak))

@@ -32,24 +32,37 @@ from __future__ import annotations
 import numpy as np
 
 from pardnn.graph import NORMAL
-from pardnn.graph.live_tensors import CHOSEN, busiest_ops, copy_floor, own_bytes
+from pardnn.graph.live_tensors import CHOSEN, ancestors, copy_floor, descendants, own_bytes, ranked_ops
 from pardnn.repair.footprint import distinct
 
-POOL = 4 * CHOSEN   # ops to choose the CUTS ops from
-CUTS = 24           # max flows per graph
+POOL = 4 * CHOSEN       # ops whose cuts are bounded, to choose the max flows from
+CUT_WORK = 2_000_000    # arcs solved for, over the max flows of one graph: no flow starts beyond it
 
 
 def held_at_once(graph) -> tuple:
     """(op, bytes): the op whose start the most bytes are held at, over the devices
-    together, beyond the groups' resident state (module docstring); (-1, 0) when no
-    op takes time."""
-    ops = busiest_ops(graph, CUTS, POOL)
+    together, beyond the groups' resident state (module docstring), among the POOL
+    ops; (-1, 0) when no op takes time. The ancestors' bytes (D = the op's ancestors
+    alone, read by it or a descendant) are a bound already; cuts run in decreasing
+    order of an upper bound on them (the cut of D = the ancestors), until the next
+    upper bound cannot beat the best, or CUT_WORK arcs have been solved."""
+    ops, live, upper = ranked_ops(graph, POOL)
     if len(ops) == 0:
         return -1, 0
-    network = CutNetwork(graph)
-    held = np.array([network.cut(int(n)) for n in ops], np.int64) + own_bytes(graph)[ops]
-    i = int(np.argmax(held))
-    return int(ops[i]), int(held[i])
+    own = own_bytes(graph)[ops]
+    best = int(np.argmax(live))
+    op, held = int(ops[best]), int(live[best])
+    network = None
+    for i in np.lexsort((ops, -upper)).tolist():
+        if upper[i] <= held:
+            break
+        network = network or CutNetwork(graph)
+        if network.solved > CUT_WORK:
+            break
+        value = network.cut(int(ops[i])) + int(own[i])
+        if value > held:
+            op, held = int(ops[i]), value
+    return op, held
 
 
 class CutNetwork:
@@ -79,27 +92,39 @@ class CutNetwork:
         edge = np.repeat(np.arange(len(data)), count)
         tied = first_aux[edge] + (np.arange(len(edge)) - np.repeat(np.cumsum(count) - count, count))
         self.infinite = int(price.sum()) + 1       # more than any cut of the priced arcs
-        self.source, self.sink = int(aux.max(initial=n - 1)) + 1, int(aux.max(initial=n - 1)) + 2
+        self.nodes = int(aux.max(initial=n - 1)) + 1         # the graph's nodes and the auxiliary ones
         self.tails = np.concatenate([dst, src[data[starts]], tied]).astype(np.int64)
         self.heads = np.concatenate([src, aux[starts], dst[data[edge]]]).astype(np.int64)
         self.caps = np.concatenate([np.full(len(dst), self.infinite), price,
                                     np.full(len(edge), self.infinite)]).astype(np.int64)
         self.graph = graph
+        self.solved = 0                 # arcs of the flows solved so far
 
     def cut(self, n: int) -> int:
-        """Least bytes held at op n's start by NORMAL buffers finished before it."""
+        """Least bytes held at op n's start by NORMAL buffers finished before it. n's
+        ancestors are on the source side of every cut and n with its descendants on
+        the sink side, so they are merged into the terminals: the flow runs on the ops
+        beside n (neither) and the auxiliary nodes alone."""
         from ortools.graph.python import max_flow
-        preds = np.unique(self.graph.predecessors(n)).astype(np.int64)
+        graph = self.graph
+        side = np.zeros(self.nodes, np.int8)                 # 0 beside n, 1 source, 2 sink
+        side[:graph.num_nodes][ancestors(graph, n)] = 1
+        side[:graph.num_nodes][descendants(graph, n)] = 2
+        side[n] = 2
+        tail, head = side[self.tails], side[self.heads]
+        keep = (tail != 2) & (head != 1)        # arcs out of the sink or into the source carry nothing
+        beside = int(np.count_nonzero(side == 0))
+        source, sink = beside, beside + 1
+        ids = np.where(side == 1, source, np.where(side == 2, sink, np.cumsum(side == 0) - 1))
+        tails, heads, caps = ids[self.tails[keep]], ids[self.heads[keep]], self.caps[keep]
         # an "infinite" arc lower than any cut is only a weaker bound, never a wrong one:
         # kept so that no sum of capacities overflows int64
-        infinite = min(self.infinite, 2**62 // (len(preds) + 2))
-        caps = np.where(self.caps == self.infinite, infinite, self.caps)
+        infinite = min(self.infinite, 2**62 // (len(caps) + 2))
+        caps = np.where(caps == self.infinite, infinite, caps)
+        self.solved += len(caps)
         flow = max_flow.SimpleMaxFlow()
-        flow.add_arcs_with_capacity(
-            np.concatenate([self.tails, np.full(len(preds), self.source), [n]]),
-            np.concatenate([self.heads, preds, [self.sink]]),
-            np.concatenate([caps, np.full(len(preds), infinite), [infinite]]))
-        status = flow.solve(self.source, self.sink)
+        flow.add_arcs_with_capacity(tails, heads, caps)
+        status = flow.solve(source, sink)
         if status != flow.OPTIMAL:
             raise RuntimeError(f"max flow of the live-tensor bound at op {n}: {status}")
         return int(flow.optimal_flow())
