@@ -28,16 +28,17 @@ def small_cases():
             yield pytest.param(graph, k, id=f"case{i}")
 
 
-@pytest.mark.parametrize("graph, k", list(small_cases())[:12])
+@pytest.mark.parametrize("graph, k", list(small_cases())[:6])
 def test_the_least_memory_is_within_the_tolerance_of_the_best_placement(graph, k):
     """The least highest peak over every placement (found by trying them all) is what
     pardnn fits in on these graphs (its repair searches them all), so the bisection
-    lands in [best, best * (1 + TOLERANCE)]."""
+    lands at most TOLERANCE above it, or at most NEAR_BOUND above the bound."""
     best = tightest(graph, k)
     cluster = parse_devices(f"cpu:{k}").with_options(memory=4 * best + 64, reserve=0.0, latency=1.0,
                                                      bandwidth=1e6)
     row = capacity(graph, cluster, [k])[0]
-    assert best <= row.least.memory <= best + max(1, int(capacity_module.TOLERANCE * row.least.memory))
+    near = (1 + capacity_module.NEAR_BOUND) * row.bound.bytes
+    assert best <= row.least.memory <= max(best + max(1, int(capacity_module.TOLERANCE * row.least.memory)), near)
     assert row.bound.bytes <= best
     assert max(row.least.report["peak_memory_bytes"]) <= row.least.memory
 
@@ -77,7 +78,7 @@ def write_graph(tmp_path, graph):
 
 
 def test_capacity_writes_the_table_json_plot_and_a_placement_per_count(tmp_path, capsys):
-    g = synth_graph(150, seed=2, shape="chain")
+    g = synth_graph(80, seed=2, shape="chain")
     path, out = write_graph(tmp_path, g), tmp_path / "cap"
     one = parse_devices("cpu:1").with_options(memory=2**50)
     peak = evaluate(g, one, np.zeros(g.num_nodes, np.int32))["peak_memory_bytes"][0]
