@@ -16,7 +16,7 @@ random graphs). Below INTERPRETED_BELOW nodes the interpreted loop finishes soon
 than numba can load its cached machine code (about half a second with numba's own
 import), and a first placement after installing needs no compilation at all; the
 choice depends only on the graph's size, so placements do not depend on it.
-docs/architecture.md ("numba") gives the measurements behind the threshold.
+docs/data-structures.md ("numba") gives the measurements behind the threshold.
 """
 
 from __future__ import annotations

@@ -19,9 +19,9 @@ def test_a_profile_is_placed_as_pardnn_place_places_it(tmp_path):
     row = measure_profile("pardnn", str(path), "cpu:3", "")
     _, report = place(g, parse_devices("cpu:3"), "pardnn")
     assert row["nodes"] == g.num_nodes
-    assert row["makespan_ms"] == report["makespan_us"] / 1e3
+    assert row["makespan_ms"] == report.makespan_us / 1e3
     assert {"slicing", "mapping", "refine", "repair", "evaluate"} <= set(row["stages"])
-    assert row["winner"] == report["candidate"]
+    assert row["winner"] == report.candidate
 
 
 def test_a_json_profile_is_placed_without_importing_tensorflow(tmp_path):

@@ -6,7 +6,7 @@ import itertools
 import numpy as np
 import pytest
 
-from pardnn.emulator import evaluate
+from pardnn.pipeline.report import evaluate
 from pardnn.emulator.bounds import step_lower_bound_us
 from pardnn.emulator.scheduler import simulate
 from pardnn.graph import CostGraph
@@ -57,7 +57,7 @@ def test_a_fork_pays_a_transfer_or_runs_in_series():
                         edge_src=["a", "a"], edge_dst=["b", "c"], edge_bytes=[8, 8])
     c = cluster(2, latency=100)
     assert step_lower_bound_us(g, c) == optimum_us(g, c) == 30
-    assert evaluate(g, c, np.zeros(3, int))["lower_bound_us"] == 30
+    assert evaluate(g, c, np.zeros(3, int)).lower_bound_us == 30
 
 
 def test_cheap_transfers_give_the_critical_path():

@@ -10,7 +10,7 @@ import pytest
 
 from pardnn import compiled
 from pardnn.compiled import INTERPRETED_BELOW, Kernel, kernel
-from pardnn.emulator.event_loop import event_loop
+from pardnn.emulator.event_loop import Successors, Transfers, event_loop
 from pardnn.emulator.scheduler import plan_transfers, simulate
 from pardnn.graph.forced_levels import earliest_starts, input_pairs
 from pardnn.graph.levels import _bottom_levels, _top_levels
@@ -87,9 +87,9 @@ def test_event_loop(seed):
     cluster = parse_devices(["cpu:3", "dgx1-v100:8", "2xdgx-h100:2", "cpu:2"][seed % 4])
     device = rng.integers(0, cluster.num_devices, g.num_nodes).astype(np.int64)
     edge_transfer, _, link, occupancy, latency = plan_transfers(g, cluster, device)
-    args = (cluster.num_devices, np.asarray(g.comp_us, np.float64), device, *g.successor_arrays,
-            edge_transfer, np.asarray(link, np.int64), np.asarray(occupancy, np.float64),
-            np.asarray(latency, np.float64), np.diff(g.pred_ptr).astype(np.int64))
+    args = (cluster.num_devices, np.asarray(g.comp_us, np.float64), device, np.diff(g.pred_ptr).astype(np.int64),
+            Successors(*g.successor_arrays, edge_transfer),
+            Transfers(np.asarray(link, np.int64), np.asarray(occupancy, np.float64), np.asarray(latency, np.float64)))
     assert_same(event_loop.compiled(*args), event_loop.interpreted(*args))
 
 
@@ -353,13 +353,15 @@ def move_args(g, d, tl, times, node_dev, busy, allowed=None, talk=(), resident=0
                                                  (np.int64, np.int64, np.int64, bool, np.int64, np.int64))]
     members = np.arange(len(node_dev)) if members is None else np.asarray(members, np.int64)
     span = lambda count: np.array([0, count, count] if g == 0 else [0, 0, count], np.int64)   # noqa: E731
-    return (g, d, np.ones(k, bool) if allowed is None else allowed, span(len(nbr)), nbr, ecost, node_dev,
-            busy, np.ones(2), resident, np.full(k, 10**6) if cap is None else cap, tl.vals, tl.lazy,
-            tl.bmax, tl.n, BLOCK, times, span(len(need[0])), *need,
-            np.zeros((k, 1 + int(need[4].max(initial=0))), bool) if copied is None else copied,
-            span(len(rows[0])) if own_rows is None else np.array([0, own_rows, len(rows[0])]), *rows,
-            np.zeros(2, bool) if gone is None else gone,
-            span(len(members)), members)
+    from pardnn.repair.move import Needs, Neighbours, Round, Rows, Timelines
+    return (g, d, np.ones(k, bool) if allowed is None else allowed, resident,
+            Neighbours(span(len(nbr)), nbr, ecost, np.ones(2)),
+            Timelines(tl.vals, tl.lazy, tl.bmax, tl.n, BLOCK, times),
+            Needs(span(len(need[0])), *need),
+            Rows(span(len(rows[0])) if own_rows is None else np.array([0, own_rows, len(rows[0])]), *rows),
+            Round(node_dev, busy, np.full(k, 10**6) if cap is None else cap,
+                  np.zeros((k, 1 + int(need[4].max(initial=0))), bool) if copied is None else copied,
+                  np.zeros(2, bool) if gone is None else gone, span(len(members)), members))
 
 
 @pytest.mark.parametrize("seed", range(CASES))
@@ -557,9 +559,9 @@ def test_memory_buffers(seed):
     s = simulate(g, cluster, device)
     expected = memory._buffers_by_numpy(g, device, s)
     assert len(expected[0]) > 0 and np.any(expected[5] >= 0)
-    args = (g.kind == memory.NORMAL, g.out_bytes.astype(np.int64), g.edge_src, g.edge_dst, g.edge_slot >= 0,
-            device, s.start, s.finish, s.edge_transfer, s.transfer_edge, s.transfer_dst, s.transfer_bytes,
-            s.transfer_arrival)
+    args = (g.kind == memory.NORMAL, g.out_bytes.astype(np.int64), device, s.start, s.finish,
+            memory.Edges(g.edge_src, g.edge_dst, g.edge_slot >= 0, s.edge_transfer),
+            memory.Sent(s.transfer_edge, s.transfer_dst, s.transfer_bytes, s.transfer_arrival))
     assert_same(memory._buffer_columns.compiled(*args), expected)
     assert_same(memory._buffer_columns.interpreted(*args), expected)
 
@@ -601,13 +603,13 @@ def test_buffers_a_group_would_need(seed):
     kernel, compiled and interpreted, as numpy's sort of (group, buffer) pairs gives
     them, on a real emulation, on a random set of devices, with groups as built and
     coarser ones, where a buffer's last reader is often in its producer's group."""
+    from pardnn.repair.chains import Buffers
     from pardnn.repair.footprint import _needed_by_numpy, _needed_rows
     g, rng, k, p, on = random_profile(seed)
     groups = g.num_groups if seed % 2 else g.num_nodes // 5     # coarse groups: readers in their producers' groups
     group = g.group.astype(np.int64) if seed % 2 else rng.integers(0, groups, g.num_nodes)
     expected = _needed_by_numpy(group, groups, p, on)
-    args = (group, groups, on, p.buf_device, p.node_device, p.buf_node, p.buf_owner, p.buf_alloc,
-            p.buf_ready, p.buf_free, p.buf_bytes)
+    args = (group, groups, on, Buffers.of(p))
     assert_same(_needed_rows.compiled(*args), expected)
     assert_same(_needed_rows.interpreted(*args), expected)
 
@@ -617,14 +619,13 @@ def test_rows_a_move_frees(seed):
     """The repair's rows of memory a move frees (producers' rows, then each buffer's
     chain of consumer groups): the kernel, compiled and interpreted, as numpy's search
     and repeats give them, on a real emulation, on a random set of devices."""
-    from pardnn.repair.chains import _consumers, _rows, _rows_by_numpy
+    from pardnn.repair.chains import Buffers, _consumers, _rows, _rows_by_numpy
     g, rng, k, p, on = random_profile(seed)
     blocks = _consumers(g, p, k, on)
     group = g.group.astype(np.int64)
     expected = _rows_by_numpy(group, p, k, on, *blocks)
     assert not on.any() or np.any(expected[6] >= 0)                   # chains of several rows
-    args = (group, p.buf_node, p.buf_device, p.node_device, p.buf_alloc, p.buf_ready, p.buf_free, p.buf_bytes,
-            on, k, *blocks)
+    args = (group, Buffers.of(p), on, k, *blocks)
     assert_same(_rows.compiled(*args), expected)
     assert_same(_rows.interpreted(*args), expected)
 

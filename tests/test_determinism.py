@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pardnn.emulator import evaluate
+from pardnn.pipeline.report import evaluate
 from pardnn.hardware import parse_devices
 from pardnn.pipeline.place import place
 from pardnn.placers import registry
@@ -36,7 +36,7 @@ def tight_memory(graph):
     """Bytes per device: 60% of the one-device peak, so every placer's first answer
     is likely to overflow somewhere and the repair has work to do."""
     one = parse_devices("cpu:1").with_options(memory=2**50)
-    return int(0.6 * evaluate(graph, one, np.zeros(graph.num_nodes, np.int32))["peak_memory_bytes"][0])
+    return int(0.6 * evaluate(graph, one, np.zeros(graph.num_nodes, np.int32)).peak_memory_bytes[0])
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def test_same_input_same_placement_in_one_process(case, name):
     first, report = place(g, cluster, name)
     second, _ = place(g, cluster, name)
     assert np.array_equal(first.device, second.device)
-    assert report["feasible"]
+    assert report.feasible
 
 
 def test_every_algorithm_is_covered():

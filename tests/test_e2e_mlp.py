@@ -38,7 +38,7 @@ def _unplaced_losses(model):
 
 
 def test_placed_graph_trains_on_four_devices_like_the_unplaced_one(placed):
-    assert {p.name for p in placed.iterdir()} == {".pardnn-output.json", "placement.csv", "placed_graph.pb",
+    assert {p.name for p in placed.iterdir()} == {".pardnn-output.json", "inputs.json", "placement.csv", "placed_graph.pb",
                                                   "report.json", "profile.json", "trace.json", "tensorboard"}
     report = json.loads((placed / "report.json").read_text())
     algorithm = report["algorithm"]

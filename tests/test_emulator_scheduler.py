@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import strategies as st
 
-from pardnn.emulator import evaluate
+from pardnn.pipeline.report import evaluate
 from pardnn.emulator.bounds import busiest_device_us, longest_path_us
 from pardnn.emulator.scheduler import simulate
 from pardnn.graph import CostGraph
@@ -105,14 +105,14 @@ def test_evaluate_reports_the_contract_fields():
     g = fork_join(y_cost=9)
     c = cluster(2, latency=1, bandwidth=100).with_options(memory=1000)
     r = evaluate(g, c, [0, 0, 1, 0])
-    assert r["makespan_us"] == 15 and r["single_device_us"] == 21
+    assert r.makespan_us == 15 and r.single_device_us == 21
     # j starts at 12 at best: a transfer from x or y lands at 13 or 12, or both run on j's
     # device one after the other (1 + 19): the step is at least 13 > critical path 12
-    assert r["lower_bound_us"] == 13
-    assert r["busy_us"] == [12, 9] and r["comm_bytes"] == 200
-    assert r["feasible"] is True and len(r["peak_memory_bytes"]) == 2
+    assert r.lower_bound_us == 13
+    assert r.busy_us == [12, 9] and r.comm_bytes == 200
+    assert r.feasible is True and len(r.peak_memory_bytes) == 2
     one = evaluate(g, c, [0, 0, 0, 0])
-    assert one["makespan_us"] == one["single_device_us"] == 21
+    assert one.makespan_us == one.single_device_us == 21
 
 
 # ------------------------------------------------------------ random graphs

@@ -82,7 +82,7 @@ def random_case(seed):
     ops and equal costs (ties), resident state, and a placement: per group at random,
     or, in every other case, what the memory repair makes of everything on device 0
     under a memory limit."""
-    from pardnn.emulator import evaluate
+    from pardnn.pipeline.report import evaluate
     from pardnn.errors import UserError
     from pardnn.graph import CostGraph
     from pardnn.pipeline.judge import judge
@@ -99,7 +99,7 @@ def random_case(seed):
     device = rng.integers(0, cluster.num_devices, g.num_groups)[g.group]
     if seed % 2:
         on_one = np.zeros(n, np.int32)
-        peak = evaluate(g, cluster.with_options(memory=2**40), on_one)["peak_memory_bytes"][0]
+        peak = evaluate(g, cluster.with_options(memory=2**40), on_one).peak_memory_bytes[0]
         limited = cluster.with_options(memory=max(int(0.7 * peak), 1), reserve=0.0)
         try:
             device = judge(g, limited, on_one).device

@@ -8,7 +8,7 @@ import pytest
 
 from pardnn.pipeline import place as placer
 from pardnn.hardware import parse_devices
-from pardnn.emulator import evaluate
+from pardnn.pipeline.report import evaluate
 from pardnn.graph import CostGraph
 from pardnn.pipeline.portfolio import choose
 from pardnn.pipeline.judge import fits_surely
@@ -23,7 +23,7 @@ UNLIMITED = 2**50
 def tight(graph, k, fraction):
     """k CPU devices whose capacity is `fraction` of the graph's one-device peak."""
     one = parse_devices("cpu:1").with_options(memory=UNLIMITED)
-    peak = evaluate(graph, one, np.zeros(graph.num_nodes, np.int32))["peak_memory_bytes"][0]
+    peak = evaluate(graph, one, np.zeros(graph.num_nodes, np.int32)).peak_memory_bytes[0]
     return parse_devices(f"cpu:{k}").with_options(memory=int(fraction * peak), reserve=0.0)
 
 
@@ -34,17 +34,17 @@ def test_refined_placement_fits_and_is_never_slower_than_the_repair_alone(seed):
     start = time.perf_counter()
     _, report = placer.place(g, cluster, "pardnn")
     wall = time.perf_counter() - start
-    fit = report["refine_memory"]          # Step 1 overflowed, so the step ran
-    assert report["feasible"]
-    assert max(np.array(report["peak_memory_bytes"]) - cluster.capacity) <= 0
-    assert report["makespan_us"] <= fit["makespan_after_repair_us"]
-    stages = report["stage_seconds"]
+    fit = report.refine_memory          # Step 1 overflowed, so the step ran
+    assert report.feasible
+    assert max(np.array(report.peak_memory_bytes) - cluster.capacity) <= 0
+    assert report.makespan_us <= fit["makespan_after_repair_us"]
+    stages = report.stage_seconds
     assert 0 < stages["refine_memory"] and sum(stages.values()) <= wall    # timed inside the call
-    assert (fit["batches"] == 0) == (report["makespan_us"] == fit["makespan_after_repair_us"])
+    assert (fit["batches"] == 0) == (report.makespan_us == fit["makespan_after_repair_us"])
     assert "batches_far_behind" in fit          # the batches rejected unrepaired (docs/repair.md)
     placed = placer.place(g, cluster, "pardnn")[0].device
     first = choose(g, cluster, "pardnn").raw         # the winning candidate, before its repair
-    assert report["changed_nodes"] == int(np.count_nonzero(placed != first))
+    assert report.changed_nodes == int(np.count_nonzero(placed != first))
 
 
 def test_same_input_gives_the_same_refined_placement():
@@ -57,7 +57,7 @@ def test_same_input_gives_the_same_refined_placement():
 def test_baselines_are_repaired_but_not_refined():
     g = synth_graph(2000, seed=0)
     _, report = placer.place(g, tight(g, 4, 0.35), "etf")
-    assert "refine_memory" not in report and "refine_memory" not in report["stage_seconds"]
+    assert report.refine_memory is None and "refine_memory" not in report.stage_seconds
 
 
 def test_the_judge_rejects_a_trial_no_repair_can_fit():
@@ -95,10 +95,10 @@ def test_a_trial_far_behind_before_its_repair_is_not_repaired():
 def test_the_summary_says_what_refining_within_memory_gained(capsys):
     g = synth_graph(3000, seed=0)
     _, report = placer.place(g, tight(g, 4, 0.35), "pardnn")
-    print_summary(report)
+    print_summary(report.to_json())
     line = next(x for x in capsys.readouterr().out.splitlines() if "refined within memory" in x)
-    assert f"{report['refine_memory']['batches']} kept batch(es)" in line
-    assert f"{report['changed_nodes']} nodes" in line
+    assert f"{report.refine_memory['batches']} kept batch(es)" in line
+    assert f"{report.changed_nodes} nodes" in line
 
 
 def test_the_summary_gives_each_finalists_refined_step_and_the_kept_one(capsys):
@@ -122,7 +122,7 @@ def test_a_trial_surely_fits_only_where_the_tracked_peak_fits(seed):
     for _ in range(10):
         k = int(rng.integers(1, 5))
         device = rng.integers(0, k, g.num_nodes).astype(np.int32)
-        peak = evaluate(g, parse_devices(f"cpu:{k}").with_options(memory=UNLIMITED), device)["peak_memory_bytes"]
+        peak = evaluate(g, parse_devices(f"cpu:{k}").with_options(memory=UNLIMITED), device).peak_memory_bytes
         under = parse_devices(f"cpu:{k}").with_options(memory=max(peak) - 1, reserve=0.0)
         assert not fits_surely(g, under)(device)
         roomy = parse_devices(f"cpu:{k}").with_options(memory=UNLIMITED, reserve=0.0)
@@ -180,9 +180,9 @@ def test_the_reported_peaks_before_repair_are_the_winners_when_candidates_drop_p
     cluster = tight(g, 4, 0.35)
     _, report = placer.place(g, cluster, "pardnn")
     raw = choose(g, cluster, "pardnn").raw
-    before = evaluate(g, cluster.with_options(memory=UNLIMITED), raw)["peak_memory_bytes"]
-    assert report["peak_memory_before_repair_bytes"] == [int(x) for x in before]
-    assert max(before) > cluster.capacity[0] >= max(report["peak_memory_bytes"])
+    before = evaluate(g, cluster.with_options(memory=UNLIMITED), raw).peak_memory_bytes
+    assert report.peak_memory_before_repair_bytes == [int(x) for x in before]
+    assert max(before) > cluster.capacity[0] >= max(report.peak_memory_bytes)
 
 
 def test_the_summary_gives_each_peak_against_the_memory_left_after_the_reserve(capsys):

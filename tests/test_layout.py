@@ -25,6 +25,7 @@ LAYERS = [
     {"pardnn_builtin_models"},
     {"pardnn.emulator", "pardnn.repair", "pardnn.placers", "pardnn.tf"},
     {"pardnn.pipeline"},
+    {"pardnn.explain"},
     {"pardnn.commands"},
     {"pardnn.cli"},
     {"pardnn.__main__"},

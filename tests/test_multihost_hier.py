@@ -149,7 +149,7 @@ def test_compare_shows_flat_and_hierarchical(tmp_path, capsys):
     g, cluster = synth_graph(600, seed=2), parse_devices("2xdgx-h100:2")
     for row in rows:                      # what placing alone gives, never below the work bound
         _, report = place(g, cluster, row["algorithm"])
-        assert row["makespan_us"] == pytest.approx(report["makespan_us"])
+        assert row["makespan_us"] == pytest.approx(report.makespan_us)
         assert row["makespan_us"] >= g.total_work_us() / cluster.num_devices
 
 
@@ -159,10 +159,10 @@ def test_pardnn_on_several_hosts_is_never_slower_than_pardnn_hier():
     cluster = compose(parse_devices("dgx-h100:2"), 2, inter_latency=50.0, inter_bandwidth=1 * GBps)
     _, flat = place(g, cluster, "pardnn")
     _, hier = place(g, cluster, "pardnn-hier")
-    assert "hier" in flat["candidates"]
-    assert flat["makespan_us"] <= hier["makespan_us"] * (1 + 1e-9)
+    assert "hier" in flat.candidates
+    assert flat.makespan_us <= hier.makespan_us * (1 + 1e-9)
 
 
 def test_pardnn_on_one_host_has_no_hierarchical_candidate():
     _, report = place(synth_graph(500, seed=1), parse_devices("dgx-h100:4"), "pardnn")
-    assert "hier" not in report["candidates"]
+    assert "hier" not in report.candidates

@@ -30,7 +30,7 @@ def test_reused_folder_keeps_no_file_of_an_earlier_run(chain_json, tmp_path):
     (out / "placed_graph.pb").write_bytes(b"old graph")
     (out / "profile.json").write_text("{}")
     assert place(chain_json, out) == 0
-    assert listing(out) == [MANIFEST, "placement.csv", "report.json", "tensorboard", "trace.json"]
+    assert listing(out) == [MANIFEST, "inputs.json", "placement.csv", "report.json", "tensorboard", "trace.json"]
 
 
 def test_a_folder_pardnn_did_not_write_is_refused_and_untouched(chain_json, tmp_path, capsys):
@@ -48,7 +48,7 @@ def test_an_empty_folder_is_used(chain_json, tmp_path):
     out = tmp_path / "empty"
     out.mkdir()
     assert place(chain_json, out) == 0
-    assert listing(out) == [MANIFEST, "placement.csv", "report.json", "tensorboard", "trace.json"]
+    assert listing(out) == [MANIFEST, "inputs.json", "placement.csv", "report.json", "tensorboard", "trace.json"]
 
 
 @pytest.mark.parametrize("name, message", [
@@ -148,7 +148,7 @@ def test_a_link_to_an_output_folder_is_kept_and_its_folder_replaced(chain_json, 
     link.symlink_to(real.name)
     assert place(chain_json, link) == 0 and place(chain_json, link) == 0
     assert place(chain_json, f"{link}/") == 0                      # as tab completion writes it
-    assert link.is_symlink() and listing(real) == [MANIFEST, "placement.csv", "report.json", "tensorboard",
+    assert link.is_symlink() and listing(real) == [MANIFEST, "inputs.json", "placement.csv", "report.json", "tensorboard",
                                                   "trace.json"]
     assert listing(tmp_path) == ["g.json", "out", "real"]          # no staging folder left behind
 

@@ -39,10 +39,10 @@ def test_round_robin_place_writes_outputs(graph_json, tmp_path, capsys):
     device = read_csv(out / "placement.csv", g, cluster)
     assert violations(g, cluster, device) == []
     assert device[0] == device[1]                 # one colocation group
-    assert sorted(p.name for p in out.iterdir()) == [".pardnn-output.json", "placement.csv", "report.json",
+    assert sorted(p.name for p in out.iterdir()) == [".pardnn-output.json", "inputs.json", "placement.csv", "report.json",
                                                      "tensorboard", "trace.json"]
     assert json.loads((out / ".pardnn-output.json").read_text()) == {
-        "files": ["placement.csv", "report.json", "tensorboard", "trace.json"]}
+        "files": ["inputs.json", "placement.csv", "report.json", "tensorboard", "trace.json"]}
     assert "round-robin" in capsys.readouterr().out
 
 

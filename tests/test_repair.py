@@ -12,7 +12,7 @@ from pardnn.pipeline import place as placer
 from pardnn.cli import main
 from pardnn.hardware import Cluster, Device, parse_devices
 from pardnn.graph.constraints import violations
-from pardnn.emulator import evaluate
+from pardnn.pipeline.report import evaluate
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
 from pardnn.repair import exhaustive
@@ -53,7 +53,7 @@ def branch_graph():
 def test_the_branch_whose_tensor_overflows_is_the_one_moved():
     g = branch_graph()
     on_one = np.zeros(g.num_nodes, int)
-    assert evaluate(g, cluster(2, 10**6), on_one)["peak_memory_bytes"] == [160, 0]
+    assert evaluate(g, cluster(2, 10**6), on_one).peak_memory_bytes == [160, 0]
     r = judge(g, cluster(2, 120), on_one)
     # only moving both b1 and b2 gets the 100 B tensor off device 0 (moving b1 alone
     # leaves a received copy for b2; b2 alone leaves b1's output while b1 runs)
@@ -69,7 +69,7 @@ def test_a_moved_group_goes_where_its_data_is_rather_than_to_the_idlest_device()
     g = build({"s": (1, 1), "x1": (50, 40), "x2": (50, 40), "b1": (1, 60), "b2": (1, 1), "p": (100, 10)},
               [("s", "x1"), ("x1", "x2"), ("s", "b1"), ("b1", "b2"), ("p", "b1")])
     start = np.array([1 if n == "p" else 0 for n in g.names])
-    assert evaluate(g, cluster(3, 10**6), start)["peak_memory_bytes"] == [81, 10, 0]
+    assert evaluate(g, cluster(3, 10**6), start).peak_memory_bytes == [81, 10, 0]
     r = judge(g, cluster(3, 80), start)
     assert placed(g, r) == {"s": 0, "x1": 0, "x2": 0, "b1": 1, "b2": 0, "p": 1}
     assert r.profile.peak_bytes.tolist() == [80, 71, 0]
@@ -98,7 +98,7 @@ def test_a_placement_that_fits_is_left_alone():
     start = np.array([0, 0, 1, 1, 0, 1, 0])
     r = judge(g, cluster(2, 10**6), start)
     assert r.device.tolist() == start.tolist() and r.rounds == 0 and not r.moved.any()
-    assert r.report_fields(cluster(2, 10**6))["repaired_devices"] == []
+    assert not np.any(r.peak_before > cluster(2, 10**6).capacity)     # no device repaired
 
 
 def test_the_reserve_is_respected():
@@ -247,7 +247,7 @@ def test_repair_fits_or_explains_and_never_moves_a_node_twice(reached):
         g, k, start, frac = case
         k = max(k, 2)
         start = start % k
-        peak = max(evaluate(g, cluster(k, 10**9), start)["peak_memory_bytes"])
+        peak = max(evaluate(g, cluster(k, 10**9), start).peak_memory_bytes)
         least = least_memory(g, k).bytes
         c = cluster(k, max(int(least + frac * (peak - least)), 1))
         seen = []
@@ -289,7 +289,7 @@ def feasible_cases(draw):
     k = max(k, 2)
     other = np.asarray(draw(st.lists(st.integers(0, k - 1), min_size=g.num_groups, max_size=g.num_groups)))
     tries = [drawn % k, other[g.group], np.zeros(g.num_nodes, np.int32)]
-    peaks = [max(evaluate(g, cluster(k, 10**9), p)["peak_memory_bytes"]) for p in tries]
+    peaks = [max(evaluate(g, cluster(k, 10**9), p).peak_memory_bytes) for p in tries]
     known, start = tries[int(np.argmin(peaks))], tries[int(np.argmax(peaks))]
     return g, cluster(k, max(int(min(peaks)), 1)), known, start
 
@@ -298,7 +298,7 @@ def test_repair_succeeds_where_a_placement_is_known_to_fit(reached):
     """Reached when the start overflows, so that the repair has something to do."""
     def check(case):
         g, c, known, start = case
-        assert max(evaluate(g, c, known)["peak_memory_bytes"]) <= c.capacity[0]     # the construction
+        assert max(evaluate(g, c, known).peak_memory_bytes) <= c.capacity[0]     # the construction
         r = judge(g, c, start)                        # a UserError here fails the test
         assert np.all(r.profile.peak_bytes <= c.capacity)
         assert violations(g, c, r.device) == []
@@ -313,7 +313,7 @@ def test_repair_succeeds_where_a_placement_is_known_to_fit(reached):
 
 def test_repair_solves_a_case_where_a_known_placement_fits_exactly():
     g, c = exact_fit_case()
-    assert max(evaluate(g, c, np.array([0, 1, 0, 0, 1, 1]))["peak_memory_bytes"]) <= 191
+    assert max(evaluate(g, c, np.array([0, 1, 0, 0, 1, 1])).peak_memory_bytes) <= 191
     r = judge(g, c, np.zeros(6, np.int32))
     assert np.all(r.profile.peak_bytes <= 191)
 
@@ -357,4 +357,4 @@ def test_placer_runs_repair_after_every_algorithm():
     g = branch_graph()
     for name in ("single", "round-robin", "topo"):
         _, report = placer.place(g, cluster(2, 120), name)
-        assert report["feasible"] and max(report["peak_memory_bytes"]) <= 120, name
+        assert report.feasible and max(report.peak_memory_bytes) <= 120, name

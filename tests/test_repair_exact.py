@@ -39,4 +39,4 @@ def test_the_repair_and_pardnn_fit_wherever_a_placement_fits(graph, k, known):
         r = judge(graph, c, np.zeros(graph.num_nodes, np.int32))
         assert r.profile.peak_bytes.max() <= capacity and violations(graph, c, r.device) == []
     _, report = placer.place(graph, cluster(k, least), "pardnn")
-    assert report["feasible"] and max(report["peak_memory_bytes"]) <= least
+    assert report.feasible and max(report.peak_memory_bytes) <= least

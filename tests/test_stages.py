@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from pardnn.cli import main
-from pardnn.emulator import evaluate
+from pardnn.pipeline.report import evaluate
 from pardnn.errors import UserError
 from pardnn.graph import CostGraph
 from pardnn.hardware import parse_devices
-from pardnn.pipeline import place as placer, portfolio, workers
+from pardnn.pipeline import choice, place as placer, portfolio, workers
 from pardnn.placers import exact, registry
 from pardnn.placers import stages, step1
 from pardnn.placers.stages import _cheapest_cuts, fold_positions
@@ -51,7 +51,7 @@ def training_chain(layers=6, act=MB, grad=MB, comp=10.0):
 
 def one_device_peak(graph):
     one = parse_devices("cpu:1").with_options(memory=2**50)
-    return evaluate(graph, one, np.zeros(graph.num_nodes, np.int32))["peak_memory_bytes"][0]
+    return evaluate(graph, one, np.zeros(graph.num_nodes, np.int32)).peak_memory_bytes[0]
 
 
 def cluster_at(graph, k, fraction):
@@ -88,7 +88,7 @@ def test_a_chain_twice_one_device_is_cut_into_stages_with_one_transfer_each_way_
     cuts = len(used) - 1
     assert forward.sum() == cuts
     report = evaluate(g, cluster, device)
-    assert report["feasible"]
+    assert report.feasible
 
 
 def test_the_cheapest_feasible_cuts_win():
@@ -105,7 +105,7 @@ def test_pardnn_beats_every_other_placer_on_a_near_chain_that_does_not_fit(seed)
     g = synth_graph(2000, seed=seed, shape="chain")
     cluster = cluster_at(g, 4, 0.3)
     _, report = placer.place(g, cluster, "pardnn")
-    assert report["feasible"] and report["candidate"] != "step1"
+    assert report.feasible and report.candidate != "step1"
     for name in names():
         if name == "pardnn":
             continue
@@ -113,7 +113,7 @@ def test_pardnn_beats_every_other_placer_on_a_near_chain_that_does_not_fit(seed)
             _, other = placer.place(g, cluster, name)
         except UserError:
             continue
-        assert report["makespan_us"] <= other["makespan_us"] * (1 + 1e-9), name
+        assert report.makespan_us <= other.makespan_us * (1 + 1e-9), name
 
 
 def test_the_winner_is_one_of_the_two_fastest_candidates_and_refinement_never_hurts():
@@ -122,14 +122,14 @@ def test_the_winner_is_one_of_the_two_fastest_candidates_and_refinement_never_hu
     chosen = portfolio.choose(g, cluster, "pardnn")
     feasible = {n: c["makespan_us"] for n, c in chosen.candidates.items() if c.get("feasible")}
     few = {n: t for n, t in feasible.items()
-           if chosen.candidates[n]["moved_nodes"] <= portfolio.MAX_MOVED_SHARE * g.num_nodes}
+           if chosen.candidates[n]["moved_nodes"] <= choice.MAX_MOVED_SHARE * g.num_nodes}
     two = sorted(few or feasible, key=(few or feasible).get)[:2]
     assert feasible and chosen.winner in two
     final = evaluate(g, cluster, chosen.judged.device)
-    assert final["feasible"]
-    assert final["makespan_us"] <= min(feasible[n] for n in two) + 1e-6
+    assert final.feasible
+    assert final.makespan_us <= min(feasible[n] for n in two) + 1e-6
     refined = {n: chosen.candidates[n]["refined_makespan_us"] for n in two if "refined_makespan_us" in chosen.candidates[n]}
-    assert final["makespan_us"] == pytest.approx(min([feasible[n] for n in two if n not in refined] + list(refined.values())))
+    assert final.makespan_us == pytest.approx(min([feasible[n] for n in two if n not in refined] + list(refined.values())))
 
 
 def test_a_runner_up_that_refines_faster_than_the_winner_wins():
@@ -142,7 +142,7 @@ def test_a_runner_up_that_refines_faster_than_the_winner_wins():
     assert c["stages"]["makespan_us"] < c["metis"]["makespan_us"]
     assert c["metis"]["refined_makespan_us"] < c["stages"]["refined_makespan_us"]
     assert chosen.winner == "metis"
-    assert evaluate(g, cluster, chosen.judged.device)["makespan_us"] == pytest.approx(c["metis"]["refined_makespan_us"])
+    assert evaluate(g, cluster, chosen.judged.device).makespan_us == pytest.approx(c["metis"]["refined_makespan_us"])
 
 
 def test_etf_row_is_matched_where_step1_and_the_repair_lost_to_it():
@@ -154,8 +154,8 @@ def test_etf_row_is_matched_where_step1_and_the_repair_lost_to_it():
     cluster = cluster_at(g, 4, 0.3)
     _, etf = placer.place(g, cluster, "etf")
     _, pardnn = placer.place(g, cluster, "pardnn")
-    assert pardnn["candidates"]["step1"]["feasible"] is False
-    assert pardnn["makespan_us"] <= etf["makespan_us"]
+    assert pardnn.candidates["step1"]["feasible"] is False
+    assert pardnn.makespan_us <= etf.makespan_us
 
 
 def test_report_names_every_candidate_and_the_same_input_gives_the_same_placement():
@@ -164,8 +164,8 @@ def test_report_names_every_candidate_and_the_same_input_gives_the_same_placemen
     (a, ra), (b, rb) = placer.place(g, cluster, "pardnn"), placer.place(g, cluster, "pardnn")
     assert np.array_equal(a.device, b.device)
     one_host = set(registry.candidates("pardnn")) - {"hier", "exact"}
-    assert set(ra["candidates"]) == one_host        # a graph on one host, too large for the exact model
-    assert ra["candidate"] == rb["candidate"] and ra["step1_output"] in {"thesis", "affinity", "one-device"}
+    assert set(ra.candidates) == one_host        # a graph on one host, too large for the exact model
+    assert ra.candidate == rb.candidate and ra.step1_output in {"thesis", "affinity", "one-device"}
 
 
 def test_a_spent_budget_skips_the_later_candidates():
@@ -248,7 +248,7 @@ def test_pardnn_fits_wherever_a_repaired_single_device_placement_fits():
         except UserError:
             continue
         _, report = placer.place(g, cluster, "pardnn")
-        assert report["feasible"]
+        assert report.feasible
 
 
 def test_range_argmin_matches_brute_force_and_empty_ranges_give_minus_one():
@@ -301,7 +301,7 @@ def test_the_peaks_before_repair_of_a_refined_winner_are_its_candidates_wherever
     monkeypatch.setattr(workers, "PARALLEL_MIN_NODES", 0)
     monkeypatch.setattr(workers, "usable_cpus", lambda: cpus)
     chosen = portfolio.choose(g, cluster, "pardnn")
-    assert chosen.winner == "heft" and chosen.fitted.batches > 0
+    assert chosen.winner == "heft" and chosen.refinement.batches > 0
     assert not np.array_equal(chosen.judged.device, chosen.raw)
     peaks = track_memory(g, cluster, chosen.raw, simulate(g, cluster, chosen.raw)).peak_bytes
     assert chosen.judged.peak_before.dtype == np.int64 and np.array_equal(chosen.judged.peak_before, peaks)
@@ -316,16 +316,16 @@ def test_a_worker_that_dies_leaves_its_candidate_out_and_the_placement_goes_on(m
     cluster = parse_devices("cpu:4").with_options(memory=2**50, bandwidth=12000.0, latency=25.0)
     monkeypatch.setattr(workers, "PARALLEL_MIN_NODES", 0)
     monkeypatch.setattr(workers, "usable_cpus", lambda: 3)
-    parent, build = os.getpid(), portfolio._candidate
+    parent, build = os.getpid(), portfolio._build_and_judge
 
     def dies_building_stages(judging, name, timings=None):
         if os.getpid() != parent and name == "stages":
             os._exit(3)
         return build(judging, name, timings)
-    monkeypatch.setattr(portfolio, "_candidate", dies_building_stages)
+    monkeypatch.setattr(portfolio, "_build_and_judge", dies_building_stages)
     chosen = portfolio.choose(g, cluster, "pardnn")
     assert chosen.candidates["stages"]["reason"] == "its worker process died"
-    assert chosen.winner == "heft" and chosen.fitted.batches > 0
+    assert chosen.winner == "heft" and chosen.refinement.batches > 0
     from pardnn.emulator.memory import track_memory
     from pardnn.emulator.scheduler import simulate
     peaks = track_memory(g, cluster, chosen.raw, simulate(g, cluster, chosen.raw)).peak_bytes
@@ -352,7 +352,7 @@ def test_a_leader_refined_while_a_worker_still_builds_gives_the_same_placement(m
     monkeypatch.setattr(workers, "usable_cpus", lambda: 2)
     fork = multiprocessing.get_context("fork")
     reached, go, parent, fired = fork.Event(), fork.Event(), os.getpid(), []
-    build, first, early, refined = portfolio._candidate, portfolio._first, portfolio._refine_early, portfolio._refined
+    build, first, early, refined = portfolio._build_and_judge, portfolio._first, portfolio._refine_early, portfolio._refine
 
     def held_at_the_last(judging, name, timings=None):
         if os.getpid() != parent and name == held:
@@ -380,15 +380,15 @@ def test_a_leader_refined_while_a_worker_still_builds_gives_the_same_placement(m
         asked.append(len(fired))
         return peaks(self, device)
     monkeypatch.setattr(workers.Forked, "peaks", counted)
-    monkeypatch.setattr(portfolio, "_candidate", held_at_the_last)
-    monkeypatch.setattr(portfolio, "_refined", released)
+    monkeypatch.setattr(portfolio, "_build_and_judge", held_at_the_last)
+    monkeypatch.setattr(portfolio, "_refine", released)
     monkeypatch.setattr(portfolio, "_first", first_then_wait)
     monkeypatch.setattr(portfolio, "_refine_early", recorded)
     chosen = []
     monkeypatch.setattr(placer, "choose", lambda *args: chosen.append(portfolio.choose(*args)) or chosen[-1])
     placement, report = placer.place(g, cluster, "pardnn")
     assert list(fired[0][0]) == ["heft"] and fired[0][1] is not None
-    assert chosen[0].winner == "heft" and chosen[0].fitted is fired[0][0]["heft"][1]
+    assert chosen[0].winner == "heft" and chosen[0].refinement is fired[0][0]["heft"][1]
     assert asked == ([0] if held == "single" else [])          # asked for during the early refinement
     if held == "single":
         assert chosen[0].bound_us == lower_bound_us(g, cluster)      # found by the idle worker
@@ -398,8 +398,8 @@ def test_a_leader_refined_while_a_worker_still_builds_gives_the_same_placement(m
 
 def untimed(report) -> dict:
     """report.json without the seconds anything took."""
-    out = {k: v for k, v in report.items() if k not in ("stage_seconds", "placement_seconds")}
-    out["candidates"] = {n: {k: v for k, v in c.items() if k != "seconds"} for n, c in report["candidates"].items()}
+    out = {k: v for k, v in report.to_json().items() if k not in ("stage_seconds", "placement_seconds")}
+    out["candidates"] = {n: {k: v for k, v in c.items() if k != "seconds"} for n, c in report.candidates.items()}
     return out
 
 
@@ -411,21 +411,22 @@ def test_an_early_refinement_is_used_only_for_the_finalist_it_was_run_on():
     cluster = parse_devices("cpu:4").with_options(memory=2**50, bandwidth=12000.0, latency=25.0)
     judging = Judging(g, cluster)
     results, output = portfolio._first(judging, "step1", {})
-    results.update({name: portfolio._candidate(judging, name) for name in ("etf", "heft")})
-    inline = workers.Inline(judging, portfolio._candidate, portfolio._refined)
+    results.update({name: portfolio._build_and_judge(judging, name) for name in ("etf", "heft")})
+    run = portfolio._Run(judging, workers.Inline(judging, portfolio._build_and_judge, portfolio._refine),
+                         math.inf, {})
 
     def picked(early):
-        return portfolio._pick(judging, dict(results), output, {}, math.inf, inline, early)
+        return portfolio._pick(run, dict(results), output, early)
     plain = picked(None)
-    assert plain.winner == "heft" and plain.fitted.batches > 0
-    wrong = portfolio._refined(judging, results["etf"].judged, math.inf)     # etf is no finalist
+    assert plain.winner == "heft" and plain.refinement.batches > 0
+    wrong = portfolio._refine(judging, results["etf"].judged, math.inf)     # etf is no finalist
     for early in ({"etf": (results["etf"].judged, wrong)},
                   {"heft": (results["etf"].judged, wrong)}):     # not the placement heft gave
         chosen = picked(early)
         assert np.array_equal(chosen.judged.device, plain.judged.device)
         assert chosen.candidates == plain.candidates
-    right = picked({"heft": (results["heft"].judged, plain.fitted)})
-    assert right.fitted is plain.fitted
+    right = picked({"heft": (results["heft"].judged, plain.refinement)})
+    assert right.refinement is plain.refinement
 
 
 def test_a_worker_killed_while_sending_leaves_no_reader_waiting():
@@ -497,6 +498,6 @@ def test_workers_close_the_result_pipe_once_they_are_killed(monkeypatch):
     monkeypatch.setattr(workers, "PARALLEL_MIN_NODES", 0)
     monkeypatch.setattr(workers, "usable_cpus", lambda: 2)
     judging = Judging(synth_graph(50, seed=1), parse_devices("cpu:2"))
-    with workers.workers(judging, ["etf"], portfolio._candidate, portfolio._refined_beside) as pool:
+    with workers.workers(judging, ["etf"], portfolio._build_and_judge, portfolio._refine_in_worker) as pool:
         assert pool.parallel
     assert len(closed) == 1 and hasattr(closed[0], "_writer")

@@ -103,10 +103,10 @@ def placed(tmp_path_factory):
 
 def test_place_writes_trace_and_tensorboard_into_its_output_folder(placed):
     out = placed / "placed"
-    assert sorted(p.name for p in out.iterdir()) == [".pardnn-output.json", "placement.csv", "report.json",
+    assert sorted(p.name for p in out.iterdir()) == [".pardnn-output.json", "inputs.json", "placement.csv", "report.json",
                                                      "tensorboard", "trace.json"]
     assert json.loads((out / ".pardnn-output.json").read_text())["files"] == [
-        "placement.csv", "report.json", "tensorboard", "trace.json"]
+        "inputs.json", "placement.csv", "report.json", "tensorboard", "trace.json"]
     place_events = read_trace(out / "trace.json")["traceEvents"]
     assert place_events == read_trace(placed / "emu.json")["traceEvents"]
 

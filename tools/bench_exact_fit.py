@@ -70,7 +70,7 @@ def tightest(graph, k) -> int:
 
 def fits(graph, k, capacity, algorithm) -> bool:
     try:
-        _, report = placer.place(graph, cluster(k, capacity), algorithm)
+        report = placer.place(graph, cluster(k, capacity), algorithm)[1].to_json()
     except UserError:
         return False
     return report["feasible"] and max(report["peak_memory_bytes"]) <= capacity

@@ -61,7 +61,7 @@ def makespans(graph, cluster, algorithms) -> dict:
     for name in algorithms:
         t0 = time.perf_counter()
         try:
-            _, report = placer.place(graph, cluster, name)
+            report = placer.place(graph, cluster, name)[1].to_json()
         except UserError:
             report = None
         out[name] = (report, time.perf_counter() - t0)
@@ -224,7 +224,7 @@ def run_speed(args):
     for name in ["pardnn"] + args.reference:
         t0 = time.perf_counter()
         try:
-            _, rep = placer.place(graph, cluster, name)
+            rep = placer.place(graph, cluster, name)[1].to_json()
         except UserError as exc:
             print(f"  {name:12s} infeasible ({time.perf_counter() - t0:.1f} s): {str(exc)[:80]}")
             continue
@@ -235,7 +235,7 @@ def run_speed(args):
 
 
 def run_step1_memory(args):
-    from pardnn.emulator import evaluate
+    from pardnn.pipeline.report import evaluate
     from pardnn.graph.node_memory import resident_bytes
     from pardnn.pipeline.load import load_cost_graph
     from pardnn.emulator.trial import emulate
@@ -246,7 +246,7 @@ def run_step1_memory(args):
         cluster = parse_devices(f"cpu:{k}")
         device = step1.partition(graph, cluster, {}, emulate=emulate).device
         res = np.bincount(device, resident_bytes(graph), int(k))
-        peaks = np.array(evaluate(graph, cluster, device)["peak_memory_bytes"], float)
+        peaks = np.array(evaluate(graph, cluster, device).peak_memory_bytes, float)
         print(f"{family:12s} K={k:2s} resident share % {np.round(100 * res / res.sum()).astype(int).tolist()}"
               f"  peak share % {np.round(100 * peaks / peaks.sum()).astype(int).tolist()}")
 

@@ -43,12 +43,14 @@ def main():
         cluster = parse_devices(spec)
         for name in ("pardnn", "pardnn-hier"):
             placement, report = placer.place(graph, cluster, name)
+            report = report.to_json()
             print(f"{spec:>14} {name:<12} makespan {format_time(report['makespan_us']):>11}  "
                   f"across hosts {format_size(cross_host_bytes(graph, cluster, placement.device)):>11}  "
                   f"hosts used {len(set(cluster.host_of[placement.device].tolist()))}  "
                   f"placed in {report['placement_seconds']:.2f} s")
         one = host_cluster(cluster, 0)
         placement, report = placer.place(graph, one, "pardnn")
+        report = report.to_json()
         t1 = time.perf_counter()
         block = replicas.estimate(graph, placement.device, cluster, args.replicas, report["makespan_us"])
         extra = block["step_time_us"] - block["per_replica_makespan_us"]

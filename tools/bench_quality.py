@@ -126,7 +126,7 @@ def one(name, graph, preset, k, memory, algorithm, cluster) -> dict:
     row = {"graph": name, "nodes": graph.num_nodes, "preset": preset, "k": k, "memory": memory,
            "algorithm": algorithm, "lower_bound_us": round(lower_bound_us(graph, k), 3)}
     try:
-        _, rep = placer.place(graph, cluster, algorithm)
+        rep = placer.place(graph, cluster, algorithm)[1].to_json()
     except UserError as exc:
         return {**row, "feasible": False, "error": str(exc)}
     return {**row, "makespan_us": round(rep["makespan_us"], 3), "feasible": rep["feasible"],

@@ -47,7 +47,7 @@ import numpy as np
 
 from pardnn.pipeline import place as placer
 from pardnn.hardware import parse_devices
-from pardnn.emulator import evaluate
+from pardnn.pipeline.report import evaluate
 from pardnn.pipeline.judge import judge
 from pardnn.repair.least_memory import least_memory
 from pardnn.units import format_size
@@ -60,7 +60,7 @@ UNLIMITED = 2**50
 
 def single_peak(graph) -> int:
     return int(evaluate(graph, parse_devices("cpu:1").with_options(memory=UNLIMITED),
-                        np.zeros(graph.num_nodes, np.int32))["peak_memory_bytes"][0])
+                        np.zeros(graph.num_nodes, np.int32)).peak_memory_bytes[0])
 
 
 def sized_cluster(k, capacity, reserve=0.10):
@@ -71,14 +71,14 @@ def sized_cluster(k, capacity, reserve=0.10):
 def quality_row(name, graph, k, frac, algorithm):
     peak = single_peak(graph)
     free = parse_devices(f"cpu:{k}").with_options(memory=UNLIMITED)
-    _, loose = placer.place(graph, free, algorithm)
+    loose = placer.place(graph, free, algorithm)[1].to_json()
     least = least_memory(graph, k).bytes
     if 1.1 * least > frac * peak:   # (nearly) no placement could fit: 1.1 x the bound
         name, frac = f"{name}*", 1.1 * least / peak
     cluster = sized_cluster(k, frac * peak)
     cap = int(cluster.capacity[0])
     try:
-        _, rep = placer.place(graph, cluster, algorithm)
+        rep = placer.place(graph, cluster, algorithm)[1].to_json()
     except Exception as exc:  # a UserError is the answer for an infeasible request
         return f"{name:12s} K={k} {frac:.2f}x {algorithm:8s} FAILED: {exc}"
     before = " ".join(f"{x / cap:.2f}" for x in rep["peak_memory_before_repair_bytes"])

@@ -70,7 +70,7 @@ def measure_profile(algorithm: str, profile: str, devices: str, memory: str) -> 
     cluster = parse_devices(devices)
     if memory:
         cluster = cluster.with_options(memory=parse_size(memory))
-    _, report = placer.place(graph, cluster, algorithm)
+    report = placer.place(graph, cluster, algorithm)[1].to_json()
     return {"nodes": graph.num_nodes, "edges": graph.num_edges, "import_s": t1 - t0, "load_s": load_s,
             "placer_s": report["placement_seconds"], "stages": report["stage_seconds"],
             "makespan_ms": report["makespan_us"] / 1e3, "winner": report.get("candidate", "")}

@@ -1,5 +1,5 @@
 """Hand-written ordered structures against sortedcontainers / heapq: speed and identical
-results (docs/architecture.md, "Data structures").
+results (docs/data-structures.md).
 
     python -m tools.bench_structures [--sizes C,C,...]
 

@@ -42,12 +42,12 @@ def memory_bytes(graph_path: str, memory: str) -> str:
         return memory
     import numpy as np
 
-    from pardnn.emulator import evaluate
+    from pardnn.pipeline.report import evaluate
     from pardnn.hardware import parse_devices
     from pardnn.pipeline.load import load_cost_graph
     graph, _ = load_cost_graph(graph_path)
     one = parse_devices("cpu:1").with_options(memory=2**50)
-    peak = evaluate(graph, one, np.zeros(graph.num_nodes, np.int32))["peak_memory_bytes"][0]
+    peak = evaluate(graph, one, np.zeros(graph.num_nodes, np.int32)).peak_memory_bytes[0]
     return str(int(float(memory[:-1]) * peak))
 
 

@@ -33,7 +33,7 @@ def measure(family, size, steps, rewrites, root):
     out = os.path.join(root, f"{family}-{'on' if rewrites else 'off'}")
     profile_model(model, steps, "cpu:1", out, rewrites=rewrites)
     graph, info = load_profile(out)
-    _, report = place(graph, parse_devices("cpu:4"), "pardnn")
+    report = place(graph, parse_devices("cpu:4"), "pardnn")[1].to_json()
     return graph, info, report["makespan_us"]
 
 

@@ -69,7 +69,7 @@ def row(name, graph, k, memory, cluster) -> dict:
            "old_bound_us": round(max(critical_path_us(graph), graph.total_work_us() / k), 3),
            "exact_ran": exact.applies(graph, cluster)}
     try:
-        _, rep = placer.place(graph, cluster, "pardnn")
+        rep = placer.place(graph, cluster, "pardnn")[1].to_json()
     except UserError as exc:
         return {**out, "error": str(exc)}
     best, by = best_candidate(rep)

@@ -24,7 +24,7 @@ import numpy as np
 from tools.commit_line import print_commit
 from tools.synth_graph import synth_graph
 
-from pardnn.emulator import evaluate
+from pardnn.pipeline.report import evaluate
 from pardnn.errors import UserError
 from pardnn.hardware import parse_devices
 from pardnn.pipeline.place import place
@@ -37,13 +37,14 @@ GRAPHS = (("dag3k", 3000, 1, "dag"), ("chain3k", 3000, 2, "chain"), ("dag20k", 2
 
 def one_device_peak(graph) -> int:
     one = parse_devices("cpu:1").with_options(memory=2**50)
-    return int(evaluate(graph, one, np.zeros(graph.num_nodes, np.int32))["peak_memory_bytes"][0])
+    return int(evaluate(graph, one, np.zeros(graph.num_nodes, np.int32)).peak_memory_bytes[0])
 
 
 def fingerprint(graph, cluster, algorithm) -> str:
     """`hash step_us` of the placement, or `ERR` and the first words of why none fits."""
     try:
         placement, report = place(graph, cluster, algorithm)
+        report = report.to_json()
     except UserError as exc:
         return f"ERR {str(exc)[:60]}"
     digest = hashlib.sha1(np.asarray(placement.device, np.int32).tobytes()).hexdigest()[:12]

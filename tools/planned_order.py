@@ -64,6 +64,7 @@ def planned_us(graph, cluster, device, start) -> float:
 def case(name, graph, k) -> str:
     cluster = parse_devices(f"cpu:{k}").with_options(memory=2**50)
     placement, report = placer.place(graph, cluster, "pardnn")
+    report = report.to_json()
     device = np.asarray(placement.device)
     own = exact.solve_here(graph, cluster, fixed=device)
     free = exact.solve(graph, cluster)

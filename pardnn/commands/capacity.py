@@ -13,10 +13,13 @@ memory: `pardnn run DIR/kN` trains it), all or nothing.
 
 from __future__ import annotations
 
+import argparse
 import time
 
+import numpy as np
+
 from pardnn.commands.common import add_cluster_args, cluster_from_args, cluster_inputs
-from pardnn.commands.place import write_placement
+from pardnn.commands.place import placed_inputs, write_placed
 from pardnn.errors import UserError
 from pardnn.io.outputs import OutputDir, check_output_dir
 from pardnn.jsonfile import write_json
@@ -117,14 +120,38 @@ def print_table(doc) -> None:
 
 
 def write_outputs(args, graph, info, rows, doc) -> None:
-    """capacity.json, capacity.png and kN/ per count."""
+    """capacity.json, capacity.png and a placed dir kN/ per count (with inputs.json,
+    for `pardnn explain`, when a --devices spec names the count's devices)."""
     from pardnn.io.capacity_plot import plot_capacity
     with OutputDir(args.out) as out:
-        for row in rows:
+        for row, entry in zip(rows, doc["rows"]):
             fit = row.at_memory or row.least
-            report = dict(fit.report, stage_seconds=dict(fit.report["stage_seconds"]))
-            write_placement(out, graph, info, fit.placement, fit.placement.cluster, report, args.algorithm,
-                            f"{args.devices}:{row.devices}", prefix=f"k{row.devices}/", views=False)
-            doc["rows"][rows.index(row)]["placement"] = {"dir": f"k{row.devices}", "memory_bytes": fit.memory}
+            prefix = f"k{row.devices}/"
+            cluster = fit.placement.cluster
+            write_placed(out, graph, info, fit.placement, cluster, args.algorithm, args.devices, prefix=prefix,
+                         views=False)
+            spec = count_spec(args, cluster, fit.memory)
+            if spec is not None:
+                write_json(placed_inputs(args, spec, str(fit.memory)), out.temp(prefix + "inputs.json"))
+            write_json(fit.report.to_json(), out.temp(prefix + "report.json"))
+            entry["placement"] = {"dir": f"k{row.devices}", "memory_bytes": fit.memory}
         write_json(doc, out.temp("capacity.json"))
         plot_capacity(doc, out.temp("capacity.png"))
+
+
+def count_spec(args, cluster, memory):
+    """A --devices spec that, with the command's other flags and --memory `memory`,
+    makes `cluster` (the first devices of --devices'), or None: --devices with its
+    count replaced (dgx-h100 -> dgx-h100:4, cpu:8 -> cpu:4) when that gives the same
+    devices, memory and links."""
+    spec = str(args.devices)
+    base = spec.rsplit(":", 1)[0] if spec.rsplit(":", 1)[-1].isdigit() else spec
+    again = argparse.Namespace(**{**vars(args), "devices": f"{base}:{cluster.num_devices}", "memory": str(memory)})
+    try:
+        named = cluster_from_args(again)
+    except UserError:
+        return None
+    same = (named.names == cluster.names and np.array_equal(named.memory, cluster.memory)
+            and named.reserve == cluster.reserve and np.array_equal(named.bandwidth, cluster.bandwidth)
+            and np.array_equal(named.latency_us, cluster.latency_us))
+    return again.devices if same else None

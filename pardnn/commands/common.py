@@ -104,3 +104,20 @@ def check_output_file(flag, path, inputs=()) -> None:
     for item in inputs:
         if os.path.commonpath([full, os.path.realpath(str(item))]) == os.path.realpath(str(item)):
             raise UserError(f"{flag}: {path} would overwrite or go into the input {item}; name another file")
+
+
+def write_all_or_nothing(writers) -> None:
+    """Write each (path, write) pair, `write(temporary_path)`, through a temporary file
+    beside `path`; rename them into place only when all were written, else remove them."""
+    pending = []
+    try:
+        for path, write in writers:
+            pending.append((f"{path}.tmp{os.getpid()}", path))
+            write(pending[-1][0])
+    except BaseException:
+        for tmp, _ in pending:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        raise
+    for tmp, final in pending:
+        os.replace(tmp, final)

@@ -82,16 +82,16 @@ def compare(graph, cluster, names, budget_s=None) -> list:
         except UserError as exc:
             rows.append({"algorithm": name, "feasible": False, "error": str(exc)})
             continue
-        makespan = report["makespan_us"]
+        makespan = report.makespan_us
         rows.append({
             "algorithm": name,
             "makespan_us": makespan,
-            "speedup": report["single_device_us"] / makespan if makespan > 0 else 1.0,
-            "peak_memory_bytes": report["peak_memory_bytes"],
-            "feasible": report["feasible"],
-            "comm_bytes": report["comm_bytes"],
-            "placement_seconds": report["placement_seconds"],
-            **({"candidate": report["candidate"]} if "candidate" in report else {}),
+            "speedup": report.single_device_us / makespan if makespan > 0 else 1.0,
+            "peak_memory_bytes": report.peak_memory_bytes,
+            "feasible": report.feasible,
+            "comm_bytes": report.comm_bytes,
+            "placement_seconds": report.placement_seconds,
+            **({"candidate": report.candidate} if report.candidate is not None else {}),
         })
     return rows
 

@@ -12,14 +12,15 @@ the step as a Chrome Trace Event file for Perfetto or TensorBoard's trace viewer
 import os
 import time
 
-from pardnn.commands.common import add_cluster_args, check_output_files, cluster_from_args, cluster_inputs
+from pardnn.commands.common import (add_cluster_args, check_output_files, cluster_from_args, cluster_inputs,
+                                    write_all_or_nothing)
 from pardnn.graph.constraints import violations
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
 from pardnn.errors import UserError
 from pardnn.pipeline.load import load_cost_graph
-from pardnn.io.placement import Placement, read_csv
-from pardnn.pipeline.report import base_report, judged_fields
+from pardnn.io.placement import read_csv
+from pardnn.pipeline.report import emulation_report
 from pardnn.emulator.trace import emulated_step
 from pardnn.io.trace_events import short_names, write_trace
 from pardnn.jsonfile import write_json
@@ -52,10 +53,10 @@ def run(args):
     t0 = time.perf_counter()
     schedule = simulate(graph, cluster, device)
     profile = track_memory(graph, cluster, device, schedule)
-    report = base_report(graph, Placement(device, cluster, algorithm="placement.csv"))
-    report["placement"] = os.path.abspath(args.placement)
-    report.update(judged_fields(graph, cluster, device, schedule, profile))
-    report["stage_seconds"] = {"evaluate": time.perf_counter() - t0}
+    report = emulation_report(graph, cluster, device, schedule, profile, "placement.csv",
+                              placement=os.path.abspath(args.placement))
+    report.stage_seconds = {"evaluate": time.perf_counter() - t0}
+    report = report.to_json()
     about = {"pardnn": "emulated step", "placement": report["placement"], "devices": args.devices}
     _write(args, report, lambda path: _plot(schedule, profile, cluster, device, args, path),
            lambda path: write_trace(path, emulated_step(graph, cluster, device, schedule, profile), about))
@@ -72,24 +73,9 @@ def _plot(schedule, profile, cluster, device, args, path):
 def _write(args, report, plot, trace):
     """Write --plot, --trace and --report through temporary files; rename them only
     if all worked."""
-    pending = []
-    try:
-        if args.plot:
-            pending.append((f"{args.plot}.tmp{os.getpid()}", args.plot))
-            plot(pending[-1][0])
-        if args.trace:
-            pending.append((f"{args.trace}.tmp{os.getpid()}", args.trace))
-            trace(pending[-1][0])
-        if args.report:
-            pending.append((f"{args.report}.tmp{os.getpid()}", args.report))
-            write_json(report, pending[-1][0])
-    except BaseException:
-        for tmp, _ in pending:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-        raise
-    for tmp, final in pending:
-        os.replace(tmp, final)
+    writers = [(args.plot, plot), (args.trace, trace),
+               (args.report, lambda path: write_json(report, path))]
+    write_all_or_nothing([(path, write) for path, write in writers if path])
 
 
 def print_table(report, cluster, file=None):

@@ -3,8 +3,12 @@
 Writes OUT_DIR/placement.csv, OUT_DIR/report.json, OUT_DIR/trace.json (the emulated
 step, pardnn.io.trace_events), OUT_DIR/tensorboard/ (the placed graph,
 pardnn.io.tensorboard_graph) and, when PROFILE is a profile directory,
-OUT_DIR/placed_graph.pb, all or nothing.
+OUT_DIR/placed_graph.pb, all or nothing; and OUT_DIR/inputs.json, what it was placed
+from (the profile's path and the flags that made the cluster), so that `pardnn explain
+OUT_DIR` can emulate the same step again. `--explain` prints that explanation at the end.
 """
+
+import os
 
 import time
 
@@ -15,6 +19,7 @@ from pardnn.placers import registry as algorithms
 from pardnn.commands.common import (add_budget_arg, add_cluster_args, budget_from_args, cluster_from_args,
                                    cluster_inputs, refuse_below_least_memory)
 from pardnn.pipeline.load import load_cost_graph
+from pardnn.pipeline.report import placement_report
 from pardnn.io.outputs import OutputDir, check_output_dir
 from pardnn.progress import stage
 from pardnn.jsonfile import write_json
@@ -40,6 +45,8 @@ def add_parser(sub):
                    help="data parallelism: place on the first host's devices, replicate on R hosts "
                         "with gradients averaged (docs/multihost.md)")
     p.add_argument("-o", "--out", required=True, metavar="OUT_DIR", help="output directory")
+    p.add_argument("--explain", action="store_true",
+                   help="end with `pardnn explain`'s summary: what sets the step and fills memory, by layer")
     p.set_defaults(run=run)
 
 
@@ -57,40 +64,54 @@ def run(args):
         check_averaged(graph, args.profile)
     refuse_below_least_memory(graph, one_replica, args)
     with stage(f"placing {graph.num_nodes} nodes with {args.algorithm} on {cluster.num_devices} devices"):
-        placement, report = placer.place(graph, one_replica, args.algorithm, budget_s)
-    report["stage_seconds"] = {"load": load_s, **report["stage_seconds"]}
-    if args.replicas is not None:
-        report["replicas"] = replicas.estimate(graph, placement.device, cluster, args.replicas,
-                                               report["makespan_us"])
+        placed = placer.run_placement(graph, one_replica, args.algorithm, budget_s)
     loader = {key: info[key] for key in LOADER_FIELDS if key in info}
-    if loader:
-        report["loader"] = loader
+
+    def report_of(write_s):
+        return placement_report(graph, placed, loader, None if args.replicas is None else (cluster, args.replicas),
+                                {"load": load_s, "write": write_s})
     with stage(f"writing {args.out}"):
-        _write_outputs(args, graph, info, placement, cluster, report)
+        report = _write_outputs(args, graph, info, placed.placement, cluster, report_of).to_json()
     print_summary(report, out_dir=args.out)
     if args.replicas is not None:
         print(replicas.summary_line(report["replicas"]))
     if loader.get("untimed_nodes"):
         print(f"  note: {loader['untimed_nodes']} nodes had no timing in the profile "
               f"(zero compute time, static output sizes)")
+    if args.explain:
+        from pardnn.commands.explain import explain_placement
+        explain_placement(args.out, graph, info, placed.placement, report, placed_inputs(args))
     return 0
 
 
-def _write_outputs(args, graph, info, placement, cluster, report):
+def placed_inputs(args, devices=None, memory=None) -> dict:
+    """inputs.json: the profile (absolute path) and the flags `pardnn explain` needs to
+    build the same cluster and emulate the same step again (a cluster file by its
+    absolute path). `devices`, `memory`: other values than the command's flags."""
+    devices = devices or (os.path.abspath(args.devices) if cluster_inputs(args) else args.devices)
+    return {"format": "pardnn-place-inputs", "version": 1, "profile": os.path.abspath(args.profile),
+            "devices": devices, "memory": memory or args.memory, "reserve": args.reserve,
+            "bandwidth": args.bandwidth, "latency": args.latency, "algorithm": args.algorithm,
+            "time_budget": getattr(args, "time_budget", None), "replicas": getattr(args, "replicas", None)}
+
+
+def _write_outputs(args, graph, info, placement, cluster, report_of):
     """placement.csv, placed_graph.pb (profile dirs only), profile.json, trace.json,
-    tensorboard/ and report.json."""
+    tensorboard/, inputs.json, then report.json: `report_of(seconds the others took to
+    write)`, which it returns."""
     with OutputDir(args.out) as out:
-        write_placement(out, graph, info, placement, cluster, report, args.algorithm, args.devices,
-                        replicas=args.replicas)
+        t1 = time.perf_counter()
+        write_placed(out, graph, info, placement, cluster, args.algorithm, args.devices, args.replicas)
+        write_json(placed_inputs(args), out.temp("inputs.json"))
+        report = report_of(time.perf_counter() - t1)
+        write_json(report.to_json(), out.temp("report.json"))
+    return report
 
 
-def write_placement(out, graph, info, placement, cluster, report, algorithm, devices, replicas=None,
-                    prefix="", views=True):
+def write_placed(out, graph, info, placement, cluster, algorithm, devices, replicas=None, prefix="", views=True):
     """A placed dir's files under `prefix` in the OutputDir `out`: placement.csv,
-    placed_graph.pb and profile.json (profile dirs only: what `pardnn run` reads),
-    with `views` trace.json and tensorboard/, and report.json (its stage_seconds
-    gains `write`)."""
-    t1 = time.perf_counter()
+    placed_graph.pb and profile.json (profile dirs only: what `pardnn run` reads), and
+    with `views` trace.json and tensorboard/."""
     placement.write_csv(graph, out.temp(prefix + "placement.csv"))
     placed_pb = None
     if info.get("profile_dir"):
@@ -106,8 +127,6 @@ def write_placement(out, graph, info, placement, cluster, report, algorithm, dev
             write_json(info["profile"], out.temp(prefix + "profile.json"))
     if views:
         _write_views(algorithm, devices, graph, placement, placed_pb, out, prefix)
-    report["stage_seconds"]["write"] = time.perf_counter() - t1
-    write_json(report, out.temp(prefix + "report.json"))
 
 
 def _write_views(algorithm, devices, graph, placement, placed_graph, out, prefix=""):

@@ -41,25 +41,32 @@ INTERVAL_MAX_NODES = 2_000   # the interval bound costs O(grid^2 n) per trial st
 
 def step_lower_bound_us(graph, cluster) -> float:
     """A lower bound on the emulated step of EVERY placement of `graph` on `cluster`:
-    the largest of total work / K, max over nodes of est(n) + p(n) + tail(n), where est
-    and tail are communication-aware floors on a node's start and on the time after its
-    finish (pardnn.graph.forced_levels), and, on graphs of at most INTERVAL_MAX_NODES,
-    the interval bound over the windows they leave each op. docs/bounds.md has the
-    proofs. Found once per graph and cluster (the graph's memo)."""
-    return graph.memoized(("step_lower_bound_us", cluster), lambda: _step_lower_bound_us(graph, cluster))
+    the largest of `step_lower_bounds` (docs/bounds.md has the proofs)."""
+    return max(step_lower_bounds(graph, cluster).values())
 
 
-def _step_lower_bound_us(graph, cluster) -> float:
+def step_lower_bounds(graph, cluster) -> dict:
+    """The bounds on every placement's emulated step, by name: "work_per_device_us"
+    (total work / K), "forced_transfers_us" (max over nodes of est(n) + p(n) + tail(n),
+    where est and tail are communication-aware floors on a node's start and on the time
+    after its finish, pardnn.graph.forced_levels) and, on graphs of at most
+    INTERVAL_MAX_NODES and K > 1, "interval_us" (the interval bound over the windows
+    they leave each op, never below the other two). `pardnn explain` names the one that
+    binds. Found once per graph and cluster (the graph's memo)."""
+    return dict(graph.memoized(("step_lower_bounds", cluster), lambda: _step_lower_bounds(graph, cluster)))
+
+
+def _step_lower_bounds(graph, cluster) -> dict:
     if graph.num_nodes == 0:
-        return 0.0
+        return {"work_per_device_us": 0.0, "forced_transfers_us": 0.0}
     p = np.asarray(graph.comp_us, np.float64)
-    work = float(p.sum()) / cluster.num_devices
+    bounds = {"work_per_device_us": float(p.sum()) / cluster.num_devices}
     comm = edge_comm_floor_us(graph, cluster)
     est, tail = start_and_tail_floors(graph, p, comm)
-    bound = max(work, float((est + p + tail).max()))
+    bounds["forced_transfers_us"] = float((est + p + tail).max())
     if graph.num_nodes <= INTERVAL_MAX_NODES and cluster.num_devices > 1:
-        bound = max(bound, interval_bound_us(p, est, tail + p, cluster.num_devices, bound))
-    return bound
+        bounds["interval_us"] = interval_bound_us(p, est, tail + p, cluster.num_devices, max(bounds.values()))
+    return bounds
 
 
 def edge_comm_floor_us(graph, cluster) -> np.ndarray:

@@ -20,9 +20,17 @@ import numpy as np
 def critical_path(graph, device, schedule):
     """(nodes, transfers) on the critical path of `schedule`, each in time order;
     transfers are indices into the schedule's transfer arrays."""
+    nodes, transfers, _ = critical_chain(graph, device, schedule)
+    return nodes, transfers
+
+
+def critical_chain(graph, device, schedule):
+    """`critical_path`'s (nodes, transfers), and per node of the chain whether the
+    chain reached it through data: the op after it on the chain waited for its output
+    (True for the last op), not for its device to finish running it."""
     n = graph.num_nodes
     if n == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool)
     device = np.asarray(device, np.int64)
     start, finish = schedule.start, schedule.finish
     ready, last_edge = _last_inputs(graph, schedule)
@@ -31,7 +39,7 @@ def critical_path(graph, device, schedule):
     input_bound = start <= ready + tolerance
     edge_src, edge_transfer = graph.edge_src.tolist(), schedule.edge_transfer.tolist()
     last_edge, before, input_bound = last_edge.tolist(), before.tolist(), input_bound.tolist()
-    nodes, transfers = [], []
+    nodes, transfers, by_data = [], [], [True]
     v = int(np.argmax(finish))
     for _ in range(n):                      # the chain visits each op at most once
         nodes.append(v)
@@ -42,11 +50,14 @@ def critical_path(graph, device, schedule):
             if edge_transfer[e] >= 0:
                 transfers.append(edge_transfer[e])
             v = edge_src[e]
+            by_data.append(True)
         else:
             v = before[v]
             if v < 0:
                 break
-    return np.asarray(nodes[::-1], np.int64), np.asarray(transfers[::-1], np.int64)
+            by_data.append(False)
+    return (np.asarray(nodes[::-1], np.int64), np.asarray(transfers[::-1], np.int64),
+            np.asarray(by_data[:len(nodes)][::-1], bool))
 
 
 def _last_inputs(graph, schedule):

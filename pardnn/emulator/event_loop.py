@@ -16,17 +16,37 @@ times finishes come first and ties go by node id.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from pardnn.compiled import kernel
 
 
+class Successors(NamedTuple):
+    """The graph's edges in CSR by producer, and each one's transfer."""
+
+    ptr: np.ndarray         # int64, nodes + 1
+    dst: np.ndarray         # int64 per edge
+    transfer: np.ndarray    # int64 per edge: its transfer, or -1 (same device)
+
+
+class Transfers(NamedTuple):
+    """The step's transfers (pardnn.emulator.scheduler.plan_transfers)."""
+
+    link: np.ndarray        # int64: src device * k + dst device
+    occupancy: np.ndarray   # float64: how long it holds its link (bytes / bandwidth)
+    latency: np.ndarray     # float64: added after it leaves the link
+
+
 @kernel
-def event_loop(k, comp, device, succ_ptr, edge_dst, edge_transfer, link, occupancy, latency, indegree):
+def event_loop(k, comp, device, indegree, successors, transfers):
     """Start and finish per node, send and arrival per transfer, of one emulated step.
 
-    comp: float64 per node; device, succ_ptr, edge_dst, edge_transfer (-1: same device),
-    link (src * k + dst), indegree: int64; occupancy, latency: float64 per transfer."""
+    comp: float64 per node; device, indegree: int64 per node; the Successors and
+    Transfers of the step."""
+    succ_ptr, edge_dst, edge_transfer = successors
+    link, occupancy, latency = transfers
     n, m = comp.shape[0], link.shape[0]
     pending = indegree.copy()
     ready, start, finish = np.zeros(n), np.zeros(n), np.zeros(n)

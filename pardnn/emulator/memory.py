@@ -40,6 +40,7 @@ counting sort).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -130,9 +131,9 @@ def _buffers(graph, device, schedule):
         return _buffers_by_numpy(graph, device, schedule)
     s = schedule
     return _buffer_columns.compiled(
-        graph.kind == NORMAL, graph.out_bytes.astype(np.int64), graph.edge_src, graph.edge_dst,
-        graph.edge_slot >= 0, device, s.start, s.finish, s.edge_transfer, s.transfer_edge,
-        s.transfer_dst, s.transfer_bytes, s.transfer_arrival)
+        graph.kind == NORMAL, graph.out_bytes.astype(np.int64), device, s.start, s.finish,
+        Edges(graph.edge_src, graph.edge_dst, graph.edge_slot >= 0, s.edge_transfer),
+        Sent(s.transfer_edge, s.transfer_dst, s.transfer_bytes, s.transfer_arrival))
 
 
 def _buffers_by_numpy(graph, device, schedule):
@@ -186,12 +187,31 @@ def _received_copies(graph, schedule):
             graph.edge_src[schedule.transfer_edge].astype(np.int64), owner, schedule.transfer_arrival)
 
 
+class Edges(NamedTuple):
+    """The graph's edges as `_buffer_columns` reads them."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    data: np.ndarray        # bool: carries a tensor (slot >= 0)
+    transfer: np.ndarray    # the emulated transfer it rides, or -1 (same device)
+
+
+class Sent(NamedTuple):
+    """The emulated step's transfers (pardnn.emulator.scheduler.Schedule)."""
+
+    edge: np.ndarray        # the edge each transfer was issued for
+    dst: np.ndarray         # its destination device
+    nbytes: np.ndarray
+    arrival: np.ndarray
+
+
 @kernel
-def _buffer_columns(normal, out_bytes, edge_src, edge_dst, data, device, start, finish, edge_transfer,
-                    transfer_edge, transfer_dst, transfer_bytes, arrival):
-    """`_buffers_by_numpy` in one pass over the edges (each node's and each copy's
+def _buffer_columns(normal, out_bytes, device, start, finish, edges, sent_):
+    """`_buffers_by_numpy` in one pass over the Edges (each node's and each copy's
     latest local reader, ties to the highest node id, and each node's latest send)
-    and one over the nodes and transfers, keeping the buffers that hold bytes."""
+    and one over the nodes and the transfers Sent, keeping the buffers that hold bytes."""
+    edge_src, edge_dst, data, edge_transfer = edges
+    transfer_edge, transfer_dst, transfer_bytes, arrival = sent_
     n, m = start.shape[0], transfer_edge.shape[0]
     local_free, owner, sent = np.full(n, -np.inf), np.full(n, -1, np.int64), np.full(n, -np.inf)
     copy_free, copy_owner = np.full(m, -np.inf), np.full(m, -1, np.int64)

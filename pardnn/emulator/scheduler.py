@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pardnn.compiled import INTERPRETED_BELOW, kernel
-from pardnn.emulator.event_loop import event_loop
+from pardnn.emulator.event_loop import Successors, Transfers, event_loop
 
 
 @dataclass(frozen=True, eq=False)
@@ -142,9 +142,9 @@ def simulate(graph, cluster, device) -> Schedule:
     edge_transfer, transfer_edge, link, occupancy, latency = plan_transfers(graph, cluster, device)
     f64, i64 = np.float64, np.int64                  # the compiled loop's dtypes
     start, finish, send, arrival = event_loop.for_size(graph.num_nodes)(
-        cluster.num_devices, np.asarray(graph.comp_us, f64), device, *graph.successor_arrays,
-        edge_transfer, np.asarray(link, i64), np.asarray(occupancy, f64), np.asarray(latency, f64),
-        np.diff(graph.pred_ptr).astype(i64))
+        cluster.num_devices, np.asarray(graph.comp_us, f64), device, np.diff(graph.pred_ptr).astype(i64),
+        Successors(*graph.successor_arrays, edge_transfer),
+        Transfers(np.asarray(link, i64), np.asarray(occupancy, f64), np.asarray(latency, f64)))
     return Schedule(
         start=start, finish=finish,
         busy_us=np.bincount(device, graph.comp_us, minlength=cluster.num_devices),

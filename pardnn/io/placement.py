@@ -52,8 +52,9 @@ def read_csv(path, graph, cluster) -> np.ndarray:
             header = next(rows, None)
             if header is None or [h.strip() for h in header[:2]] != ["node", "device"]:
                 raise UserError(f"{path}:1: expected the header 'node,device'")
+            devices = {}                # each distinct device text looked up once
             for lineno, row in enumerate(rows, start=2):
-                _read_row(path, lineno, row, index, cluster, device)
+                _read_row(path, lineno, row, index, cluster, device, devices)
     except OSError as exc:
         raise UserError(f"--placement: cannot read {path} ({exc.strerror})") from None
     except UnicodeDecodeError:
@@ -67,7 +68,7 @@ def read_csv(path, graph, cluster) -> np.ndarray:
     return device
 
 
-def _read_row(path, lineno, row, index, cluster, device):
+def _read_row(path, lineno, row, index, cluster, device, devices):
     if not row:
         return
     if len(row) != 2:
@@ -78,12 +79,14 @@ def _read_row(path, lineno, row, index, cluster, device):
     if node not in index:
         raise UserError(f"{path}:{lineno}: node {node!r} is not in the profile")
     k = cluster.num_devices
-    try:
-        number = dev.lstrip("-")
-        d = int(dev) if number.isascii() and number.isdigit() else cluster.device_index(dev)
-    except KeyError:
-        raise UserError(f"{path}:{lineno}: device {dev!r} is not in the cluster "
-                        f"({', '.join(cluster.names)})") from None
+    if dev not in devices:
+        try:
+            number = dev.lstrip("-")
+            devices[dev] = int(dev) if number.isascii() and number.isdigit() else cluster.device_index(dev)
+        except KeyError:
+            raise UserError(f"{path}:{lineno}: device {dev!r} is not in the cluster "
+                            f"({', '.join(cluster.names)})") from None
+    d = devices[dev]
     if not 0 <= d < k:
         raise UserError(f"{path}:{lineno}: device index {d} is outside the cluster (0..{k - 1})")
     if device[index[node]] >= 0:

@@ -1,5 +1,7 @@
 """The placement pipeline, one stage a module: load.py turns a PROFILE argument into a
-CostGraph; portfolio.py builds an algorithm's candidates (the placers of
-pardnn.placers.registry); judge.py repairs each for memory and emulates it;
-refine_memory.py refines the best within memory; place.py runs the stages and
-report.py builds report.json; replicas.py estimates data parallelism across hosts."""
+CostGraph; choice.py holds the portfolio's rules (which candidates of
+pardnn.placers.registry run, the finalists, the winner) and portfolio.py runs them
+(in worker processes, workers.py, and under a --time-budget); judge.py repairs each
+candidate for memory and emulates it; refine_memory.py refines the finalists within
+memory; place.py runs the stages; report.py assembles report.json, whose lower bound
+bounds.py computes; replicas.py estimates data parallelism across hosts."""

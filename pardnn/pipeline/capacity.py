@@ -25,7 +25,8 @@ from pardnn.errors import UserError
 from pardnn.graph.node_memory import resident_bytes
 from pardnn.pipeline.judge import Judging, judge
 from pardnn.pipeline.place import place
-from pardnn.pipeline.portfolio import build, candidate_roles
+from pardnn.pipeline import choice
+from pardnn.pipeline.portfolio import build
 from pardnn.placers import registry
 from pardnn.progress import stage
 from pardnn.repair.least_memory import least_memory
@@ -42,7 +43,7 @@ class Fit:
 
     memory: int                 # bytes per device, the reserve included (as --memory)
     placement: object           # pardnn.io.placement.Placement
-    report: dict                # its report.json
+    report: object              # its report.json (pardnn.pipeline.report.Report)
 
 
 @dataclass
@@ -62,11 +63,11 @@ class Row:
                "least_memory_bytes": self.least.memory,
                "least_memory_bound_bytes": _memory(self.bound.bytes, self.least.placement.cluster.reserve),
                "bound": self.bound.fields(),
-               "step_us_at_least_memory": self.least.report["makespan_us"],
+               "step_us_at_least_memory": self.least.report.makespan_us,
                "fits_at_memory": self.at_memory is not None,
                "placements": self.placements, "memories_tried": self.checks}
         if self.at_memory is not None:
-            step = self.at_memory.report["makespan_us"]
+            step = self.at_memory.report.makespan_us
             doc.update({"step_us_at_memory": step, "speedup_at_memory": one_device_us / step if step else None})
         return doc
 
@@ -138,18 +139,18 @@ def count_row(graph, cluster, algorithm) -> Row:
 
 class Feasibility:
     """Whether `algorithm` fits at a memory per device, as `pardnn place` decides it
-    from the candidates it builds from the start (pardnn.pipeline.portfolio.
-    candidate_roles): some of them, built and repaired, fits. Refinement within memory
+    from the candidates it builds from the start (pardnn.pipeline.choice.roles: the
+    first and those beside it): some of them, built and repaired, fits. Refinement within memory
     keeps a fit, so it is left out; so are the EXTRA candidates that `pardnn place`
-    tries on large graphs (EXTRAS_MAX_NODES nodes or more) only when none of those fits
+    tries on large graphs (choice.EXTRAS_MAX_NODES nodes or more) only when none fits
     (each a long repair that rarely fits there): a fit found here is one `pardnn place`
     finds too. Placers that read no memory (registry.Placer.reads_memory) are built
     once; the candidate that fitted last is tried first."""
 
     def __init__(self, graph, cluster, algorithm):
         self.graph, self.cluster = graph, cluster
-        roles, beside = candidate_roles(graph, cluster, algorithm)
-        self.names = [n for n, role in roles.items() if role == registry.FIRST or n in beside]
+        roles = choice.roles(algorithm, graph, cluster)
+        self.names = [n for n in roles.order if n == roles.first or n in roles.beside]
         self.built, self.last, self.checks = {}, None, 0
 
     def fits(self, memory) -> bool:
@@ -182,7 +183,7 @@ def _fitting_top(graph, cluster, at_memory, low, feasible) -> int:
     without a fit at the cluster's memory, the one-device peak of the whole step
     (everything on one device fits there, and the portfolio tries that)."""
     if at_memory is not None:
-        peak = max(_memory(max(at_memory.report["peak_memory_bytes"]), cluster.reserve), low)
+        peak = max(_memory(max(at_memory.report.peak_memory_bytes), cluster.reserve), low)
         return peak if peak < at_memory.memory and feasible.fits(peak) else at_memory.memory
     one = max(_memory(_one_device_peak(graph, cluster), cluster.reserve), low)
     if not feasible.fits(one):

@@ -31,14 +31,6 @@ class Judged:
     profile: object             # pardnn.emulator.memory.MemoryProfile of `device`
     rounds: int                 # emulations after the first
 
-    def report_fields(self, cluster) -> dict:
-        """report.json fields: moved_nodes, the peaks before repair, the devices repaired."""
-        over = self.peak_before > cluster.capacity
-        return {"moved_nodes": int(self.moved.sum()),
-                "peak_memory_before_repair_bytes": [int(x) for x in self.peak_before],
-                "repaired_devices": [cluster.names[d] for d in np.flatnonzero(over)],
-                "repair_rounds": self.rounds}
-
 
 class Judging:
     """What judging many placements of `graph` on `cluster` shares, each part built when

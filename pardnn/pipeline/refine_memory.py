@@ -34,8 +34,8 @@ HOPELESS_SLACK = 0.02   # a trial this much slower than the step to beat before 
 
 
 @dataclass(frozen=True)
-class Fitted:
-    """The refined, repaired placement, and what this step did."""
+class Refinement:
+    """A judged placement refined within memory (repaired again), and what it took."""
 
     judged: Judged              # the result; `moved`: nodes any repair moved, `rounds`: all repairs'
     makespan_before_us: float   # emulated step of the first repair's placement
@@ -46,7 +46,7 @@ class Fitted:
 
 
 def refine_within_memory(graph, cluster, fixed: Judged, allowed, rounds: int,
-                         deadline: float = math.inf, judging=None) -> Fitted:
+                         deadline: float = math.inf, judging=None) -> Refinement:
     """Refine the repaired placement `fixed` under the cluster's capacities, stopping
     at `deadline` (time.perf_counter() seconds) between batches; `judging`, the
     pardnn.pipeline.judge.Judging to share (else a new one)."""
@@ -64,7 +64,7 @@ def refine_within_memory(graph, cluster, fixed: Judged, allowed, rounds: int,
     current = with_memory(graph, cluster, current)     # kept by emulation alone: its memory, once
     result = replace(current, moved=moved, peak_before=fixed.peak_before,
                      rounds=fixed.rounds + tally["rounds"])
-    return Fitted(result, fixed.schedule.makespan, tally["nodes"], tally["batches"], late,
+    return Refinement(result, fixed.schedule.makespan, tally["nodes"], tally["batches"], late,
                   tally["far_behind"])
 
 

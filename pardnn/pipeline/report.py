@@ -1,36 +1,174 @@
-"""report.json: what a placement costs, in microseconds and bytes (docs/report.md).
+"""report.json: what a placement costs, in microseconds and bytes, as one typed Report
+assembled here and nowhere else (docs/report.md is made from the fields' docs:
+`python -m tools.report_doc`, checked by tests/test_report.py).
 
-Fields are filled only by code that computes them; a field nothing computes is
-absent, never faked.
+`placement_report` assembles what `pardnn place` writes, `emulation_report` what
+`pardnn emulate --report` writes (the same emulation fields, agreeing exactly for the
+same placement). A field is filled only by code that computes it; a field nothing
+computed is None in the Report and absent from report.json, never faked.
 """
 
-from pardnn.emulator import report_fields
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+
+from pardnn.emulator import lower_bound_us
+from pardnn.emulator.memory import track_memory
+from pardnn.emulator.scheduler import simulate
 from pardnn.graph.edge_costs import comm_bytes
-from pardnn.placers import exact
+from pardnn.pipeline import replicas as replicated
+from pardnn.pipeline.bounds import step_lower_bound_us
 from pardnn.repair.least_memory import least_memory
 
-
-def base_report(graph, placement) -> dict:
-    cluster = placement.cluster
-    return {
-        "algorithm": placement.algorithm,
-        "num_nodes": graph.num_nodes,
-        "num_edges": graph.num_edges,
-        "devices": cluster.names,
-        "memory_capacity_bytes": [int(x) for x in cluster.memory],
-        "reserve": cluster.reserve,
-        "nodes_per_device": [int(x) for x in placement.counts()],
-        "comm_bytes": comm_bytes(graph, placement.device),
-    }
+# Sections of the report, in the order docs/report.md lists them.
+SECTIONS = {
+    "placement": "what was placed where",
+    "emulation": "the emulated step of the placement (pardnn/emulator/)",
+    "repair": "what the memory repair did (pardnn/pipeline/judge.py, docs/repair.md)",
+    "portfolio": "`--algorithm pardnn` only: its candidates (pardnn/pipeline/choice.py, docs/algorithm.md)",
+    "run": "the command's run: wall times (only these depend on the machine), loader, replicas",
+}
 
 
-def judged_fields(graph, cluster, device, schedule, profile, bound_us=None) -> dict:
-    """The emulation's fields (pardnn.emulator.report_fields; `bound_us`, its
-    lower_bound_us when known), with lower_bound_us raised to the exact model's proven
-    bound where that model runs (small graphs, pardnn.placers.exact): either holds for
-    every placement (docs/bounds.md); and least_memory, the memory per device below
-    which no placement fits (pardnn.repair.least_memory, docs/bounds.md "Least memory")."""
-    fields = report_fields(graph, cluster, device, schedule, profile, bound_us)
-    fields["lower_bound_us"] = max(fields["lower_bound_us"], exact.proven_bound_us(graph, cluster))
-    fields["least_memory"] = least_memory(graph, cluster.num_devices).fields()
-    return fields
+def _field(section: str, doc: str):
+    return field(default=None, metadata={"section": section, "doc": doc})
+
+
+@dataclass
+class Report:
+    """report.json. Times in microseconds, sizes in bytes; lists have one entry per
+    device in the order of `devices`."""
+
+    algorithm: str | None = _field("placement", "the `--algorithm` placed with (`placement.csv` for `pardnn emulate`)")
+    placement: str | None = _field("placement", "`pardnn emulate`: the placement.csv emulated (absolute path)")
+    num_nodes: int | None = _field("placement", "nodes of the cost graph")
+    num_edges: int | None = _field("placement", "edges of the cost graph")
+    devices: list | None = _field("placement", "full TensorFlow device names")
+    memory_capacity_bytes: list | None = _field("placement", "each device's memory (before the reserve)")
+    reserve: float | None = _field("placement", "share of each device's memory kept free")
+    nodes_per_device: list | None = _field("placement", "nodes placed on each device")
+    comm_bytes: int | None = _field("placement", "bytes crossing devices per step")
+    makespan_us: float | None = _field("emulation", "the emulated step time")
+    single_device_us: float | None = _field("emulation", "the step with everything on one device: the total work")
+    lower_bound_us: float | None = _field(
+        "emulation", "no placement's emulated step is shorter: the largest of the critical path, work / K, "
+        "a path with its forced transfers, the interval bound (small graphs) and the exact model's proven "
+        "bound (small graphs; docs/bounds.md)")
+    least_memory: dict | None = _field(
+        "emulation", "no placement fits in less usable memory per device (memory minus the reserve) on these "
+        "K devices: `bytes`, the bound that gives it (`binding`) and what binds it (`what`), and `bounds`, "
+        "each bound per device (docs/bounds.md, \"Least memory\")")
+    busy_us: list | None = _field("emulation", "compute time per device")
+    peak_memory_bytes: list | None = _field("emulation", "emulated memory peak per device")
+    peak_time_us: list | None = _field("emulation", "when each device first reaches its peak")
+    feasible: bool | None = _field("emulation", "every device's peak fits its capacity (memory minus the reserve)")
+    moved_nodes: int | None = _field("repair", "nodes the memory repair moved")
+    peak_memory_before_repair_bytes: list | None = _field("repair", "emulated peak per device before the repair")
+    repaired_devices: list | None = _field("repair", "devices whose peak passed their capacity before the repair")
+    repair_rounds: int | None = _field("repair", "repair rounds (emulations after the first)")
+    changed_nodes: int | None = _field("repair", "nodes whose device differs from the winning placer's own output")
+    candidate: str | None = _field("portfolio", "the candidate kept")
+    step1_output: str | None = _field("portfolio", "what Step 1 returned: `thesis`, `affinity` or `one-device`")
+    candidates: dict | None = _field(
+        "portfolio", "per candidate, in registry order: `feasible`, `makespan_us`, `moved_nodes`, `seconds`, "
+        "`refined_makespan_us` for a refined finalist, `reason` when it cannot fit, `skipped` when a "
+        "`--time-budget` cut it")
+    refine_memory: dict | None = _field(
+        "portfolio", "refinement within memory of the kept candidate: `makespan_after_repair_us`, "
+        "`moved_nodes`, `batches`, `stopped_by_budget`, `batches_far_behind`")
+    placement_seconds: float | None = _field("run", "wall time of the placement: placers, repairs, refinement")
+    stage_seconds: dict | None = _field(
+        "run", "wall time per stage: load, the placers' own stages, repair, refine_memory, evaluate (this "
+        "report's emulation fields), write")
+    loader: dict | None = _field("run", "profile dirs: the loader's statistics (docs/profiles.md, \"Loading one\")")
+    replicas: dict | None = _field("run", "`--replicas R`: the emulated step of R data-parallel replicas "
+                                   "(docs/multihost.md)")
+
+    def to_json(self) -> dict:
+        """The fields that were computed, by name, in this order."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+
+def emulation_report(graph, cluster, device, schedule, profile, algorithm, bound_us=None, **more) -> Report:
+    """The report of placement `device` from its emulation (`schedule`, `profile`):
+    what was placed where, and the emulation fields. `bound_us`: lower_bound_us, when
+    known (else the full bound of pipeline.bounds, solving the exact model on small
+    graphs). `more`: other fields, by name."""
+    device = np.asarray(device)
+    return Report(
+        algorithm=algorithm, num_nodes=graph.num_nodes, num_edges=graph.num_edges, devices=cluster.names,
+        memory_capacity_bytes=[int(x) for x in cluster.memory], reserve=cluster.reserve,
+        nodes_per_device=[int(x) for x in np.bincount(device, minlength=cluster.num_devices)],
+        comm_bytes=comm_bytes(graph, device),
+        makespan_us=schedule.makespan, single_device_us=graph.total_work_us(),
+        lower_bound_us=step_lower_bound_us(graph, cluster) if bound_us is None else bound_us,
+        least_memory=least_memory(graph, cluster.num_devices).fields(),
+        busy_us=[float(x) for x in schedule.busy_us],
+        peak_memory_bytes=[int(x) for x in profile.peak_bytes],
+        peak_time_us=[float(x) for x in profile.peak_time_us],
+        feasible=bool(np.all(profile.peak_bytes <= cluster.capacity)), **more)
+
+
+def evaluate(graph, cluster, device) -> Report:
+    """The emulation report of placement `device` (int per node) on `cluster`, with the
+    emulator's lower bound (pardnn.emulator.lower_bound_us: no exact model is solved)."""
+    device = np.asarray(device)
+    schedule = simulate(graph, cluster, device)
+    profile = track_memory(graph, cluster, device, schedule)
+    return emulation_report(graph, cluster, device, schedule, profile, "", lower_bound_us(graph, cluster))
+
+
+def placement_report(graph, placed, loader=None, replicas=None, stage_seconds=None) -> Report:
+    """What `pardnn place` writes for `placed` (pardnn.pipeline.place.Placed).
+    `replicas`: (the cluster of every host, R) for `--replicas R`; `stage_seconds`: the
+    command's own stages (load first, write last) around the placement's."""
+    t0 = time.perf_counter()
+    placement, chosen = placed.placement, placed.chosen
+    cluster, judged = placement.cluster, chosen.judged
+    graph_bound = step_lower_bound_us(graph, cluster, chosen.bound_us)
+    more = {**_repair_fields(judged, cluster), **_portfolio_fields(chosen)}
+    report = emulation_report(graph, cluster, placement.device, judged.schedule, judged.profile,
+                              placement.algorithm, graph_bound,
+                              changed_nodes=int(np.count_nonzero(judged.device != chosen.raw)),
+                              placement_seconds=placed.seconds, loader=loader or None, **more)
+    own = dict(stage_seconds or {})
+    report.stage_seconds = {**({"load": own.pop("load")} if "load" in own else {}), **placement.stage_seconds,
+                            "evaluate": time.perf_counter() - t0, **own}
+    if replicas is not None:
+        full, count = replicas
+        report.replicas = replicated.estimate(graph, placement.device, full, count, report.makespan_us)
+    return report
+
+
+def _repair_fields(judged, cluster) -> dict:
+    over = judged.peak_before > cluster.capacity
+    return {"moved_nodes": int(judged.moved.sum()),
+            "peak_memory_before_repair_bytes": [int(x) for x in judged.peak_before],
+            "repaired_devices": [cluster.names[d] for d in np.flatnonzero(over)],
+            "repair_rounds": judged.rounds}
+
+
+def _portfolio_fields(chosen) -> dict:
+    """The portfolio's fields; none for a portfolio of one."""
+    if len(chosen.candidates) < 2:
+        return {}
+    fields_ = {"candidate": chosen.winner, "step1_output": chosen.step1_output, "candidates": chosen.candidates}
+    refined = chosen.refinement
+    if refined is not None:
+        fields_["refine_memory"] = {"makespan_after_repair_us": refined.makespan_before_us,
+                                    "moved_nodes": refined.refined_nodes, "batches": refined.batches,
+                                    "stopped_by_budget": refined.stopped_by_budget,
+                                    "batches_far_behind": refined.far_behind}
+    return fields_
+
+
+def doc_table() -> str:
+    """docs/report.md's table of fields, made from the fields' docs."""
+    rows = ["| field | meaning |", "|---|---|"]
+    for section, about in SECTIONS.items():
+        rows.append(f"| **{section}** | {about} |")
+        rows += [f"| `{f.name}` | {f.metadata['doc']} |" for f in fields(Report) if f.metadata["section"] == section]
+    return "\n".join(rows) + "\n"

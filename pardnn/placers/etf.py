@@ -24,7 +24,7 @@ device is free (`waiting`, keyed by arrival time), nodes ready to start the mome
 is free (`arrived`, keyed by priority) and nodes waiting for memory there (`blocked`,
 keyed by the bytes they need), so a step costs O(K log V) and the whole run
 O(V K log V + E K). The loop is a kernel (pardnn.compiled: compiled with numba on
-large graphs, docs/architecture.md), one function whose steps are inner functions:
+large graphs, docs/data-structures.md), one function whose steps are inner functions:
 numba inlines them and they share the arrays of the enclosing function, where
 passing those arrays as arguments cost a reference count per array per call. The arrays arrive by name, in three named tuples
 (Graph, Nodes, Devices), so none can be passed in the wrong place; run interpreted

@@ -21,9 +21,31 @@ chain per producer and device, shared by the copies of its output slots).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from pardnn.compiled import INTERPRETED_BELOW, kernel
+
+
+class Buffers(NamedTuple):
+    """The emulated step's buffers as the repair's kernels read them, by name: the
+    `buf_*` columns of a pardnn.emulator.memory.MemoryProfile and its nodes' devices."""
+
+    node: np.ndarray            # int64: the producer
+    device: np.ndarray          # int64: where the buffer is held
+    owner: np.ndarray           # int64: the local consumer whose finish frees it, or -1
+    alloc: np.ndarray           # float64
+    ready: np.ndarray           # float64: complete (producer finished, or copy arrived)
+    free: np.ndarray            # float64
+    nbytes: np.ndarray          # int64
+    node_device: np.ndarray     # int64 per node
+
+    @classmethod
+    def of(cls, profile) -> "Buffers":
+        p = profile
+        return cls(p.buf_node, p.buf_device, p.buf_owner, p.buf_alloc, p.buf_ready, p.buf_free, p.buf_bytes,
+                   p.node_device)
 
 
 def buffer_rows(graph, profile, k, on=None):
@@ -38,8 +60,7 @@ def buffer_rows(graph, profile, k, on=None):
     group = graph.group.astype(np.int64)
     if graph.num_nodes < INTERPRETED_BELOW:
         return _rows_by_numpy(group, p, k, on, *blocks)
-    return _rows.compiled(group, p.buf_node, p.buf_device, p.node_device, p.buf_alloc, p.buf_ready, p.buf_free,
-                          p.buf_bytes, on, k, *blocks)
+    return _rows.compiled(group, Buffers.of(p), on, k, *blocks)
 
 
 def _rows_by_numpy(group, p, k, on, keys, starts, cgroup, cfin):
@@ -61,11 +82,11 @@ def _rows_by_numpy(group, p, k, on, keys, starts, cgroup, cfin):
 
 
 @kernel
-def _rows(group, buf_node, buf_device, node_device, alloc, ready, free, nbytes, on, k, keys, starts, cgroup,
-          cfin):
-    """`_rows_by_numpy` by passes over the buffers: each one's block of consumers found
+def _rows(group, buffers, on, k, keys, starts, cgroup, cfin):
+    """`_rows_by_numpy` by passes over the Buffers: each one's block of consumers found
     among its producer's (at most k, indexed by producer first) and the rows counted;
     then the producers' rows written, then the chains."""
+    buf_node, buf_device, _, alloc, ready, free, nbytes, node_device = buffers
     nbuf, n = buf_node.shape[0], node_device.shape[0]
     of = np.zeros(n + 1, np.int64)                  # keys[of[u]:of[u + 1]] are producer u's
     for i in range(keys.shape[0]):

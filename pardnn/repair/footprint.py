@@ -43,7 +43,7 @@ import numpy as np
 
 from pardnn.compiled import INTERPRETED_BELOW, kernel
 from pardnn.graph.node_memory import resident_bytes
-from pardnn.repair.chains import buffer_rows
+from pardnn.repair.chains import Buffers, buffer_rows
 from pardnn.graph import NORMAL
 
 
@@ -150,8 +150,7 @@ class Footprints:
         if graph.num_nodes < INTERPRETED_BELOW:
             rows = _needed_by_numpy(group, graph.num_groups, p, on)
         else:
-            rows = _needed_rows.compiled(group, graph.num_groups, on, p.buf_device, p.node_device, p.buf_node,
-                                         p.buf_owner, p.buf_alloc, p.buf_ready, p.buf_free, p.buf_bytes)
+            rows = _needed_rows.compiled(group, graph.num_groups, on, Buffers.of(p))
         (self.need_ptr, self.need_buf, self.need_lo, self.need_ready, self.need_hi, self.need_bytes,
          self.need_prod) = rows
 
@@ -267,10 +266,11 @@ def _needed_by_numpy(group, num_groups, p, on):
 
 
 @kernel
-def _needed_rows(group, num_groups, on, buf_device, node_device, buf_node, buf_owner, alloc, ready, free, nbytes):
-    """`_needed_by_numpy`'s rows by a counting sort on the group: buffers in increasing
-    order, each under its producer's group (a member's own output) and its last
-    local reader's group (one row if the two are the same group)."""
+def _needed_rows(group, num_groups, on, buffers):
+    """`_needed_by_numpy`'s rows by a counting sort on the group: the Buffers in
+    increasing order, each under its producer's group (a member's own output) and its
+    last local reader's group (one row if the two are the same group)."""
+    buf_node, buf_device, buf_owner, alloc, ready, free, nbytes, node_device = buffers
     nbuf = buf_device.shape[0]
     ptr = np.zeros(num_groups + 1, np.int64)
     made, read = np.full(nbuf, -1, np.int64), np.full(nbuf, -1, np.int64)

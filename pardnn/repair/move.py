@@ -30,21 +30,82 @@ target, marks the copies it made, and moves its compute time and its nodes.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from pardnn.compiled import kernel
 
 
+class Neighbours(NamedTuple):
+    """Each group's cut edges, CSR by group, and its compute time
+    (pardnn.repair.footprint.GroupLinks)."""
+
+    ptr: np.ndarray         # int64, groups + 1
+    nbr: np.ndarray         # int64: the node at the other end
+    ecost: np.ndarray       # float64: the edge's transfer time
+    comp: np.ndarray        # float64 per group
+
+
+class Timelines(NamedTuple):
+    """The devices' memory levels on the round's grid (pardnn.repair.rangemax.RangeMax)."""
+
+    vals: np.ndarray        # int64, devices x positions
+    lazy: np.ndarray        # int64, devices x blocks: added to a whole block
+    bmax: np.ndarray        # int64, devices x blocks: each block's highest value
+    n: int                  # positions in use
+    block: int              # positions per block
+    times: np.ndarray       # float64: each position's time
+
+
+class Needs(NamedTuple):
+    """The buffers each group would need on another device, CSR by group
+    (pardnn.repair.footprint's `need_*` rows)."""
+
+    ptr: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    nbytes: np.ndarray
+    prod: np.ndarray        # the producer whose output is copied, or -1
+    buf: np.ndarray         # the buffer copied
+    ready: np.ndarray       # when the copy is complete
+
+
+class Rows(NamedTuple):
+    """The footprint rows of the round, CSR by group (pardnn.repair.footprint.Footprints)."""
+
+    ptr: np.ndarray
+    i0: np.ndarray          # first grid position
+    i1: np.ndarray          # past the last
+    nbytes: np.ndarray
+    active: np.ndarray      # bool: held on its device now
+    next: np.ndarray        # the next reader's row in the buffer's chain, or -1
+    group: np.ndarray
+
+
+class Round(NamedTuple):
+    """What the round's moves change, and the groups' members."""
+
+    node_dev: np.ndarray    # int64 per node
+    busy: np.ndarray        # float64 per device: compute time
+    cap: np.ndarray         # int64 per device: capacity
+    copied: np.ndarray      # bool, devices x buffers: copied there by a move of this round
+    gone: np.ndarray        # bool per group: moved this round
+    group_ptr: np.ndarray
+    group_nodes: np.ndarray
+
+
 @kernel
-def move_group(g, d, allowed, ptr, nbr, ecost, node_dev, busy, comp, resident, cap,
-               vals, lazy, bmax, n, block, times,
-               need_ptr, need_lo, need_hi, need_bytes, need_prod, need_buf, need_ready, copied,
-               row_ptr, row_i0, row_i1, row_bytes, row_active, row_next, row_group, gone,
-               group_ptr, group_nodes):
-    """Move group g off device d to the first device that absorbs it (see the module
-    docstring), updating the timelines (`vals`, `lazy`, `bmax`: pardnn.repair.rangemax's
-    arrays), `copied`, the footprint rows' `row_active`, `gone`, `busy` and `node_dev`;
-    the device it went to, or -1 (nothing changed) when none can take it."""
+def move_group(g, d, allowed, resident, links, timelines, needs, rows, state):
+    """Move group g (`resident` bytes held all step; `allowed`: its devices) off device
+    d to the first device that absorbs it (see the module docstring), updating the
+    Timelines, the Round's `copied`, `gone`, `busy` and `node_dev`, and the Rows'
+    `active`; the device it went to, or -1 (nothing changed) when none can take it."""
+    ptr, nbr, ecost, comp = links
+    vals, lazy, bmax, n, block, times = timelines
+    need_ptr, need_lo, need_hi, need_bytes, need_prod, need_buf, need_ready = needs
+    row_ptr, row_i0, row_i1, row_bytes, row_active, row_next, row_group = rows
+    node_dev, busy, cap, copied, gone, group_ptr, group_nodes = state
     k = cap.shape[0]
 
     def row_max(e, lo, hi):

@@ -41,7 +41,7 @@ import numpy as np
 from pardnn.compiled import INTERPRETED_BELOW
 from pardnn.repair.footprint import Footprints, distinct, sum_by_key
 from pardnn.repair.knapsack import TwoHeaps
-from pardnn.repair.move import move_group
+from pardnn.repair.move import Needs, Neighbours, Round, Rows, Timelines, move_group
 from pardnn.repair.rangemax import BLOCK, RangeMax
 
 
@@ -68,6 +68,7 @@ class RepairRound:
         self.moves, self.stuck = [], []
         self.copied = np.zeros((self.k, len(profile.buf_bytes)), bool)     # buffers this round copied there
         self.gone = np.zeros(graph.num_groups, bool)    # groups moved this round
+        self.kernel_args = _kernel_args(self, graph, links)
 
     def run(self):
         over = (self.peak - self.cap) / np.maximum(self.cap, 1)
@@ -158,17 +159,23 @@ class RepairRound:
     def _move(self, g, d) -> bool:
         """Move group g off device d to the best device that can absorb it
         (pardnn.repair.move)."""
-        fp, links, tl, graph = self.fp, self.links, self.tl, self.graph
-        e = self.move_group(
-            g, d, self.allowed[g], links.ptr, links.nbr, links.ecost, self.node_dev, self.busy, links.comp,
-            int(links.resident[g]), self.cap, tl.vals, tl.lazy, tl.bmax, tl.n, BLOCK, self.times,
-            fp.need_ptr, fp.need_lo, fp.need_hi, fp.need_bytes, fp.need_prod, fp.need_buf, fp.need_ready,
-            self.copied, fp.ptr, fp.i0, fp.i1, fp.bytes, fp.active, fp.next, fp.group, self.gone,
-            graph.group_ptr, graph.group_nodes)
+        e = self.move_group(g, d, self.allowed[g], int(self.links.resident[g]), *self.kernel_args)
         if e < 0:
             return False
         self.moves.append((g, int(e)))
         return True
+
+
+def _kernel_args(round_, graph, links) -> tuple:
+    """move_group's arrays, by name (pardnn.repair.move): the same arrays the round
+    edits, so the kernel's edits are the round's."""
+    fp, tl = round_.fp, round_.tl
+    return (Neighbours(links.ptr, links.nbr, links.ecost, links.comp),
+            Timelines(tl.vals, tl.lazy, tl.bmax, tl.n, BLOCK, round_.times),
+            Needs(fp.need_ptr, fp.need_lo, fp.need_hi, fp.need_bytes, fp.need_prod, fp.need_buf, fp.need_ready),
+            Rows(fp.ptr, fp.i0, fp.i1, fp.bytes, fp.active, fp.next, fp.group),
+            Round(round_.node_dev, round_.busy, round_.cap, round_.copied, round_.gone,
+                  graph.group_ptr, graph.group_nodes))
 
 
 def _grid(times):

@@ -1,0 +1,103 @@
+"""A `pardnn place` output folder, opened again for an explanation: the graph it was
+placed from, the placement, and the same emulated step report.json describes.
+
+The folder records what it was placed from in inputs.json (the profile's path, the
+flags that made the cluster; pardnn.commands.place). Opening it loads that profile,
+reads placement.csv and emulates the step again; the emulation is deterministic, so it
+must give report.json's step time, busy times and memory peaks to the bit, and when it
+does not (the profile was profiled again since, the cluster file edited) the folder
+is refused rather than explained with numbers of another step.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from pardnn.emulator.memory import track_memory
+from pardnn.emulator.scheduler import simulate
+from pardnn.errors import UserError
+from pardnn.io.outputs import MANIFEST
+from pardnn.io.placement import read_csv
+from pardnn.jsonfile import read_json
+from pardnn.pipeline.load import load_cost_graph
+
+INPUTS = "inputs.json"
+INPUTS_FORMAT = "pardnn-place-inputs"
+
+
+@dataclass(frozen=True, eq=False)
+class Placed:
+    """A placement with the emulation report.json was made from."""
+
+    graph: object               # pardnn.graph.CostGraph
+    cluster: object             # pardnn.hardware.cluster.Cluster (one replica's, with --replicas)
+    device: np.ndarray          # int per node
+    schedule: object            # pardnn.emulator.scheduler.Schedule
+    memory: object              # pardnn.emulator.memory.MemoryProfile
+    report: dict                # report.json
+    inputs: dict                # inputs.json
+    profile_json: dict | None   # the profile's profile.json, if it has one
+
+
+def read_inputs(folder) -> dict:
+    """inputs.json of place output `folder`; UserError (one line naming the folder)
+    unless `folder` is one, written by a pardnn that records its inputs."""
+    if not os.path.isdir(folder):
+        raise UserError(f"PLACED_DIR: {folder} is not a directory (give a `pardnn place` output folder)")
+    for name in (MANIFEST, "placement.csv", "report.json"):
+        if not os.path.isfile(os.path.join(folder, name)):
+            raise UserError(f"PLACED_DIR: {folder} is not a `pardnn place` output folder (it has no {name})")
+    path = os.path.join(folder, INPUTS)
+    if not os.path.isfile(path):
+        raise UserError(f"PLACED_DIR: {folder} has no {INPUTS} (placed by an older pardnn); place it again")
+    inputs = read_json(path, prefix="PLACED_DIR: ")
+    if not isinstance(inputs, dict) or inputs.get("format") != INPUTS_FORMAT or not isinstance(
+            inputs.get("profile"), str) or not isinstance(inputs.get("devices"), str):
+        raise UserError(f"PLACED_DIR: {path} is not a pardnn inputs file")
+    return inputs
+
+
+def open_placed(folder, inputs, cluster, profile=None) -> Placed:
+    """Place output `folder` with its `inputs` (read_inputs) and `cluster` (built from
+    them), emulated again from `profile` (default: the one inputs.json names) and
+    checked against its report.json (module docstring)."""
+    if profile and not os.path.exists(profile):
+        raise UserError(f"--profile: {profile} does not exist")
+    profile = profile or inputs["profile"]
+    if not os.path.exists(profile):
+        raise UserError(f"PLACED_DIR: {folder} was placed from {profile}, which is gone; "
+                        f"give where it is now with --profile")
+    report = read_json(os.path.join(folder, "report.json"), prefix="PLACED_DIR: ")
+    if not isinstance(report, dict) or "makespan_us" not in report or "devices" not in report:
+        raise UserError(f"PLACED_DIR: {folder}/report.json is not a pardnn report")
+    if list(report["devices"]) != cluster.names:
+        raise UserError(f"PLACED_DIR: {folder}/report.json was placed on other devices than "
+                        f"{inputs['devices']!r} gives now ({report['devices'][0]}, ...)")
+    graph, info = load_cost_graph(profile)
+    if graph.num_nodes != report.get("num_nodes") or graph.num_edges != report.get("num_edges"):
+        raise UserError(f"PLACED_DIR: {profile} has {graph.num_nodes} nodes and {graph.num_edges} edges, "
+                        f"{folder}/report.json {report.get('num_nodes')} and {report.get('num_edges')}: "
+                        f"not the graph it placed")
+    device = read_csv(os.path.join(folder, "placement.csv"), graph, cluster)
+    schedule = simulate(graph, cluster, device)
+    memory = track_memory(graph, cluster, device, schedule)
+    _check_same_step(folder, profile, report, schedule, memory)
+    profile_json = info.get("profile")
+    if profile_json is None and os.path.isfile(os.path.join(folder, "profile.json")):
+        profile_json = read_json(os.path.join(folder, "profile.json"), prefix="PLACED_DIR: ")
+    return Placed(graph, cluster, np.asarray(device, np.int64), schedule, memory, report, inputs,
+                  profile_json if isinstance(profile_json, dict) else None)
+
+
+def _check_same_step(folder, profile, report, schedule, memory) -> None:
+    """UserError unless the emulation gives report.json's step, busy times and peaks."""
+    same = (schedule.makespan == report["makespan_us"]
+            and [float(x) for x in schedule.busy_us] == report.get("busy_us")
+            and [int(x) for x in memory.peak_bytes] == report.get("peak_memory_bytes"))
+    if not same:
+        raise UserError(f"PLACED_DIR: emulating {folder}'s placement of {profile} gives a step of "
+                        f"{schedule.makespan:.6g} us, report.json says {report['makespan_us']:.6g} us "
+                        f"(or other busy times or peaks): the profile or the cluster changed since it was placed")

@@ -1,0 +1,109 @@
+"""The portfolio's rules: which candidates are built, which of them are refined within
+memory, and which placement is kept. Pure functions of the graph's size, the cluster's
+hosts, the registry and the candidates' judged results: no worker pool, no clock, no
+I/O, so the answer cannot depend on a machine's speed. pardnn.pipeline.portfolio runs
+the jobs these rules ask for (where, and under a `--time-budget`).
+
+No single method wins everywhere (docs/algorithm.md, "Candidates"): `--algorithm pardnn`
+builds ParDNN's Step 1 (the FIRST candidate), the CORE ones (HOSTS too on clusters of
+several hosts) and, on graphs under EXTRAS_MAX_NODES or when no other candidate fits,
+the EXTRA ones; a candidate whose registry entry has an `applies` test runs only where it
+passes. Each candidate is built, judged once (repaired, then emulated:
+pardnn.pipeline.judge), and the two fastest feasible ones, the finalists, are refined
+within memory (pardnn.pipeline.refine_memory); the faster refined one is kept.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from pardnn.placers import registry
+
+MAX_MOVED_SHARE = 0.10      # a finalist whose repair moved more is taken only if no other fits
+EXTRAS_MAX_NODES = 20_000   # smaller graphs get the EXTRA candidates too
+RUNNER_UP_MAX_NODES = 400   # smaller graphs: the runner-up is refined even when Step 1 wins as it is
+
+
+class Roles(NamedTuple):
+    """Which candidates run, and how."""
+
+    order: list     # every candidate that may run, in the registry's order (the earlier wins a tie)
+    first: str      # built first, in the pipeline's own process (Step 1, or a portfolio of one's placer)
+    beside: list    # built while the first one is, by worker processes where there are any, slowest first
+    extra: list     # built after all, if none of the others fits
+
+
+class Judgement(NamedTuple):
+    """What the rules read of one judged candidate (pardnn.pipeline.judge.Judged)."""
+
+    makespan_us: float      # its emulated step after the repair
+    moved_nodes: int        # nodes the repair moved
+    repair_rounds: int      # repair rounds (0: it fit as built)
+
+    @classmethod
+    def of(cls, judged) -> "Judgement":
+        return cls(judged.schedule.makespan, int(judged.moved.sum()), judged.rounds)
+
+
+class Refinements(NamedTuple):
+    """The finalists of the judged candidates, and which of them to refine."""
+
+    finalists: list     # at most two names, the faster first
+    refine: list        # the finalists refined within memory, in that order
+
+
+def roles(algorithm: str, graph, cluster) -> Roles:
+    """The candidates of `algorithm` on this graph and cluster (registry.PLACERS' roles)."""
+    names = registry.candidates(algorithm)
+    if len(names) == 1:
+        role = {names[0]: registry.FIRST}       # a portfolio of one: built here, always
+    else:
+        role = {name: registry.PLACERS[name].role for name in names if registry.applies(name, graph, cluster)}
+    first = next(name for name, r in role.items() if r == registry.FIRST)
+    extra = [name for name, r in role.items() if r == registry.EXTRA]
+    beside = [name for name, r in role.items() if r == registry.CORE
+              or (r == registry.HOSTS and len(cluster.hosts) > 1)
+              or (r == registry.EXTRA and graph.num_nodes < EXTRAS_MAX_NODES)]
+    beside.sort(key=lambda name: -registry.PLACERS[name].build_rank)
+    return Roles(list(role), first, beside, extra)
+
+
+def finalists(judged: dict, num_nodes: int, order: list) -> list:
+    """The two fastest of `judged` ({name: Judgement}; the earlier in `order` on ties),
+    among those whose repair moved at most MAX_MOVED_SHARE of the nodes when there are any."""
+    few = [n for n, j in judged.items() if j.moved_nodes <= MAX_MOVED_SHARE * num_nodes]
+    return sorted(few or judged, key=lambda n: (judged[n].makespan_us, order.index(n)))[:2]
+
+
+def refinable(name: str, judgement: Judgement) -> bool:
+    """Step 1 refined itself, so it is refined again only when its repair moved nodes."""
+    return name != "step1" or judgement.repair_rounds > 0
+
+
+def refinements(judged: dict, num_nodes: int, order: list) -> Refinements:
+    """The finalists and the ones to refine. A portfolio of one refines nothing. When
+    Step 1 wins as it is (nothing repaired), refining the runner-up alone would cost
+    time that nothing runs beside, so the runner-up is dropped, except on graphs of at
+    most RUNNER_UP_MAX_NODES nodes, where it costs little and may refine past it."""
+    final = finalists(judged, num_nodes, order)
+    portfolio = len(order) > 1
+    if not portfolio or not (refinable(final[0], judged[final[0]]) or num_nodes <= RUNNER_UP_MAX_NODES):
+        final = final[:1]
+    return Refinements(final, [name for name in final if portfolio and refinable(name, judged[name])])
+
+
+def refine_first(known: dict, num_nodes: int, order: list):
+    """The candidate worth refining before all are judged, or None: the fastest of those
+    judged so far when the runner-up among them is Step 1 as it is (not refined again).
+    Its refinement is the one `refinements` will ask for if it is still a finalist once
+    all are in; only when it runs can depend on which are in."""
+    final = finalists(known, num_nodes, order) if known else []
+    if len(final) < 2 or not refinable(final[0], known[final[0]]) or refinable(final[1], known[final[1]]):
+        return None
+    return final[0]
+
+
+def winner(makespans: dict, final: list) -> str:
+    """The finalist with the shortest step after refinement ({name: makespan_us}); the
+    faster before refinement on a tie."""
+    return min(final, key=lambda name: (makespans[name], final.index(name)))

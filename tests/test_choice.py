@@ -1,0 +1,58 @@
+"""The portfolio's rules (pardnn.pipeline.choice) on hand-made judged results: which
+candidates are finalists, which are refined, and which is kept."""
+
+from pardnn.hardware import parse_devices
+from pardnn.pipeline import choice
+from pardnn.pipeline.choice import Judgement as J
+from tools.synth_graph import synth_graph
+
+ORDER = ["step1", "stages", "etf", "heft", "metis"]
+
+
+def test_finalists_are_the_two_fastest_the_earlier_on_a_tie():
+    judged = {"step1": J(120, 0, 0), "stages": J(100, 0, 1), "etf": J(100, 0, 1), "heft": J(150, 0, 0)}
+    assert choice.finalists(judged, 1000, ORDER) == ["stages", "etf"]
+
+
+def test_a_candidate_whose_repair_moved_too_much_is_a_finalist_only_if_all_did():
+    judged = {"step1": J(120, 0, 0), "stages": J(90, 101, 2), "etf": J(110, 100, 2)}
+    assert choice.finalists(judged, 1000, ORDER) == ["etf", "step1"]     # 101 > 10% of 1000
+    assert choice.finalists({"stages": J(90, 500, 2), "etf": J(110, 900, 2)}, 1000, ORDER) == ["stages", "etf"]
+
+
+def test_step1_as_it_is_is_not_refined_again_and_drops_the_runner_up_on_large_graphs():
+    judged = {"step1": J(100, 0, 0), "etf": J(120, 0, 1)}
+    large = choice.refinements(judged, 401, ORDER)
+    assert large.finalists == ["step1"] and large.refine == []
+    small = choice.refinements(judged, 400, ORDER)           # RUNNER_UP_MAX_NODES: the runner-up may win
+    assert small.finalists == ["step1", "etf"] and small.refine == ["etf"]
+    repaired = {"step1": J(100, 5, 1), "etf": J(120, 0, 1)}  # Step 1's repair moved nodes: refined too
+    assert choice.refinements(repaired, 5000, ORDER).refine == ["step1", "etf"]
+
+
+def test_a_portfolio_of_one_refines_nothing():
+    assert choice.refinements({"etf": J(100, 3, 1)}, 50, ["etf"]) == (["etf"], [])
+
+
+def test_refine_first_only_when_the_runner_up_is_step1_as_it_is():
+    assert choice.refine_first({"heft": J(90, 0, 1), "step1": J(100, 0, 0)}, 5000, ORDER) == "heft"
+    assert choice.refine_first({"heft": J(90, 0, 1), "etf": J(100, 0, 1)}, 5000, ORDER) is None
+    assert choice.refine_first({"step1": J(90, 0, 0), "heft": J(100, 0, 1)}, 5000, ORDER) is None
+    assert choice.refine_first({"heft": J(90, 0, 1)}, 5000, ORDER) is None
+
+
+def test_the_winner_is_the_faster_after_refinement_the_first_finalist_on_a_tie():
+    assert choice.winner({"etf": 95.0, "step1": 100.0}, ["step1", "etf"]) == "etf"
+    assert choice.winner({"etf": 100.0, "step1": 100.0}, ["step1", "etf"]) == "step1"
+
+
+def test_roles_extras_only_on_small_graphs_and_hosts_only_on_several():
+    one, two = parse_devices("cpu:4"), parse_devices("2xcpu:2")
+    small = choice.roles("pardnn", synth_graph(500, seed=0), one)
+    assert small.first == "step1" and "hier" not in small.beside and "topo" in small.beside
+    assert "hier" in choice.roles("pardnn", synth_graph(500, seed=0), two).beside
+    big = choice.roles("pardnn", synth_graph(20_000, seed=0), one)
+    assert "topo" not in big.beside and "topo" in big.extra and "exact" not in big.order
+    ranks = [r for r in (choice.registry.PLACERS[n].build_rank for n in big.beside)]
+    assert ranks == sorted(ranks, reverse=True)                       # the slowest first
+    assert choice.roles("etf", synth_graph(50, seed=0), one) == (["etf"], "etf", [], [])
