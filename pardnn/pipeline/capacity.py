@@ -194,7 +194,9 @@ def _fitting_top(graph, cluster, at_memory, low, feasible) -> int:
 def _bisect(low, top, fits) -> int:
     """The least memory found to fit between `low` (the bound: nothing fits below it)
     and `top` (fits), bisecting until the bracket is within TOLERANCE of its top, or
-    the top within NEAR_BOUND of the bound (no placement can do much better)."""
+    the top within NEAR_BOUND of the bound (no placement can do much better). From the
+    top down: a memory that fits is quick to show (the first candidate tried fits), one
+    that does not takes every candidate's repair."""
     lo, best = low - 1, top
     while best - lo > max(1, math.floor(TOLERANCE * best)) and best > (1 + NEAR_BOUND) * low:
         mid = (lo + best) // 2
