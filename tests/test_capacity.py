@@ -11,7 +11,7 @@ from tools.bench_exact_fit import random_case, tightest
 from tools.synth_graph import synth_graph
 
 from pardnn.cli import main
-from pardnn.emulator import evaluate
+from pardnn.pipeline.report import evaluate
 from pardnn.graph import RESIDUAL, CostGraph
 from pardnn.hardware import parse_devices
 from pardnn.pipeline import capacity as capacity_module
@@ -40,13 +40,13 @@ def test_the_least_memory_is_within_the_tolerance_of_the_best_placement(graph, k
     near = (1 + capacity_module.NEAR_BOUND) * row.bound.bytes
     assert best <= row.least.memory <= max(best + max(1, int(capacity_module.TOLERANCE * row.least.memory)), near)
     assert row.bound.bytes <= best
-    assert max(row.least.report["peak_memory_bytes"]) <= row.least.memory
+    assert max(row.least.report.peak_memory_bytes) <= row.least.memory
 
 
 def test_one_device_needs_its_whole_peak():
     g = synth_graph(200, seed=5, shape="chain")
     one = parse_devices("cpu:1").with_options(memory=2**50)
-    peak = evaluate(g, one, np.zeros(g.num_nodes, np.int32))["peak_memory_bytes"][0]
+    peak = evaluate(g, one, np.zeros(g.num_nodes, np.int32)).peak_memory_bytes[0]
     row = capacity(g, parse_devices("cpu:2").with_options(memory=2**50, reserve=0.0), [1])[0]
     assert row.least.memory == peak and row.checks == 0
 
@@ -81,7 +81,7 @@ def test_capacity_writes_the_table_json_plot_and_a_placement_per_count(tmp_path,
     g = synth_graph(80, seed=2, shape="chain")
     path, out = write_graph(tmp_path, g), tmp_path / "cap"
     one = parse_devices("cpu:1").with_options(memory=2**50)
-    peak = evaluate(g, one, np.zeros(g.num_nodes, np.int32))["peak_memory_bytes"][0]
+    peak = evaluate(g, one, np.zeros(g.num_nodes, np.int32)).peak_memory_bytes[0]
     memory = str(int(peak * 0.6))
     argv = ["capacity", path, "--devices", "cpu:3", "--memory", memory, "--reserve", "0.1", "-o", str(out)]
     assert main(argv) == 0
@@ -96,6 +96,9 @@ def test_capacity_writes_the_table_json_plot_and_a_placement_per_count(tmp_path,
         placed = out / r["placement"]["dir"]
         report = json.loads((placed / "report.json").read_text())
         assert (placed / "placement.csv").exists() and report["feasible"]
+        assert (placed / ".pardnn-output.json").exists()            # a placed dir of its own
+        inputs = json.loads((placed / "inputs.json").read_text())
+        assert inputs["devices"] == f"cpu:{r['devices']}" and inputs["memory"] == str(r["placement"]["memory_bytes"])
         usable = int(r["placement"]["memory_bytes"] * 0.9)
         assert max(report["peak_memory_bytes"]) <= usable
         if r["fits_at_memory"]:

@@ -99,7 +99,7 @@ def test_no_placer_fits_below_the_bound(graph, k, algorithm):
             _, report = placer.place(graph, cluster(k, memory), algorithm)
         except UserError:
             continue
-        assert max(report["peak_memory_bytes"]) >= need
+        assert max(report.peak_memory_bytes) >= need
 
 
 def chain_with_saved_activations():

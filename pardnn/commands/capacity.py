@@ -134,6 +134,7 @@ def write_outputs(args, graph, info, rows, doc) -> None:
             if spec is not None:
                 write_json(placed_inputs(args, spec, str(fit.memory)), out.temp(prefix + "inputs.json"))
             write_json(fit.report.to_json(), out.temp(prefix + "report.json"))
+            out.mark(prefix)
             entry["placement"] = {"dir": f"k{row.devices}", "memory_bytes": fit.memory}
         write_json(doc, out.temp("capacity.json"))
         plot_capacity(doc, out.temp("capacity.png"))

@@ -81,6 +81,15 @@ class OutputDir:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         return path
 
+    def mark(self, folder) -> None:
+        """Make subfolder `folder` (a path ending in /) an output folder of its own: a
+        manifest of the files written under it so far, so that commands reading a
+        pardnn output folder (`pardnn explain`, `pardnn run`) take it."""
+        names = sorted(n[len(folder):] for n in self.names if n.startswith(folder))
+        with open(self.temp(folder + MANIFEST), "w") as f:
+            json.dump({"files": names}, f)
+            f.write("\n")
+
     def __exit__(self, exc_type, exc, tb):
         if exc_type is not None:
             shutil.rmtree(self.staging, ignore_errors=True)
