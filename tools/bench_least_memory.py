@@ -105,7 +105,7 @@ def main(argv=None):
         print(f"{a}: largest ratio {max(ratios[a]):.3f}, geometric mean {geo:.3f} over {len(ratios[a])} rows")
     if args.csv:
         with open(args.csv, "w", newline="") as f:
-            f.write(csv_comment() + "\n")
+            f.write(csv_comment())
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))
             writer.writeheader()
             writer.writerows(rows)
