@@ -15,7 +15,7 @@ from pardnn.graph.constraints import violations
 from pardnn.pipeline.report import evaluate
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
-from pardnn.repair import exhaustive
+from pardnn.repair import exhaustive, local_search
 from pardnn.repair import repair_round as repair_module
 from pardnn.pipeline.judge import judge
 from pardnn.repair.least_memory import least_memory
@@ -328,9 +328,17 @@ def exact_fit_case():
     return g, cluster(2, 191)
 
 
-def test_without_the_complete_search_the_error_says_found_none_and_gives_the_bound(monkeypatch):
+def test_without_the_complete_search_the_local_search_finds_the_fit(monkeypatch):
     g, c = exact_fit_case()
     monkeypatch.setattr(exhaustive, "MAX_PLACEMENTS", 0)         # as for a large graph
+    r = judge(g, c, np.zeros(6, np.int32))
+    assert np.all(r.profile.peak_bytes <= 191) and violations(g, c, r.device) == []
+
+
+def test_without_either_search_the_error_says_found_none_and_gives_the_bound(monkeypatch):
+    g, c = exact_fit_case()
+    monkeypatch.setattr(exhaustive, "MAX_PLACEMENTS", 0)         # as for a large graph
+    monkeypatch.setattr(local_search, "WORK_LIMIT", 0)           # and the local search stopped at once
     with pytest.raises(UserError, match=r"memory: pardnn found no placement within 191 B per device; the "
                                         r"bound below which none exists is 191 B per device \(groups packed: 2 of "
                                         r"the 3 largest colocation groups on one device\).*overflows by"):

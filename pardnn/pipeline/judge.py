@@ -68,7 +68,7 @@ def judge(graph, cluster, device, schedule=None, judging=None) -> Judged:
     while np.any(profile.peak_bytes > cluster.capacity):
         if repair is None:
             setup = RepairSetup(graph, cluster) if judging is None else judging.setup()
-            repair = OverflowRepair(setup, profile, lambda trial: _emulate(graph, cluster, trial)[1].peak_bytes)
+            repair = OverflowRepair(setup, profile, lambda trial: _emulate(graph, cluster, trial))
         device = repair.round(device, schedule, profile)
         schedule, profile = _emulate(graph, cluster, device)
         rounds += 1

@@ -12,8 +12,10 @@ given and imports no emulator.
 Termination: a group that has moved is frozen, so each node moves at most once and
 the rounds end. When a round can move nothing while a device still overflows, the
 complete search (pardnn.repair.exhaustive) takes over: on small graphs it tries every
-placement within a work limit, judged by the peaks the judge lends it. Only when it
-finds none is there a UserError with the device, the time, the overflow and the least
+placement within a work limit, judged by the emulations the judge lends it; where it
+does not apply or ends at its limit, a local search (pardnn.repair.local_search) moves
+groups one at a time, each move emulated. Only when neither finds a fit is there a
+UserError with the device, the time, the overflow and the least
 per-device memory the graph could need (`least_memory`); it says "no placement fits"
 only when it has a proof (the search was complete, or that least memory already rules
 the cluster out, which is checked before any move), and otherwise that pardnn found
@@ -27,7 +29,7 @@ import numpy as np
 from pardnn.errors import UserError
 from pardnn.graph.constraints import allowed_devices
 from pardnn.graph.node_memory import resident_bytes
-from pardnn.repair import exhaustive
+from pardnn.repair import exhaustive, local_search
 from pardnn.repair.footprint import GroupLinks
 from pardnn.repair.least_memory import least_memory
 from pardnn.repair.repair_round import RepairRound
@@ -48,23 +50,25 @@ class RepairSetup:
 class OverflowRepair:
     """The repair of one placement, round by round; `moved` marks the groups moved so far."""
 
-    def __init__(self, setup: RepairSetup, profile, peaks):
+    def __init__(self, setup: RepairSetup, profile, emulate):
         """Starts on the emulated memory `profile` of a placement that overflows; UserError
-        at once when `least_memory` rules the cluster out. `peaks(device)` gives the
-        emulated peak per device of a placement (int per node), for the complete search."""
+        at once when `least_memory` rules the cluster out. `emulate(device)` gives the
+        (schedule, memory profile) of a placement (int per node), for the complete search
+        and the local search."""
         graph, cluster = setup.graph, setup.cluster
         if setup.hopeless:
             d = int(np.argmax(profile.peak_bytes - cluster.capacity))
             raise UserError(_message(graph, cluster, d, float(profile.peak_time_us[d]),
                                      int(profile.peak_bytes[d] - cluster.capacity[d]), proved=True))
-        self.graph, self.cluster, self.peaks = graph, cluster, peaks
+        self.graph, self.cluster, self.emulate = graph, cluster, emulate
         self.links, self.allowed = setup.links, setup.allowed
         self.moved = np.zeros(graph.num_groups, bool)
 
     def round(self, device, schedule, profile) -> np.ndarray:
         """`device` (int32 per node) after one round of moves at the overflows of its
-        emulation (`schedule`, `profile`), or after the complete search when no move
-        helps; UserError when that search finds no placement either."""
+        emulation (`schedule`, `profile`); when no move helps, a placement that fits
+        found by the complete search, or, where that is not complete, by the local
+        search; UserError when neither finds one."""
         graph = self.graph
         step = RepairRound(graph, self.cluster, self.links, self.allowed, device, schedule, profile,
                            self.moved).run()
@@ -74,11 +78,15 @@ class OverflowRepair:
             self.moved[groups] = True
             group_dev[groups] = targets
         else:
-            found = exhaustive.search(graph, self.cluster, group_dev, self.allowed, self.peaks)
-            if found.group_device is None:
+            found = exhaustive.search(graph, self.cluster, group_dev, self.allowed,
+                                      lambda trial: self.emulate(trial)[1].peak_bytes)
+            fit = found.group_device
+            if fit is None and not found.complete:
+                fit = local_search.descend(graph, self.cluster, group_dev, self.allowed, self.emulate)
+            if fit is None:
                 raise UserError(_message(graph, self.cluster, *step.stuck[0], search=found))
-            self.moved |= found.group_device != group_dev
-            group_dev = found.group_device
+            self.moved |= fit != group_dev
+            group_dev = fit
         return group_dev[graph.group].astype(np.int32)
 
 
