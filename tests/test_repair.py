@@ -17,7 +17,7 @@ from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
 from pardnn.repair import exhaustive, local_search
 from pardnn.repair import repair_round as repair_module
-from pardnn.pipeline.judge import judge
+from pardnn.pipeline.judge import Judging, judge
 from pardnn.repair.least_memory import least_memory
 from pardnn.errors import UserError
 from pardnn.graph import NORMAL, REFERENCE, RESIDUAL, CostGraph
@@ -331,8 +331,13 @@ def exact_fit_case():
 def test_without_the_complete_search_the_local_search_finds_the_fit(monkeypatch):
     g, c = exact_fit_case()
     monkeypatch.setattr(exhaustive, "MAX_PLACEMENTS", 0)         # as for a large graph
-    r = judge(g, c, np.zeros(6, np.int32))
+    with pytest.raises(UserError):                                # the greedy rounds alone are stuck
+        judge(g, c, np.zeros(6, np.int32))
+    r = judge(g, c, np.zeros(6, np.int32), judging=Judging(g, c, search=True))
     assert np.all(r.profile.peak_bytes <= 191) and violations(g, c, r.device) == []
+    # the portfolio asks for the search when no candidate fits without it
+    _, report = placer.place(g, c, "single")
+    assert max(report.peak_memory_bytes) <= 191 and report.feasible
 
 
 def test_without_either_search_the_error_says_found_none_and_gives_the_bound(monkeypatch):

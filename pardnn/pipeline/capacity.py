@@ -26,7 +26,7 @@ from pardnn.graph.node_memory import resident_bytes
 from pardnn.pipeline.judge import Judging, judge
 from pardnn.pipeline.place import place
 from pardnn.pipeline import choice
-from pardnn.pipeline.portfolio import build
+from pardnn.pipeline.portfolio import build, closest_stuck
 from pardnn.placers import registry
 from pardnn.progress import stage
 from pardnn.repair.least_memory import least_memory
@@ -140,11 +140,13 @@ def count_row(graph, cluster, algorithm) -> Row:
 class Feasibility:
     """Whether `algorithm` fits at a memory per device, as `pardnn place` decides it
     from the candidates it builds from the start (pardnn.pipeline.choice.roles: the
-    first and those beside it): some of them, built and repaired, fits. Refinement within memory
-    keeps a fit, so it is left out; so are the EXTRA candidates that `pardnn place`
-    tries on large graphs (choice.EXTRAS_MAX_NODES nodes or more) only when none fits
-    (each a long repair that rarely fits there): a fit found here is one `pardnn place`
-    finds too. Placers that read no memory (registry.Placer.reads_memory) are built
+    first and those beside it): some of them, built and repaired, fits; when none does,
+    the two that came closest, with the repair's local search, as the portfolio does
+    last (portfolio.closest_stuck).
+    Refinement within memory keeps a fit, so it is left out; so are the EXTRA
+    candidates that `pardnn place` tries on large graphs (choice.EXTRAS_MAX_NODES nodes
+    or more) only when none fits (each a long repair that rarely fits there): a fit
+    found here is one `pardnn place` finds too. Placers that read no memory (registry.Placer.reads_memory) are built
     once; the candidate that fitted last is tried first."""
 
     def __init__(self, graph, cluster, algorithm):
@@ -156,15 +158,22 @@ class Feasibility:
     def fits(self, memory) -> bool:
         self.checks += 1
         cluster = self.cluster.with_options(memory=memory)
-        judging = Judging(self.graph, cluster)
         with stage(f"trying {format_size(memory)} per device on {cluster.num_devices} devices"):
+            judging, errors = Judging(self.graph, cluster), {}
             for name in sorted(self.names, key=lambda n: n != self.last):
-                if self._fits(name, cluster, judging):
+                errors[name] = self._error(name, cluster, judging)
+                if errors[name] is None:
+                    self.last = name
+                    return True
+            searching = Judging(self.graph, cluster, search=True)
+            for name in closest_stuck({n: errors[n] for n in self.names}):
+                if self._error(name, cluster, searching) is None:
                     self.last = name
                     return True
         return False
 
-    def _fits(self, name, cluster, judging) -> bool:
+    def _error(self, name, cluster, judging):
+        """None when candidate `name` fits after its repair, else the repair's error."""
         device = self.built.get(name)
         if device is None:
             device = build(self.graph, cluster, name)
@@ -172,9 +181,9 @@ class Feasibility:
                 self.built[name] = device
         try:
             judge(self.graph, cluster, device, judging=judging)
-        except UserError:
-            return False
-        return True
+        except UserError as exc:
+            return exc
+        return None
 
 
 def _fitting_top(graph, cluster, at_memory, low, feasible) -> int:

@@ -13,7 +13,8 @@ Termination: a group that has moved is frozen, so each node moves at most once a
 the rounds end. When a round can move nothing while a device still overflows, the
 complete search (pardnn.repair.exhaustive) takes over: on small graphs it tries every
 placement within a work limit, judged by the emulations the judge lends it; where it
-does not apply or ends at its limit, a local search (pardnn.repair.local_search) moves
+does not apply or ends at its limit, and the caller asks for it (the portfolio does
+when no candidate fits otherwise), a local search (pardnn.repair.local_search) moves
 groups one at a time, each move emulated. Only when neither finds a fit is there a
 UserError with the device, the time, the overflow and the least
 per-device memory the graph could need (`least_memory`); it says "no placement fits"
@@ -47,28 +48,38 @@ class RepairSetup:
         self.hopeless = least_memory(graph, cluster.num_devices).ruled_out(cluster.capacity) is not None
 
 
+class Stuck(UserError):
+    """The repair found no placement that fits: `overflow`, the bytes over capacity where
+    the greedy rounds stopped (how close this start came), for choosing where a local
+    search is worth its work."""
+
+    def __init__(self, message, overflow):
+        super().__init__(message)
+        self.overflow = int(overflow)
+
+
 class OverflowRepair:
     """The repair of one placement, round by round; `moved` marks the groups moved so far."""
 
-    def __init__(self, setup: RepairSetup, profile, emulate):
+    def __init__(self, setup: RepairSetup, profile, emulate, search=False):
         """Starts on the emulated memory `profile` of a placement that overflows; UserError
         at once when `least_memory` rules the cluster out. `emulate(device)` gives the
         (schedule, memory profile) of a placement (int per node), for the complete search
-        and the local search."""
+        and the local search, which runs only with `search`."""
         graph, cluster = setup.graph, setup.cluster
         if setup.hopeless:
             d = int(np.argmax(profile.peak_bytes - cluster.capacity))
             raise UserError(_message(graph, cluster, d, float(profile.peak_time_us[d]),
                                      int(profile.peak_bytes[d] - cluster.capacity[d]), proved=True))
-        self.graph, self.cluster, self.emulate = graph, cluster, emulate
+        self.graph, self.cluster, self.emulate, self.search = graph, cluster, emulate, search
         self.links, self.allowed = setup.links, setup.allowed
         self.moved = np.zeros(graph.num_groups, bool)
 
     def round(self, device, schedule, profile) -> np.ndarray:
         """`device` (int32 per node) after one round of moves at the overflows of its
         emulation (`schedule`, `profile`); when no move helps, a placement that fits
-        found by the complete search, or, where that is not complete, by the local
-        search; UserError when neither finds one."""
+        found by the complete search, or, where that is not complete and `search` was
+        asked for, by the local search; UserError when neither finds one."""
         graph = self.graph
         step = RepairRound(graph, self.cluster, self.links, self.allowed, device, schedule, profile,
                            self.moved).run()
@@ -81,10 +92,10 @@ class OverflowRepair:
             found = exhaustive.search(graph, self.cluster, group_dev, self.allowed,
                                       lambda trial: self.emulate(trial)[1].peak_bytes)
             fit = found.group_device
-            if fit is None and not found.complete:
+            if fit is None and not found.complete and self.search:
                 fit = local_search.descend(graph, self.cluster, group_dev, self.allowed, self.emulate)
             if fit is None:
-                raise UserError(_message(graph, self.cluster, *step.stuck[0], search=found))
+                raise Stuck(_message(graph, self.cluster, *step.stuck[0], search=found), step.stuck[0][2])
             self.moved |= fit != group_dev
             group_dev = fit
         return group_dev[graph.group].astype(np.int32)
