@@ -1,7 +1,6 @@
-"""A Keras model 4x too big for one device's budget, trained across 8 devices.
-
-A new user's first TF2 script with pardnn (README, "TF2"). Run it from the
-repository root:
+"""A Keras model 4x too big for one device's budget, trained across 8 devices,
+with the functions underneath pardnn.keras (docs/tf2.md; examples/keras_fit.py
+does the same in three lines). Run it from the repository root:
 
     python examples/keras_placed.py [WORK_DIR]
 

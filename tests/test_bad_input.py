@@ -7,6 +7,7 @@ import json
 import pytest
 
 from pardnn.cli import main
+from pardnn.errors import GraphError
 from pardnn.graph import CostGraph
 
 
@@ -136,3 +137,31 @@ def test_links_output_path_is_checked_before_measuring(tmp_path, capsys, monkeyp
     monkeypatch.chdir(tmp_path)
     (tmp_path / "folder.json").mkdir()
     fails(["links", "--local", "cpu:2", "-o", out], needle, capsys, tmp_path)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("where, column, what", [
+    ("nodes", "comp_us", "compute time"), ("nodes", "out_bytes", "output bytes"),
+    ("nodes", "persist_bytes", "persistent bytes"), ("nodes", "temp_bytes", "temp bytes"),
+    ("edges", "bytes", "edge bytes")])
+def test_a_non_finite_cost_is_refused_with_its_message(tmp_path, capsys, where, column, what, value):
+    """NaN and infinite costs never enter a graph (a NaN compares false with every limit,
+    so only the finiteness check stops it), in the JSON reader's words (which names a
+    NaN byte count as not whole) and in CostGraph.build's (the column named)."""
+    path = tmp_path / "g.json"
+    CostGraph.build(names=["a", "b"], comp_us=[1, 2], out_bytes=[8, 8], edge_src=["a"],
+                    edge_dst=["b"], edge_bytes=[8]).to_json(path)
+    doc = json.loads(path.read_text())
+    doc[where][-1][column] = value
+    path.write_text(json.dumps(doc))
+    entry = f"{where}[{len(doc[where]) - 1}].{column}"
+    message = f"{entry} must be a whole number, not nan" if column != "comp_us" and value != value \
+        else f"{what} has a non-finite value"
+    err = fails(["place", str(path), "--devices", "cpu:2", "-o", str(tmp_path / "out")],
+                message, capsys, tmp_path)
+    assert err.endswith(f"{path}: {message}\n")
+    columns = {"comp_us": [1, 2], "out_bytes": [8, 8], "persist_bytes": [0, 0], "temp_bytes": [0, 0],
+               "edge_bytes": [8]}
+    columns["edge_bytes" if column == "bytes" else column][-1] = value
+    with pytest.raises(GraphError, match=f"^{what} has a non-finite value$"):
+        CostGraph.build(names=["a", "b"], edge_src=["a"], edge_dst=["b"], **columns)

@@ -780,3 +780,20 @@ def test_live_tensor_sweeps(seed):
     preds = (g.pred_ptr.astype(np.int64), g.pred_src.astype(np.int64), v)
     assert_same([_ancestors.compiled(*preds)], [_ancestors.interpreted(*preds)])
     assert_same([_descendants.compiled(*g.successor_arrays, v)], [_descendants.interpreted(*g.successor_arrays, v)])
+
+
+def test_the_compiled_path_is_numbas():
+    """`.compiled` is numba's machine code, not the function itself, and an emulation of
+    a graph of INTERPRETED_BELOW nodes runs it: every hot loop would otherwise run
+    interpreted, a hundred times slower, with every other test still passing."""
+    from numba.core.registry import CPUDispatcher
+
+    assert isinstance(event_loop.compiled, CPUDispatcher)
+    assert event_loop.compiled is not event_loop.interpreted
+    assert event_loop.compiled.py_func is event_loop.interpreted
+    g = synth_graph(INTERPRETED_BELOW, seed=3)
+    cluster = parse_devices("cpu:2")
+    before = len(event_loop.compiled.signatures)
+    simulate(g, cluster, np.arange(g.num_nodes, dtype=np.int32) % 2)
+    assert len(event_loop.compiled.signatures) >= max(before, 1)
+    assert event_loop.for_size(g.num_nodes) is event_loop.compiled

@@ -175,3 +175,61 @@ def test_integers_beyond_64_bits_are_read_whole(tmp_path):
 def test_a_missing_file_is_one_line(tmp_path):
     with pytest.raises(GraphError, match="missing.json: cannot read"):
         CostGraph.from_json(tmp_path / "missing.json")
+
+
+FULL_NODE = {"name": "a", "op": "MatMul", "comp_us": 1.0, "out_bytes": 8, "persist_bytes": 0, "temp_bytes": 0,
+             "kind": "normal", "group": 0, "pinned": None}
+
+
+@pytest.mark.parametrize("nodes, edges, message", [
+    ([node("a", out_bytes=1.5), node("b")], [], "nodes[0].out_bytes must be a whole number, not 1.5"),
+    ([node("a"), node("b", persist_bytes=2.5)], [], "nodes[1].persist_bytes must be a whole number, not 2.5"),
+    ([node("a"), node("b", temp_bytes=0.5)], [], "nodes[1].temp_bytes must be a whole number, not 0.5"),
+    ([node("a"), node("b")], [{"src": "a", "dst": "b", "bytes": 4.5}], "edges[0].bytes must be a whole number, not 4.5"),
+    ([node("a"), node("b")], [{"src": "a", "dst": "b", "slot": 0.5}], "edges[0].slot must be a whole number, not 0.5"),
+    ([node("a", out_bytes=12345678901234567890 * 10**400)], [], "nodes[0].out_bytes too large (123456789012...)"),
+    ([node("a"), node("b", group=True)], [], "nodes[1].group must be a string or an integer, not True"),
+    ([node("a"), node(5)], [], "nodes[1].name must be a string, not 5"),
+    ([node("a"), node("b", pinned=3)], [], "nodes[1].pinned must be a string, not 3"),
+    ([node("a"), node("b")], [{"src": "a", "dst": 7}], "edges[0].dst must be a string, not 7"),
+    ([node("a", comp_us="5")], [], "nodes[0].comp_us must be a number, not '5'"),
+    ([node("a"), node("b", out_bytes=True)], [], "nodes[1].out_bytes must be a number, not True"),
+    # every key of a node but one, and one that is not a node's: as many keys as usual
+    ([{**{k: v for k, v in FULL_NODE.items() if k != "pinned"}, "src": 3}], [], "nodes[0].src must be a string, not 3"),
+    # every key of a node, and one more on one of them
+    ([FULL_NODE, {**FULL_NODE, "name": "b", "src": 3}], [], "nodes[1].src must be a string, not 3"),
+])
+def test_what_is_wrong_is_named_by_its_entry(tmp_path, nodes, edges, message):
+    """Both readers name the entry and the field at fault, in the whole reader's words."""
+    path = tmp_path / "g.json"
+    path.write_text(doc_text(nodes, edges))
+    with pytest.raises(GraphError) as exc:
+        CostGraph.from_json(path)
+    assert str(exc.value) == f"{path}: {message}"
+    assert whole(path) == f"{path}: {message}"
+
+
+@pytest.mark.parametrize("nodes, edges", [
+    ([node("a", comp_us=1), node("b", comp_us=2.5)], [{"src": "a", "dst": "b", "slot": -1}]),   # ints and floats
+    ([node("a", out_bytes=8.0), node("b")], [{"src": "a", "dst": "b", "bytes": 16.0, "slot": 2**31 - 1}]),
+])
+def test_the_usual_layout_is_read_in_batches(tmp_path, nodes, edges):
+    """Control edges, the largest slot, whole bytes written as floats and cost columns
+    mixing ints and floats are what tools write: the batch reader takes them itself
+    (a million-node file never becomes a million dicts)."""
+    path = tmp_path / "g.json"
+    path.write_text(doc_text(nodes, edges))
+    columns = columns_from_file(path)
+    assert_same(CostGraph.build(**columns), whole(path))
+
+
+@pytest.mark.parametrize("nodes, edges", [
+    ([node("a", out_bytes=1.5)], []),
+    ([node("a"), node("b")], [{"src": "a", "dst": "b", "bytes": 4.5}]),
+    ([{**{k: v for k, v in FULL_NODE.items() if k != "pinned"}, "src": 3}], []),
+])
+def test_what_the_batch_reader_is_not_sure_of_goes_to_the_whole_reader(tmp_path, nodes, edges):
+    path = tmp_path / "g.json"
+    path.write_text(doc_text(nodes, edges))
+    with pytest.raises(NotStreamable):
+        columns_from_file(path)

@@ -16,6 +16,7 @@ from pardnn.hardware import parse_devices
 from pardnn.pipeline.place import place
 from pardnn.placers import registry
 
+from helpers.training_chain import one_device_peak, training_chain
 from tools.synth_graph import synth_graph
 
 DEVICES = "2xcpu:2"                      # two hosts, so pardnn-hier has a choice too
@@ -106,3 +107,33 @@ def test_placement_csv_is_the_same_on_one_cpu_and_on_all(tmp_path):
     for name in registry.names():
         one = (tmp_path / "one" / name / "placement.csv").read_bytes()
         assert one == (tmp_path / "all" / name / "placement.csv").read_bytes(), name
+
+
+def test_placement_csv_is_the_same_with_one_worker_and_with_three(tmp_path, monkeypatch):
+    """`pardnn place` with its candidates built in worker processes (the threshold
+    lowered from PARALLEL_MIN_NODES to every graph), once with one worker and once with
+    three, and once with none: placement.csv byte for byte, and the same candidates in
+    report.json in the same order. A 5-layer training chain at 0.78x its one-device peak
+    on 2 devices: the memory binds (the repair moves Step 1's nodes), and `stages` and
+    `metis` tie, so collecting candidates in the order workers finish them, not the
+    registry's, changes the winner with the worker count."""
+    from pardnn.cli import main
+    from pardnn.pipeline import workers
+
+    g = training_chain(layers=5)
+    path = tmp_path / "g.json"
+    g.to_json(str(path))
+    memory = str(int(0.78 * one_device_peak(g)))
+    runs = {}
+    for label, cpus in (("none", 1), ("one", 2), ("three", 4)):
+        monkeypatch.setattr(workers, "PARALLEL_MIN_NODES", 0)
+        monkeypatch.setattr(workers, "usable_cpus", lambda cpus=cpus: cpus)
+        out = tmp_path / label
+        assert main(["place", str(path), "--devices", "cpu:2", "--memory", memory, "--reserve", "0",
+                     "-o", str(out)]) == 0
+        report = json.loads((out / "report.json").read_text())
+        runs[label] = ((out / "placement.csv").read_bytes(),
+                       [(n, c.get("makespan_us")) for n, c in report["candidates"].items()])
+    assert report["candidates"]["step1"]["moved_nodes"] > 0        # the memory binds
+    assert runs["one"] == runs["none"]
+    assert runs["three"] == runs["none"]

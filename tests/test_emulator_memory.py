@@ -160,3 +160,22 @@ def test_scratch_memory_is_held_while_the_op_runs_and_counts_in_its_potential():
                                                             for n in g.to_dict()["nodes"]]})
     assert without.temp_bytes.tolist() == [0, 0, 0]
     assert CostGraph.from_dict(g.to_dict()).temp_bytes.tolist() == [0, 500, 0]
+
+
+def test_a_byte_of_scratch_counts_and_a_reference_adds_no_output_to_its_potential():
+    """One byte of scratch is held while its op runs. A REFERENCE op (no output of its
+    own) that is the last consumer of a's 10 bytes frees exactly those by moving: its
+    potential while it runs is 10 plus its byte of scratch, not less."""
+    g = CostGraph.build(["a", "r", "z"], comp_us=[2, 4, 1], out_bytes=[10, 0, 3], temp_bytes=[0, 1, 0],
+                        kind=[NORMAL, REFERENCE, NORMAL], edge_src=["a", "r"], edge_dst=["r", "z"],
+                        edge_bytes=[10, 0])
+    c1 = parse_devices("cpu:1")
+    device = np.zeros(3, np.int32)
+    profile = track_memory(g, c1, device, simulate(g, c1, device))
+    assert profile.timeline(0)[0].tolist() == [0, 2, 6, 7]
+    assert profile.timeline(0)[1].tolist() == [10, 11, 3, 0]        # a's 10, r's scratch, z's 3
+    assert profile.level_at(0, 0.0) == 10 and profile.level_at(0, 3.0) == 11
+    assert profile.peak_bytes.tolist() == [11]
+    ids = g.index()
+    assert profile.potential(ids["r"], 3.0) == 11
+    assert profile.potential(ids["z"], 3.0) == 0          # the highest id, with no potential

@@ -15,7 +15,8 @@ def scenarios(draw):
     init = draw(st.lists(values, min_size=k * size, max_size=k * size))
     updates = draw(st.lists(st.tuples(st.integers(0, size - 1), st.integers(0, k - 1), values),
                             min_size=1, max_size=30))
-    queries = draw(st.lists(st.tuples(st.integers(0, size), st.integers(0, size)), min_size=1, max_size=10))
+    queries = draw(st.lists(st.tuples(st.integers(0, size), st.integers(0, size), st.booleans()).map(
+        lambda q: (min(q[:2]), max(q[:2])) if q[2] else q[:2]), min_size=3, max_size=10))   # most in order
     return np.reshape(init, (k, size)), updates, queries
 
 

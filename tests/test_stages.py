@@ -11,7 +11,6 @@ import pytest
 from pardnn.cli import main
 from pardnn.pipeline.report import evaluate
 from pardnn.errors import UserError
-from pardnn.graph import CostGraph
 from pardnn.hardware import parse_devices
 from pardnn.pipeline import choice, place as placer, portfolio, workers
 from pardnn.placers import exact, registry
@@ -19,45 +18,8 @@ from pardnn.placers import stages, step1
 from pardnn.placers.stages import _cheapest_cuts, fold_positions
 from pardnn.placers.registry import names
 
+from helpers.training_chain import MB, cluster_at, training_chain
 from tools.synth_graph import synth_graph
-
-MB = 1_000_000
-
-
-def training_chain(layers=6, act=MB, grad=MB, comp=10.0):
-    """input -> f0 .. f{L-1} -> loss -> b{L-1} .. b0, where b_i reads f_i's input (the saved
-    activation) and the gradient from b_{i+1}. Every tensor is `act` bytes."""
-    names = ["input"] + [f"f{i}" for i in range(layers)] + ["loss"] + \
-        [f"b{i}" for i in reversed(range(layers))]
-    src, dst, nbytes = [], [], []
-
-    def edge(u, v, b):
-        src.append(u), dst.append(v), nbytes.append(b)
-
-    prev = "input"
-    for i in range(layers):
-        edge(prev, f"f{i}", act)
-        prev = f"f{i}"
-    edge(prev, "loss", act)
-    up = "loss"
-    for i in reversed(range(layers)):
-        edge(up, f"b{i}", grad)
-        edge("input" if i == 0 else f"f{i - 1}", f"b{i}", act)     # the saved activation
-        up = f"b{i}"
-    n = len(names)
-    return CostGraph.build(names, comp_us=[comp] * n, out_bytes=[act] * n,
-                           edge_src=src, edge_dst=dst, edge_bytes=nbytes)
-
-
-def one_device_peak(graph):
-    one = parse_devices("cpu:1").with_options(memory=2**50)
-    return evaluate(graph, one, np.zeros(graph.num_nodes, np.int32)).peak_memory_bytes[0]
-
-
-def cluster_at(graph, k, fraction):
-    return parse_devices(f"cpu:{k}").with_options(memory=int(fraction * one_device_peak(graph)),
-                                                  reserve=0.0)
-
 
 def test_backward_ops_fold_onto_their_forward_layers():
     g = training_chain(layers=4)
@@ -239,16 +201,27 @@ def test_a_candidate_is_taken_once_by_whoever_claims_it_first():
 
 
 def test_pardnn_fits_wherever_a_repaired_single_device_placement_fits():
-    # mlp-like tiny chain at a capacity only the repair of one device's placement reaches
+    """An mlp-like tiny chain on 2 devices, at capacities around the least one at which
+    any placement fits (0.74 of its one-device peak, found by the complete search):
+    wherever the repair of everything-on-one-device fits, `--algorithm pardnn` fits
+    too, and below, where the search proves no placement fits, pardnn says the same."""
     g = training_chain(layers=5, act=MB, grad=MB)
-    for fraction in np.arange(0.30, 0.80, 0.04):
+    fits = []
+    for fraction in np.arange(0.68, 0.81, 0.02):
         cluster = cluster_at(g, 2, fraction)
         try:
-            placer.place(g, cluster, "single")
-        except UserError:
+            _, single = placer.place(g, cluster, "single")
+        except UserError as exc:
+            assert "no placement fits" in str(exc)
+            with pytest.raises(UserError, match="no placement fits"):
+                placer.place(g, cluster, "pardnn")
+            fits.append(False)
             continue
+        assert single.moved_nodes > 0                    # the repair made it fit
         _, report = placer.place(g, cluster, "pardnn")
-        assert report.feasible
+        assert report.feasible and max(report.peak_memory_bytes) <= cluster.capacity.min()
+        fits.append(True)
+    assert fits == sorted(fits) and 2 <= sum(fits) <= 5       # both sides of the least capacity
 
 
 def test_range_argmin_matches_brute_force_and_empty_ranges_give_minus_one():

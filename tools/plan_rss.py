@@ -4,8 +4,12 @@ Builds a stack of Dense layers (WIDTH x WIDTH float32 kernels, LAYERS of them:
 2.1 GB of weights, 6.4 GB with Adam's slots) under
 pardnn.tf.shape_only_variables(), builds its Adam optimizer, and profiles the
 training step with estimate="dgx-h100" (Grappler costs, nothing run), in a child
-process; a second child only imports TensorFlow and Keras (an empty TF
-process). Prints both peak RSS values (ru_maxrss) and their difference.
+process; a second child plans the same stack behind a keras.layers.Normalization
+(whose build reads its mean and variance: those two are materialised) with
+pardnn.keras.plan for model.fit (shape-only build, estimate, placement on
+dgx-h100 with 2 GiB per device, the plan folder written); a third only imports
+TensorFlow and Keras (an empty TF process). Prints the peak RSS values
+(ru_maxrss) and their differences.
 
     python -m tools.plan_rss [OUT_DIR]
 """
@@ -28,7 +32,19 @@ import keras
 import tensorflow as tf
 WIDTH, LAYERS, BATCH, plan, out = {width}, {layers}, {batch}, {plan}, {out!r}
 result = {{}}
-if plan:
+if plan == "keras":
+    import pardnn.keras
+    t0 = time.perf_counter()
+    def build():
+        model = keras.Sequential([keras.layers.Input((WIDTH,)), keras.layers.Normalization()]
+                                 + [keras.layers.Dense(WIDTH) for _ in range(LAYERS)])
+        model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse")
+        return model
+    specs = (tf.TensorSpec([BATCH, WIDTH]), tf.TensorSpec([BATCH, WIDTH]))
+    p = pardnn.keras.plan(build, specs, devices="dgx-h100", memory="2GiB", directory=out + "_keras", verbose=0)
+    result = {{"variables": len(p.variable_devices()), "seconds": time.perf_counter() - t0,
+               "fits": p.report["feasible"], "devices_used": len(set(p.variable_devices().values()))}}
+elif plan:
     t0 = time.perf_counter()
     with pardnn.tf.shape_only_variables():
         model = keras.Sequential([keras.layers.Input((WIDTH,))]
@@ -48,8 +64,9 @@ print(json.dumps(result))
 '''
 
 
-def child(plan: bool, out: str) -> dict:
-    code = CHILD.format(width=WIDTH, layers=LAYERS, batch=BATCH, plan=plan, out=out, example=EXAMPLE)
+def child(plan, out: str) -> dict:
+    """Peak RSS and facts of a child process: plan False (empty), True (pardnn.tf) or "keras"."""
+    code = CHILD.format(width=WIDTH, layers=LAYERS, batch=BATCH, plan=repr(plan), out=out, example=EXAMPLE)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if proc.returncode:
         sys.exit(proc.stderr[-3000:])
@@ -62,6 +79,7 @@ def main():
         out = sys.argv[1] if len(sys.argv) > 1 else f"{scratch}/prof"
         empty = child(False, out)
         planned = child(True, out)
+        keras_planned = child("keras", out)
     extra = (planned["max_rss_kib"] - empty["max_rss_kib"]) / 1024
     print(f"Keras model: {LAYERS} Dense {WIDTH}x{WIDTH}, {planned['weights_bytes'] / 1e9:.2f} GB of weights, "
           f"{planned['with_slots_bytes'] / 1e9:.2f} GB with Adam slots; {planned['variables']} variables")
@@ -70,6 +88,11 @@ def main():
           f"peak RSS {planned['max_rss_kib'] / 1024:.0f} MiB, {extra:.0f} MiB above the empty process "
           f"(target < 500 MB)" + (f"; wrote {out}" if len(sys.argv) > 1 else ""))
     print(f"estimated step on one H100: {planned['estimated_step_ms']:.2f} ms")
+    extra = (keras_planned["max_rss_kib"] - empty["max_rss_kib"]) / 1024
+    print(f"pardnn.keras.plan of the stack behind a Normalization (read while built), for fit, placed on dgx-h100 "
+          f"with 2GiB per device ({keras_planned['variables']} variables, {keras_planned['seconds']:.1f} s, "
+          f"fits: {keras_planned['fits']}, variables on {keras_planned['devices_used']} devices): peak RSS "
+          f"{keras_planned['max_rss_kib'] / 1024:.0f} MiB, {extra:.0f} MiB above the empty process")
 
 
 if __name__ == "__main__":

@@ -19,12 +19,13 @@ import time
 import numpy as np
 
 from pardnn.commands.common import add_cluster_args, cluster_from_args, cluster_inputs
-from pardnn.commands.place import placed_inputs, write_placed
+from pardnn.commands.place import placed_inputs
 from pardnn.errors import UserError
 from pardnn.io.outputs import OutputDir, check_output_dir
 from pardnn.jsonfile import write_json
 from pardnn.pipeline.capacity import capacity, check_devices, check_groups
 from pardnn.pipeline.load import load_cost_graph
+from pardnn.pipeline.place_dir import write_placed_files
 from pardnn.placers import registry as algorithms
 from pardnn.progress import stage
 from pardnn.units import format_size, format_time
@@ -128,8 +129,8 @@ def write_outputs(args, graph, info, rows, doc) -> None:
             fit = row.at_memory or row.least
             prefix = f"k{row.devices}/"
             cluster = fit.placement.cluster
-            write_placed(out, graph, info, fit.placement, cluster, args.algorithm, args.devices, prefix=prefix,
-                         views=False)
+            write_placed_files(out, graph, info, fit.placement, cluster, args.algorithm, args.devices, prefix=prefix,
+                               views=False)
             spec = count_spec(args, cluster, fit.memory)
             if spec is not None:
                 write_json(placed_inputs(args, spec, str(fit.memory)), out.temp(prefix + "inputs.json"))

@@ -81,6 +81,7 @@ def profile_function(step_fn, args, steps: int = 5, out_dir: str = "profile", kw
         fn = concrete_function(retraced, args, kwargs)
     graph_def, variables = _replica_graph_def(fn)
     drop_nodes(graph_def, trace["bypassed"])
+    _pin_argument_shapes(graph_def, fn, _in_signature_order(step_fn, args, kwargs))
     graph = tf.Graph()
     with graph.as_default():
         tf1.import_graph_def(graph_def, name="")
@@ -182,6 +183,28 @@ def _replica_graph_def(fn):
     return graph_def, variables
 
 
+def _pin_argument_shapes(graph_def, fn, values):
+    """Give the step's argument placeholders the shapes of the arguments profiled with
+    (`values`: `_in_signature_order`) where the trace left dimensions unknown (a step
+    whose input signature relaxes the batch: pardnn.keras): the graph, and so its costs
+    and memory, is that of the batch it was given."""
+    flat = [a for a in tf.nest.flatten(values, expand_composites=True)
+            if isinstance(a, (tf.Tensor, np.ndarray, tf.Variable, tf.TensorSpec))]
+    inputs = fn.inputs[:len(fn.inputs) - len(fn.graph.captures)]
+    if len(flat) != len(inputs):
+        return
+    nodes = {n.name: n for n in graph_def.node}
+    for tensor, value in zip(inputs, flat):
+        shape = tf.TensorShape(value.shape)
+        node = nodes.get(tensor.op.name)
+        if node is None or node.op != "Placeholder" or not shape.is_fully_defined() \
+                or tensor.shape.is_fully_defined() or not tensor.shape.is_compatible_with(shape):
+            continue
+        node.attr["shape"].shape.CopyFrom(shape.as_proto())
+        if "_output_shapes" in node.attr:
+            node.attr["_output_shapes"].list.shape[0].CopyFrom(shape.as_proto())
+
+
 def _in_signature_order(step_fn, args, kwargs):
     """The call's arguments in the order of the concrete function's inputs, as TF binds
     them: the parameters that may be positional in the order of step_fn's signature
@@ -230,10 +253,15 @@ def _variable_init(graph, values):
     return ops, feed
 
 
-def placed(step_fn, placement_csv):
+def placed(step_fn, placement_csv, around=None, relax_batch=False):
     """A tf.function retracing step_fn's Python function with every op on the device
     placement_csv (a `pardnn place` placement.csv) gives it. Its trace refuses a
-    placement of another step and variables that are not where the plan says."""
+    placement of another step and variables that are not where the plan says.
+    `around`, if given, makes a context manager each trace runs inside
+    (pardnn.keras: Keras' name counters of the build, the plan's variable creator).
+    With `relax_batch`, the step is traced once, on its first call, with the first
+    dimension of every argument unknown (`relaxed_batch`): the trace a step profiled
+    with such a signature has, whatever batch size comes (fit's last, partial batch)."""
     check_tf_function(step_fn)
     devices = read_devices(placement_csv)
     names = planned_variable_names(placement_csv)
@@ -249,16 +277,44 @@ def placed(step_fn, placement_csv):
         _check_names(graph, devices, placement_csv, step_fn, set(bypassed))
         _check_variables(graph, devices, placement_csv, names)
 
-    fn, _ = _retraced(step_fn, device_of, requested.clear, check)
+    if relax_batch:
+        fn = _BatchRelaxed(lambda signature: _retraced(step_fn, device_of, requested.clear, check, around,
+                                                       signature)[0])
+    else:
+        fn, _ = _retraced(step_fn, device_of, requested.clear, check, around)
     setattr(fn, _REQUESTED, requested)
     return fn
 
 
-def _retraced(step_fn, device_fn=None, before=None, after=None):
+def relaxed_batch(value):
+    """tf.TensorSpecs of `value` (a nest of tensors, arrays or specs) with the first
+    dimension of each unknown: one trace serves every batch size."""
+    def spec(leaf):
+        leaf = leaf if isinstance(leaf, (tf.Tensor, tf.TensorSpec)) else tf.convert_to_tensor(leaf)
+        shape = leaf.shape.as_list() if leaf.shape.rank is not None else None
+        return tf.TensorSpec(shape if not shape else [None] + shape[1:], leaf.dtype)
+    return tf.nest.map_structure(spec, value)
+
+
+class _BatchRelaxed:
+    """A placed step whose tf.function is made on the first call, with that call's
+    arguments' `relaxed_batch` specs as its input signature."""
+
+    def __init__(self, make):
+        self._make, self._fn = make, None
+
+    def __call__(self, *args):
+        if self._fn is None:
+            self._fn = self._make([relaxed_batch(a) for a in args])
+        return self._fn(*args)
+
+
+def _retraced(step_fn, device_fn=None, before=None, after=None, around=None, input_signature=None):
     """(a new tf.function tracing step_fn's Python function, its trace state).
 
     Each trace runs the AutoGraph-converted function (as tf.function would) under
-    `device_fn`, then bypasses the graph's gathers (pardnn.tf.gathers); state
+    `device_fn` (and inside `around()`, if given; with `input_signature` for
+    step_fn's), then bypasses the graph's gathers (pardnn.tf.gathers); state
     "bypassed" names them, and `after(graph, bypassed)` may check the trace."""
     python_fn = step_fn.python_function
     converted = _autograph(python_fn)
@@ -270,14 +326,15 @@ def _retraced(step_fn, device_fn=None, before=None, after=None):
         graph = tf1.get_default_graph()
         if before is not None:
             before()
-        with graph.device(device_fn) if device_fn else contextlib.nullcontext():
+        with around() if around else contextlib.nullcontext(), \
+                graph.device(device_fn) if device_fn else contextlib.nullcontext():
             result = converted(*args, **kwargs)
         state["bypassed"], result = bypass_gathers(graph, result)
         if after is not None:
             after(graph, state["bypassed"])
         return result
 
-    return tf.function(traced, input_signature=step_fn.input_signature), state
+    return tf.function(traced, input_signature=input_signature or step_fn.input_signature), state
 
 
 def _autograph(python_fn):

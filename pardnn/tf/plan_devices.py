@@ -47,3 +47,10 @@ def local_device(name) -> str:
     if spec.job not in (None, "localhost") or spec.task not in (None, 0):
         return name
     return tf.DeviceSpec(device_type=spec.device_type, device_index=spec.device_index).to_string()
+
+
+def gpu_memory() -> list:
+    """Bytes TensorFlow may allocate on each of this process's GPUs, in order: a
+    physical GPU's memory less what the driver keeps, a logical GPU's memory_limit."""
+    from tensorflow.python.client import device_lib
+    return [int(d.memory_limit) for d in device_lib.list_local_devices() if d.device_type == "GPU"]

@@ -26,7 +26,7 @@ import os
 
 import pardnn.tf.quiet_import  # noqa: F401  (first: hides TensorFlow's start-up lines)
 import tensorflow as tf
-from tensorflow.python.ops import resource_variable_ops
+from tensorflow.python.ops import gen_resource_variable_ops, resource_variable_ops
 
 from pardnn.errors import UserError
 from pardnn.tf.plan_devices import known_devices, local_device, read_devices
@@ -41,9 +41,11 @@ def shape_only_variables():
 
 def _shape_only(next_creator, **kwargs):
     shape, dtype = _shape_and_dtype(kwargs)
-    variable = resource_variable_ops.UninitializedVariable(
-        shape=shape, dtype=dtype, name=kwargs.get("name"), trainable=kwargs.get("trainable"))
+    with tf.init_scope():           # created while a step traces (a lazily built optimizer): eager too
+        variable = resource_variable_ops.UninitializedVariable(
+            shape=shape, dtype=dtype, name=kwargs.get("name"), trainable=kwargs.get("trainable"))
     variable.__class__ = _ShapeOnlyVariable
+    variable._pardnn_initial = kwargs.get("initial_value")
     return variable
 
 
@@ -52,7 +54,44 @@ class _ShapeOnlyVariable(resource_variable_ops.ResourceVariable):
     does: TF skips `tf.cast` to a variable's own dtype only for ResourceVariables, so
     Keras' mixed-precision casts of other variables named their reads "Cast/Cast/..."
     and a plan made shape-only did not match the real model's trace. Its state is the
-    UninitializedVariable's (both classes only add methods to BaseResourceVariable)."""
+    UninitializedVariable's (both classes only add methods to BaseResourceVariable).
+
+    Read eagerly (a layer that reads its own variables when built: Keras'
+    Normalization, a custom layer's build()), it is materialised first: given its
+    real initial value, once, so the read is the value the real model's would be,
+    not an empty tensor. A read while a step is traced stays symbolic, and a variable
+    nobody reads never holds memory."""
+
+    def _materialise(self):
+        initial = getattr(self, "_pardnn_initial", None)
+        if initial is None or not tf.executing_eagerly():
+            return
+        self._pardnn_initial = None
+        if self.is_initialized():          # assigned already (Keras' adapt())
+            return
+        with tf.init_scope(), tf.device(self.device):
+            value = tf.convert_to_tensor(initial() if callable(initial) else initial, dtype=self.dtype)
+            gen_resource_variable_ops.assign_variable_op(self.handle, value)
+
+    def _read_variable_op(self, no_copy=False):
+        self._materialise()
+        return super()._read_variable_op(no_copy=no_copy)
+
+    def sparse_read(self, indices, name=None):
+        self._materialise()
+        return super().sparse_read(indices, name=name)
+
+    def gather_nd(self, indices, name=None):
+        self._materialise()
+        return super().gather_nd(indices, name=name)
+
+    def assign_add(self, delta, use_locking=None, name=None, read_value=True):
+        self._materialise()
+        return super().assign_add(delta, use_locking=use_locking, name=name, read_value=read_value)
+
+    def assign_sub(self, delta, use_locking=None, name=None, read_value=True):
+        self._materialise()
+        return super().assign_sub(delta, use_locking=use_locking, name=name, read_value=read_value)
 
 
 def _shape_and_dtype(kwargs):

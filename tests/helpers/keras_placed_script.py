@@ -19,11 +19,13 @@ import keras
 import tensorflow as tf
 
 from pardnn.cli import main
-from pardnn.errors import UserError
 from pardnn.graph.node_memory import resident_bytes
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples"))
 import keras_placed as example
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import keras_models
 
 K, LAYERS, BATCH, STEPS = 8, 12, 16, 3
 
@@ -133,21 +135,8 @@ def loop_flow(root, data):
     return facts
 
 
-class Losses(keras.callbacks.Callback):
-    def __init__(self):
-        super().__init__()
-        self.losses = []
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.losses.append(float(logs["loss"]))
-
-
 def fit_losses(model, data):
-    x = np.concatenate([b[0].numpy() for b in data])
-    y = np.concatenate([b[1].numpy() for b in data])
-    losses = Losses()
-    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[losses])
-    return losses.losses
+    return keras_models.fit_losses(model, data, BATCH)
 
 
 def fit_flow(root, data):
@@ -163,14 +152,6 @@ def fit_flow(root, data):
     return facts
 
 
-def error_of(action):
-    try:
-        action()
-    except UserError as exc:
-        return str(exc)
-    return None
-
-
 def bad_inputs(root, data):
     """Each bad input's error message (None: none raised), and whether a step ran."""
     csv_path = f"{root}/placed/placement.csv"
@@ -180,7 +161,7 @@ def bad_inputs(root, data):
         keras.backend.clear_session()
         with pardnn.tf.variables_placed(csv_path):
             custom_loop(LAYERS + 1)
-    errors["another_model"] = error_of(another_model)
+    errors["another_model"] = keras_models.error_of(another_model)
 
     def outside_plan():                           # the optimizer's slots built outside the context
         keras.backend.clear_session()
@@ -189,14 +170,14 @@ def bad_inputs(root, data):
             pardnn.tf.placed(step, csv_path)(*data[0])
         finally:
             errors["outside_plan_steps"] = int(step.optimizer.iterations.numpy())
-    errors["outside_plan"] = error_of(outside_plan)
+    errors["outside_plan"] = keras_models.error_of(outside_plan)
 
     lacking = f"{root}/lacking"
     os.makedirs(lacking, exist_ok=True)
     shutil.copy(f"{root}/placed/profile.json", lacking)
     with open(csv_path) as src, open(f"{lacking}/placement.csv", "w") as dst:
         dst.write(src.read().replace(f"device:CPU:{K - 1}", f"device:CPU:{K + 1}"))
-    errors["lacking_device"] = error_of(lambda: pardnn.tf.variables_placed(f"{lacking}/placement.csv")
+    errors["lacking_device"] = keras_models.error_of(lambda: pardnn.tf.variables_placed(f"{lacking}/placement.csv")
                                         .__enter__())
 
     def built_outside():
@@ -206,7 +187,7 @@ def bad_inputs(root, data):
             pardnn.tf.placed(step, csv_path)(*data[0])
         finally:
             errors["built_outside_steps"] = int(step.optimizer.iterations.numpy())
-    errors["built_outside"] = error_of(built_outside)
+    errors["built_outside"] = keras_models.error_of(built_outside)
     return errors
 
 

@@ -1,0 +1,177 @@
+"""`pardnn.keras.plan(build, batch_spec, devices, memory="auto")`: plan a Keras model in-process.
+
+1. Build it shape-only (pardnn.tf.shape_only_variables: no variable holds memory,
+   unless the build reads it), with Keras name counters of its own
+   (pardnn.keras.names), and trace its step once as Keras' first step would
+   (pardnn.keras.steps.warm_up: the optimizer's slots, compiled metrics).
+2. Profile the step with estimated costs (pardnn.tf.profile_function, estimate=
+   the devices' GPU preset): nothing runs.
+3. Place it as `pardnn place` does (pardnn.pipeline.place_dir) on `devices` with
+   `memory` per device ("auto": their real memory, pardnn.keras.devices).
+4. Write the plan folder: the `pardnn place` outputs (placement.csv, report.json,
+   trace.json, tensorboard/, placed_graph.pb, profile.json), the profile in
+   profile/, and plan.json (pardnn.keras.plan_file): each variable's key
+   (pardnn.keras.keys), creation order and device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import NamedTuple
+
+import keras
+import tensorflow as tf
+
+from pardnn.errors import UserError
+from pardnn.io.outputs import OutputDir, check_output_dir
+from pardnn.io.summary import print_summary
+from pardnn.jsonfile import write_json
+from pardnn.keras.devices import estimate_preset, plan_cluster
+from pardnn.keras.keys import layer_summary
+from pardnn.keras.matching import Created, PlannedVariable, keys_of, owner_now
+from pardnn.keras.names import KerasNames
+from pardnn.keras.placed_plan import Plan
+from pardnn.keras.plan_file import FORMAT, PLAN_FILE, variables_json
+from pardnn.keras.specs import check_inputs, model_input, to_json, to_specs
+from pardnn.keras.steps import split_built, training_step, warm_up
+from pardnn.pipeline.place_dir import place_inputs, place_profile, write_place_dir
+from pardnn.placers import registry
+from pardnn.tf.function import profile_function
+from pardnn.tf.plan_devices import local_device
+from pardnn.tf.variables import shape_only_variables
+from pardnn.units import MAX_TIME_US
+
+UNUSED_DEVICE = "/device:CPU:0"     # a variable the step never touches: host memory
+
+
+def plan(build, batch_spec, devices, memory="auto", *, step=None, directory="pardnn_plan", reserve=None,
+         algorithm="pardnn", estimate=None, time_budget=None, verbose=1) -> Plan:
+    """Plan `build()`'s model on `devices` and write the plan folder `directory`;
+    returns the Plan (`with plan.scope(): model = build()`, then `model.fit`).
+
+    build: returns the compiled model (a plan for fit), or with `step=` the model
+    and its optimizer (a custom loop: `step(*built, *batch)` is one training step).
+    batch_spec: one batch (pardnn.keras.specs). devices, memory, reserve: as
+    `pardnn place --devices/--memory/--reserve`, memory "auto" the devices' real
+    memory. estimate: the GPU preset the step's ops are costed for (default: the
+    devices' preset, dgx-h100 for cpu:K). time_budget: seconds, as --time-budget."""
+    if not callable(build):
+        raise UserError(f"build: {build!r:.40} is not callable; give the function that builds the model")
+    if step is not None and not callable(step):
+        raise UserError(f"step: {step!r:.40} is not callable; give the training step fn(*built, *batch)")
+    cluster = plan_cluster(devices, memory, reserve)
+    registry.candidates(algorithm)
+    budget_s = _budget(time_budget)
+    check_output_dir(directory, "directory")
+    batch = to_specs(batch_spec)
+    if step is not None:
+        batch = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
+    settings = {"devices": str(devices), "memory": memory if isinstance(memory, (int, str)) else "auto",
+                "algorithm": algorithm, "estimate": estimate_preset(devices, estimate)}
+    with KerasNames().active():
+        traced = _traced_shape_only(build, step, batch)
+        with OutputDir(directory, "directory") as out:
+            profile = profile_function(traced.step_fn, traced.args, out_dir=out.temp("profile"),
+                                       estimate=settings["estimate"])
+            placed = place_profile(os.path.join(out.staging, "profile"), cluster, algorithm, budget_s,
+                                   devices=str(devices))
+            report = write_place_dir(out, placed, _inputs(directory, devices, placed.cluster, algorithm,
+                                                          time_budget)).to_json()
+            doc = _plan_doc(traced, profile, placed, settings, step, batch)
+            nodes = doc.pop("nodes")
+            write_json({**doc, "variables": variables_json(doc["variables"], nodes)}, out.temp(PLAN_FILE))
+    if verbose:
+        print_summary(report, out_dir=str(directory))
+    return Plan(directory, doc)
+
+
+class _Traced(NamedTuple):
+    """A build made shape-only and its step traced once."""
+
+    models: list
+    optimizers: list
+    step_fn: object             # the tf.function profiled
+    args: tuple
+    created: list               # Created, in creation order
+    keys: list                  # their keys (pardnn.keras.keys)
+
+
+def _traced_shape_only(build, step, batch) -> _Traced:
+    """build() shape-only, checked (a model, batch_spec its inputs'), its step traced
+    once as Keras' first step would (creating what Keras builds lazily)."""
+    created = []
+    with shape_only_variables(), _recording(created):
+        built = build()
+    models, optimizers = split_built(built, step)
+    check_inputs(models[0], model_input(batch, fit=step is None))
+    step_fn, args = training_step(built, step, batch)
+    with shape_only_variables(), _recording(created):
+        warm_up(step_fn, args)
+    return _Traced(models, optimizers, step_fn, args, created, keys_of(created, models, optimizers))
+
+
+def _plan_doc(traced, profile, placed, settings, step, batch) -> dict:
+    """plan.json's fields (pardnn.keras.plan_file), its variables as PlannedVariables and
+    their graph nodes under "nodes"."""
+    nodes = _variable_nodes(profile["variables"], traced.created)
+    device_of = _devices(placed)
+    planned = [PlannedVariable(key, c.variable.name.split(":")[0], c.short, c.variable.shape.as_list(),
+                               c.variable.dtype.name, device_of[node] if node else UNUSED_DEVICE)
+               for key, c, node in zip(traced.keys, traced.created, nodes)]
+    return {"pardnn_keras_plan": FORMAT, "kind": "fit" if step is None else "step",
+            "step": "train_step" if step is None else getattr(step, "__name__", "step"), **settings,
+            "memory_bytes": [int(x) for x in placed.cluster.memory], "reserve": placed.cluster.reserve,
+            "batch_spec": to_json(batch), "layers": [layer_summary(m) for m in traced.models],
+            "variables": planned, "nodes": nodes, "tensorflow": tf.__version__, "keras": keras.__version__}
+
+
+@contextlib.contextmanager
+def _recording(created):
+    """Appends a Created to `created` for each variable made inside."""
+    def record(next_creator, **kwargs):
+        owner = owner_now()
+        variable = next_creator(**kwargs)
+        created.append(Created(variable, kwargs.get("name") or "Variable", owner))
+        return variable
+    with tf.variable_creator_scope(record):
+        yield
+
+
+def _variable_nodes(profiled, created) -> list:
+    """The graph node of each created variable (None: the step never touches it):
+    profile.json lists node -> variable name in creation order, and variables of one
+    name are matched in that order."""
+    by_name = {}
+    for i, c in enumerate(created):
+        by_name.setdefault(c.variable.name, []).append(i)
+    nodes = [None] * len(created)
+    for node, name in profiled.items():
+        if by_name.get(name):
+            nodes[by_name[name].pop(0)] = node
+    return nodes
+
+
+def _inputs(directory, devices, cluster, algorithm, time_budget) -> dict:
+    """inputs.json of the plan folder, so that `pardnn explain DIR` emulates its step
+    again: its profile/, and the flags that give its cluster (memory in bytes, when
+    every device has the same)."""
+    memory = {int(x) for x in cluster.memory}
+    return place_inputs(os.path.join(str(directory), "profile"), devices,
+                        str(memory.pop()) if len(memory) == 1 else None, cluster.reserve,
+                        algorithm=algorithm, time_budget=time_budget)
+
+
+def _devices(placed) -> dict:
+    """Node name -> the local device name of its placed device."""
+    names = placed.placement.cluster.names
+    return {node: local_device(names[d]) for node, d in zip(placed.graph.names, placed.placement.device)}
+
+
+def _budget(time_budget):
+    if time_budget is None:
+        return None
+    if isinstance(time_budget, bool) or not isinstance(time_budget, (int, float)) \
+            or not 0 < time_budget * 1e6 <= MAX_TIME_US:
+        raise UserError(f"time_budget: give seconds, more than 0 and at most a day; got {time_budget!r}")
+    return float(time_budget)
