@@ -120,6 +120,9 @@ def test_capacity_refuses_one_device_a_group_too_large_and_bad_counts(tmp_path, 
              (["--devices", "cpu:4", "--memory", "4000", "--reserve", "0"],
               "--memory: the colocation group of 'w' (1 nodes) holds 4.88 KiB, more than the largest device's "
               "3.91 KiB usable"),
+             (["--devices", "cpu:4", "--memory", "5000", "--reserve", "0"],
+              "--memory: 4.88 KiB usable per device (memory minus the 0% reserve) is too little for any "
+              "placement, which needs at least 4.89 KiB per device (largest op working set: op 'm')"),
              (["--devices", "cpu:4", "--counts", "0,2"], "--counts: each count must be 1 to 4"),
              (["--devices", "cpu:4", "--counts", "2,x"], "--counts: give device counts separated by commas")]
     for flags, message in cases:

@@ -18,12 +18,12 @@ import time
 
 import numpy as np
 
-from pardnn.commands.common import add_cluster_args, cluster_from_args, cluster_inputs
+from pardnn.commands.common import add_cluster_args, cluster_from_args, cluster_inputs, refuse_below_least_memory
 from pardnn.commands.place import placed_inputs
 from pardnn.errors import UserError
 from pardnn.io.outputs import OutputDir, check_output_dir
 from pardnn.jsonfile import write_json
-from pardnn.pipeline.capacity import capacity, check_devices, check_groups
+from pardnn.pipeline.capacity import capacity, check_devices, check_groups, first_devices
 from pardnn.pipeline.load import load_cost_graph
 from pardnn.pipeline.place_dir import write_placed_files
 from pardnn.placers import registry as algorithms
@@ -74,6 +74,8 @@ def run(args):
     with stage(f"loading {args.profile}"):
         graph, info = load_cost_graph(args.profile)
     check_groups(graph, cluster, "--memory" if args.memory is not None else "--devices")
+    if args.memory is not None:     # a placement on fewer devices is one on more: the largest count binds
+        refuse_below_least_memory(graph, first_devices(cluster, counts[-1]), args)
     rows = capacity(graph, cluster, counts, args.algorithm)
     doc = document(args, graph, cluster, rows, time.perf_counter() - t0)
     print_table(doc)
