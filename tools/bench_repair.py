@@ -8,7 +8,7 @@ emulated peaks against TensorFlow's own estimate.
 quality: for each built-in family (profiled once with `pardnn profile FAMILY [--size SIZE]`
 into --profiles, reused when already there; default knobs unless --size) and a 20k-node synthetic graph
 (tools/synth_graph.py), capacity = 0.6 x the single-device peak at K=4 and 0.3 x at
-K=8 (memory = capacity / (1 - reserve)); where pardnn.repair.overflow_repair.least_memory
+K=8 (memory = capacity / (1 - reserve)); where pardnn.repair.least_memory.least_memory
 shows that some single requirement (one op's working set, one colocation group) needs
 more than 1/1.1 of that, capacity is 1.1 x that bound instead and the row is starred. Prints, per algorithm: single-device peak,
 peaks before and after repair (in units of capacity), feasibility, moved nodes (%:

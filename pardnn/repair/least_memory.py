@@ -109,8 +109,8 @@ def least_memory(graph, k: int) -> LeastMemory:
 
 def _bounds(graph, k) -> LeastMemory:
     res = group_resident(graph)
-    extra, _ = op_needs(graph, res)
-    work = working_sets(graph, res)
+    needs = op_needs(graph, res)
+    extra, work = needs[0], working_sets(graph, res, needs)
     bounds = []
     if graph.num_groups:
         g = int(np.argmax(res))
@@ -188,9 +188,10 @@ def packed_exactly(res, extra, k, limit=PACKING_WORK):
     than PACKING_MAX_GROUPS groups. Depth-first,
     largest groups first; devices are interchangeable here, so of the empty ones only
     the first is tried; a branch stops once its largest need reaches the best found."""
-    items = sorted(((int(r), int(e)) for r, e in zip(res, extra) if r or e), key=lambda x: (-(x[0] + x[1]), x))
-    if not items or k < 1 or len(items) > PACKING_MAX_GROUPS:
+    some = np.flatnonzero((np.asarray(res) != 0) | (np.asarray(extra) != 0))
+    if len(some) == 0 or k < 1 or len(some) > PACKING_MAX_GROUPS:     # before a Python list of them
         return None
+    items = sorted(((int(res[i]), int(extra[i])) for i in some), key=lambda x: (-(x[0] + x[1]), x))
     if len(items) <= k:
         return max(r + e for r, e in items), len(items)
     held, peak = [0] * k, [0] * k

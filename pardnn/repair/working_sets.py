@@ -54,7 +54,8 @@ def op_needs(graph, group_res=None):
     # per (reader, source group): bytes of copies, bytes of NORMAL outputs
     key_copy = dst[tensor] * groups + graph.group[src[tensor]]
     key_out = dst[producer] * groups + graph.group[src[producer]]
-    keys = np.unique(np.concatenate([key_copy, key_out]))
+    keys = np.sort(np.concatenate([key_copy, key_out]))   # np.unique hashes: far slower in numpy 2
+    keys = keys[distinct_rows(keys)]
     copies = sums(np.searchsorted(keys, key_copy), floor[tensor], len(keys))
     outs = sums(np.searchsorted(keys, key_out), graph.out_bytes[src[producer]], len(keys))
     reader, source = keys // groups, keys % groups
@@ -84,9 +85,10 @@ def distinct_rows(*columns) -> np.ndarray:
     return first
 
 
-def working_sets(graph, group_res=None):
+def working_sets(graph, group_res=None, needs=None):
     """Bytes per node held on its device at the instant it starts (0 for ops that take
-    no time), its group's resident state included: see the module docstring."""
+    no time), its group's resident state included: see the module docstring. `needs`:
+    op_needs(graph, group_res), when the caller has it."""
     group_res = group_resident(graph) if group_res is None else group_res
-    extra, foreign = op_needs(graph, group_res)
+    extra, foreign = op_needs(graph, group_res) if needs is None else needs
     return np.where(graph.comp_us > 0, group_res[graph.group] + extra + foreign, 0)
