@@ -8,7 +8,7 @@ import argparse
 import importlib
 import sys
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 
 # The subcommands, in --help order: each module adds its parser (imported by name, so
 # tests/test_layout.py reads these strings as imports).

@@ -8,7 +8,7 @@ import importlib
 import importlib.util
 import os
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.models import USER_MODULE
 
 # Family name -> its module (imported on first use: each imports TensorFlow).

@@ -17,7 +17,7 @@ steps dominate the count). Words, their spellings and the text are synthetic
 import numpy as np
 import tensorflow as tf
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.models import layers as L
 
 DESCRIPTION = "character-aware LM: char CNN + highway + unrolled LSTM stack (thesis Char-CRN)"

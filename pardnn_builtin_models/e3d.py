@@ -23,7 +23,7 @@ stand-ins: a bright square bouncing in each sequence.
 import numpy as np
 import tensorflow as tf
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.models import layers as L
 
 DESCRIPTION = "Eidetic 3D LSTM video prediction, 3D-conv recurrent cells (thesis E3D)"

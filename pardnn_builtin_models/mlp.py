@@ -13,7 +13,7 @@ The graph-level seed is `seed`; every op used is deterministic on CPU.
 import numpy as np
 import tensorflow as tf
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.models import Model
 
 DESCRIPTION = "multi-layer perceptron, softmax cross-entropy, Adam"

@@ -23,7 +23,7 @@ task: the target is the source sequence reversed.
 import numpy as np
 import tensorflow as tf
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.models import layers as L
 
 DESCRIPTION = "encoder-decoder Transformer, post-norm, label smoothing (thesis TRN)"

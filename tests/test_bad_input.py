@@ -7,7 +7,7 @@ import json
 import pytest
 
 from pardnn.cli import main
-from pardnn.errors import GraphError
+from pardnn.base.errors import GraphError
 from pardnn.graph import CostGraph
 
 

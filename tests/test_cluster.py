@@ -5,9 +5,9 @@ import pytest
 
 from pardnn.hardware import GiB, parse_devices
 from pardnn.hardware.cluster import MAX_DEVICES
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.graph import CostGraph
-from pardnn.units import parse_rate, parse_size, parse_time
+from pardnn.base.units import parse_rate, parse_size, parse_time
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -1,4 +1,4 @@
-"""Every kernel (pardnn.compiled) gives, compiled by numba, exactly what its interpreted
+"""Every kernel (pardnn.base.compiled) gives, compiled by numba, exactly what its interpreted
 twin gives, on random graphs with ties; and the size rule picks the twin on small
 graphs, the compiled kernel on large ones."""
 
@@ -8,8 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from pardnn import compiled
-from pardnn.compiled import INTERPRETED_BELOW, Kernel, kernel
+from pardnn.base import compiled
+from pardnn.base.compiled import INTERPRETED_BELOW, Kernel, kernel
 from pardnn.emulator.event_loop import Successors, Transfers, event_loop
 from pardnn.emulator.scheduler import plan_transfers, simulate
 from pardnn.graph.forced_levels import earliest_starts, input_pairs
@@ -734,7 +734,7 @@ def test_memory_tracking_and_the_repair_as_numpy_runs_them(seed, monkeypatch):
     the others, the same message that none was found) are numpy's to the bit."""
     from pardnn.emulator.memory import track_memory
     from pardnn.pipeline.judge import judge
-    from pardnn.errors import UserError
+    from pardnn.base.errors import UserError
     from pardnn.repair.overflow_repair import RepairSetup
     from pardnn.repair.repair_round import RepairRound
     g, rng = random_graph(seed)

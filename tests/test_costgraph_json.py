@@ -6,11 +6,11 @@ import json
 import numpy as np
 import pytest
 
-from pardnn import jsonfile
-from pardnn.errors import GraphError
+from pardnn.base import jsonfile
+from pardnn.base.errors import GraphError
 from pardnn.graph import CostGraph
 from pardnn.graph.costgraph_json import NotStreamable, columns_from_file
-from pardnn.jsonfile import read_json
+from pardnn.base.jsonfile import read_json
 
 FIELDS = list(CostGraph.__dataclass_fields__)
 

@@ -34,7 +34,7 @@ def test_placement_survives_grappler(tmp_path, family_profile, algorithm):
     prof, unplaced = family_profile
     assert main(["place", str(prof), "--devices", "cpu:4", "--algorithm", algorithm,
                  "-o", str(tmp_path / "placed")]) == 0
-    result = run_placed(tmp_path / "placed", STEPS, config="default")
+    result = run_placed(tmp_path / "placed", load_module, STEPS, config="default")
     assert result.check.moved == []
     assert result.losses == pytest.approx(unplaced, rel=1e-5, abs=1e-6)
 

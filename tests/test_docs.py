@@ -17,7 +17,7 @@ blocks; a span's name is its leading token, up to the first space or "(" (so
 2. **`file.py:name`** (or `file.py:Class.name`): the file as in 1, and some file it
    matches defines the name (as in 3).
 3. **Dotted names rooted at a package of this repository** (`pardnn.pipeline.choice`,
-   `pardnn.errors.UserError`, `tools.report_doc`): the longest prefix that is a module
+   `pardnn.base.errors.UserError`, `tools.report_doc`): the longest prefix that is a module
    must exist, the next name must be bound at its top level (def, class, assignment,
    import; a module with `__getattr__` also binds its string keys, as pardnn.tf's lazy
    API does), and a name after a class must be a member of the class or of a base class
@@ -354,7 +354,7 @@ def test_every_name_in_backticks_exists(doc):
     "`absorb.py`",                               # a bare file name
     "`pardnn.emulator.evaluate`",                # a function that moved
     "`pardnn.pipeline.no_such_module`",          # a module
-    "`pardnn.errors.UserError.no_such_method`",  # a class member
+    "`pardnn.base.errors.UserError.no_such_method`",  # a class member
     "`pardnn/pipeline/report.py:report_fields`",  # file.py:function
     "`exact._SOLVED`",                           # module.name
     "`CostGraph.no_such_method`",                # Class.name
@@ -371,7 +371,7 @@ def test_planted_stale_names(stale):
 
 def test_current_names_pass():
     text = ("`pardnn/pipeline/report.py` `pardnn/placers/step1_phases/` `io/outputs.py` "
-            "`costgraph.py` `pardnn.pipeline.choice` `pardnn.errors.UserError` "
+            "`costgraph.py` `pardnn.pipeline.choice` `pardnn.base.errors.UserError` "
             "`pardnn.tf.profile_function(step, args)` `pardnn/pipeline/judge.py:judge` "
             "`exact.deterministic_limit` `CostGraph.from_json` `refine_memory.batches_far_behind` "
             "`lower_bound_us` `INTERPRETED_BELOW` `Report` `--devices cpu:4` `placement.csv` "

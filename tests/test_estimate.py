@@ -9,7 +9,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from pardnn.cli import main
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.graph import RESIDUAL
 from pardnn.models import Model, resolve_knobs
 from pardnn_builtin_models import load_module

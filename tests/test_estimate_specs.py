@@ -5,7 +5,7 @@ import pytest
 from pardnn.hardware import gpu_specs
 from pardnn.hardware.presets import PRESETS, estimate_gpu, gpu_preset_names
 from pardnn.hardware import parse_devices
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 
 
 @pytest.mark.parametrize("preset, tflops", [

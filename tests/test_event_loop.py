@@ -83,7 +83,7 @@ def random_case(seed):
     or, in every other case, what the memory repair makes of everything on device 0
     under a memory limit."""
     from pardnn.pipeline.report import evaluate
-    from pardnn.errors import UserError
+    from pardnn.base.errors import UserError
     from pardnn.graph import CostGraph
     from pardnn.pipeline.judge import judge
 

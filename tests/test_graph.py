@@ -4,7 +4,7 @@ import re
 import numpy as np
 import pytest
 
-from pardnn.errors import GraphError
+from pardnn.base.errors import GraphError
 from pardnn.graph import NORMAL, REFERENCE, RESIDUAL, CostGraph
 
 

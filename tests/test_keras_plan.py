@@ -15,7 +15,7 @@ import pytest
 import pardnn.tf.quiet_import  # noqa: F401  (quiet TensorFlow import first)
 import tensorflow as tf
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 
 pytestmark = pytest.mark.tf
 HERE = os.path.dirname(os.path.abspath(__file__))

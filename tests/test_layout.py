@@ -20,11 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # Pipeline layers, lowest first. A module may import its own package or a lower layer,
 # never a sibling package of its own layer.
 LAYERS = [
-    {"pardnn.errors"},
-    {"pardnn.units", "pardnn.jsonfile", "pardnn.progress", "pardnn.compiled"},
+    {"pardnn.base.errors"},
+    {"pardnn.base.units", "pardnn.base.jsonfile", "pardnn.base.progress", "pardnn.base.compiled"},
     {"pardnn.graph", "pardnn.hardware", "pardnn.io", "pardnn.models"},
-    {"pardnn_builtin_models"},
-    {"pardnn.emulator", "pardnn.repair", "pardnn.placers", "pardnn.tf"},
+    {"pardnn.emulator", "pardnn.repair", "pardnn.placers", "pardnn.tf", "pardnn_builtin_models"},
     {"pardnn.pipeline"},
     {"pardnn.explain", "pardnn.keras"},
     {"pardnn.commands"},

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.graph import NORMAL, RESIDUAL, CostGraph
 from pardnn.hardware import parse_devices
 from pardnn.pipeline import place as placer

@@ -33,7 +33,7 @@ def test_tiny_config_placed_on_four_cpus_trains_like_the_unplaced_run(tmp_path, 
                  "-o", str(tmp_path / "prof")]) == 0
     assert main(["place", str(tmp_path / "prof"), "--devices", "cpu:4", "--algorithm", algorithm,
                  "-o", str(tmp_path / "placed")]) == 0
-    result = run_placed(tmp_path / "placed", STEPS)
+    result = run_placed(tmp_path / "placed", load_module, STEPS)
     assert result.check.moved == []
     ran = {device for device, count in result.check.nodes_per_device.items() if count > 0}
     report = json.loads((tmp_path / "placed" / "report.json").read_text())

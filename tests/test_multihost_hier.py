@@ -16,7 +16,7 @@ from pardnn.hardware.cluster_file import compose
 from pardnn.hardware.hosts import host_cluster
 from pardnn.graph.constraints import violations
 from pardnn.emulator.scheduler import simulate
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.graph import CostGraph
 
 from tools.synth_graph import synth_graph

@@ -11,7 +11,7 @@ from pardnn.hardware import hosts
 from pardnn.pipeline import replicas
 from pardnn.cli import main
 from pardnn.hardware import parse_devices
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.graph import CostGraph
 
 

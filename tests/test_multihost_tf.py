@@ -16,7 +16,7 @@ import tensorflow as tf
 from pardnn.cli import main
 from pardnn.hardware import parse_devices
 from pardnn.hardware.cluster_file import compose, save
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.hardware.hosts import host_cluster
 from pardnn_builtin_models import load_module
 from pardnn.io.placement import Placement

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from pardnn.cli import main
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.io.outputs import MANIFEST, OutputDir
 
 

@@ -76,7 +76,7 @@ def test_missing_and_corrupt_profiles(tmp_path, capsys):
 
 
 def test_placement_csv_errors_give_line_numbers(graph_json, tmp_path):
-    from pardnn.errors import UserError
+    from pardnn.base.errors import UserError
     g, _ = graph_json
     cluster = parse_devices("cpu:2")
     bad = tmp_path / "p.csv"

@@ -19,7 +19,7 @@ from pardnn.repair import exhaustive, local_search
 from pardnn.repair import repair_round as repair_module
 from pardnn.pipeline.judge import Judging, judge
 from pardnn.repair.least_memory import least_memory
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.graph import NORMAL, REFERENCE, RESIDUAL, CostGraph
 
 

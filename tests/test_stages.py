@@ -10,7 +10,7 @@ import pytest
 
 from pardnn.cli import main
 from pardnn.pipeline.report import evaluate
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.hardware import parse_devices
 from pardnn.pipeline import choice, place as placer, portfolio, workers
 from pardnn.placers import exact, registry

@@ -10,7 +10,7 @@ import pytest
 import pardnn.tf.quiet_import  # noqa: F401  (quiet TensorFlow import first)
 import tensorflow as tf
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.tf import placed, profile_function
 
 pytestmark = pytest.mark.tf

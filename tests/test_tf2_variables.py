@@ -12,7 +12,7 @@ import pytest
 import pardnn.tf.quiet_import  # noqa: F401  (quiet TensorFlow import first)
 import tensorflow as tf
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.tf import profile_function, shape_only_variables, variables_placed
 
 pytestmark = pytest.mark.tf

@@ -259,7 +259,7 @@ def test_a_failure_of_pardnn_itself_is_not_blamed_on_the_script(tmp_path, monkey
     script.write_text("TRAIN = 'train'\nFEED = lambda step: {'x:0': [1.0, 2.0]}\n" + _GRAPH.replace(
         "tf.debugging.check_numerics(tf.reduce_sum(x * v) / 0.0 * 0.0, \"nan!\")", "tf.reduce_sum(x * v)"))
 
-    from pardnn.units import format_size
+    from pardnn.base.units import format_size
     # a bug raised in pardnn's own code (here units.py) while it writes the profile
     monkeypatch.setattr(profiling, "write_profile_dir", lambda *args, **kwargs: format_size("a bug"))
     with pytest.raises(ValueError, match="could not convert string to float"):

@@ -28,7 +28,7 @@ import numpy as np
 
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.graph import CostGraph
 from pardnn.hardware import parse_devices
 from pardnn.pipeline import place as placer

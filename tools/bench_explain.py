@@ -20,10 +20,9 @@ import time
 
 from tools.commit_line import print_commit
 
-from pardnn.commands.explain import _cluster
 from pardnn.explain import explain
 from pardnn.explain.page import write_page
-from pardnn.explain.placed import open_placed, read_inputs
+from pardnn.explain.placed import open_placed, placed_cluster, read_inputs
 
 
 def timed(repeat, func):
@@ -59,7 +58,7 @@ def main(argv=None):
     print(f"load average {os.getloadavg()[0]:.2f}; best of {args.repeat}")
     rows = [("pardnn explain (fresh interpreter)", *command(args.repeat, args.placed))]
     inputs = read_inputs(args.placed)
-    cluster = _cluster(args.placed, inputs)
+    cluster = placed_cluster(args.placed, inputs)
     wall, cpu, placed = timed(args.repeat, lambda: open_placed(args.placed, inputs, cluster))
     rows.append(("open: load, read placement.csv, emulate, check", wall, cpu))
     wall, cpu, explanation = timed(args.repeat, lambda: explain(placed, place_again=False))

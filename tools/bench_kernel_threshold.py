@@ -1,4 +1,4 @@
-"""Where kernels should switch from interpreted to compiled (pardnn.compiled.INTERPRETED_BELOW).
+"""Where kernels should switch from interpreted to compiled (pardnn.base.compiled.INTERPRETED_BELOW).
 
     python -m tools.bench_kernel_threshold [--sizes 250,500,1000,2000,4000] [--k 4] [--repeat 3]
 
@@ -27,7 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # Runs `pardnn place` with the size rule forced one way; argv: mode, graph, K, out dir.
 RUN = """
 import sys
-import pardnn.compiled as compiled
+import pardnn.base.compiled as compiled
 compiled.INTERPRETED_BELOW = 10**12 if sys.argv[1] == "interpreted" else 0
 from pardnn.cli import main
 sys.exit(main(["place", sys.argv[2], "--devices", f"cpu:{sys.argv[3]}", "-o", sys.argv[4]]))

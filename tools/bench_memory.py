@@ -42,7 +42,7 @@ import numpy as np
 from tools.bench_repair import profile_dir, single_peak
 from tools.synth_graph import synth_graph
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.hardware import parse_devices
 from pardnn.pipeline import place as placer
 from pardnn.placers.registry import names

@@ -18,7 +18,7 @@ from pardnn.pipeline import place as placer
 from pardnn.pipeline import replicas
 from pardnn.hardware import parse_devices
 from pardnn.hardware.hosts import host_cluster
-from pardnn.units import format_size, format_time
+from pardnn.base.units import format_size, format_time
 from tools.commit_line import print_commit
 
 

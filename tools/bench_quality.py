@@ -44,7 +44,7 @@ from pardnn.pipeline import place as placer
 from pardnn.placers import registry as algorithms
 from pardnn.hardware import parse_devices
 from pardnn.hardware.gpu_specs import MIN_CONV_EFFICIENCY, check_conv_efficiency
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.graph.edge_costs import mean_edge_costs
 from pardnn.graph.levels import critical_path_us
 from pardnn_builtin_models import FAMILIES

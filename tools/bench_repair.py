@@ -50,7 +50,7 @@ from pardnn.hardware import parse_devices
 from pardnn.pipeline.report import evaluate
 from pardnn.pipeline.judge import judge
 from pardnn.repair.least_memory import least_memory
-from pardnn.units import format_size
+from pardnn.base.units import format_size
 from tools.commit_line import print_commit
 
 FAMILIES = ["mlp", "word-rnn", "char-crn", "wrn", "transformer", "e3d"]

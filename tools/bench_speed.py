@@ -60,7 +60,7 @@ def measure_profile(algorithm: str, profile: str, devices: str, memory: str) -> 
     from pardnn.hardware import parse_devices
     from pardnn.pipeline import place as placer
     from pardnn.pipeline.load import load_cost_graph
-    from pardnn.units import parse_size
+    from pardnn.base.units import parse_size
     t0 = time.perf_counter()
     if os.path.isdir(profile):
         import pardnn.tf.profile_loader  # noqa: F401  (the loader's imports, timed apart from the load)

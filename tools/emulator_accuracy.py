@@ -26,7 +26,7 @@ from tools.bench_repair import grappler_peaks
 from pardnn.cli import main as pardnn
 from pardnn_builtin_models import load_module
 from pardnn.tf import import_placed_graph, session_config
-from pardnn.units import format_size, format_time
+from pardnn.base.units import format_size, format_time
 from tools.commit_line import print_commit
 
 tf1 = tf.compat.v1

@@ -29,7 +29,7 @@ import sys
 from tools.bench_repair import UNLIMITED, profile_dir, single_peak, sized_cluster
 from tools.commit_line import commit_line, print_commit
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.graph.levels import critical_path_us
 from pardnn.hardware import parse_devices
 from pardnn_builtin_models import FAMILIES

@@ -167,7 +167,7 @@ def extract(dirs) -> dict:
 
 def _read_profile(path):
     """(family info, node name -> estimated us, node name -> NodeDef, step-stats shapes)."""
-    from pardnn.errors import UserError
+    from pardnn.base.errors import UserError
     from pardnn.pipeline.load import load_cost_graph
     from pardnn.tf.graphdef import read_graph_def
     try:

@@ -25,7 +25,7 @@ from tools.commit_line import print_commit
 from tools.synth_graph import synth_graph
 
 from pardnn.pipeline.report import evaluate
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.hardware import parse_devices
 from pardnn.pipeline.place import place
 

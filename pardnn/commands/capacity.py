@@ -20,15 +20,15 @@ import numpy as np
 
 from pardnn.commands.common import add_cluster_args, cluster_from_args, cluster_inputs, refuse_below_least_memory
 from pardnn.commands.place import placed_inputs
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.io.outputs import OutputDir, check_output_dir
-from pardnn.jsonfile import write_json
+from pardnn.base.jsonfile import write_json
 from pardnn.pipeline.capacity import capacity, check_devices, check_groups, first_devices
 from pardnn.pipeline.load import load_cost_graph
 from pardnn.pipeline.place_dir import write_placed_files
 from pardnn.placers import registry as algorithms
-from pardnn.progress import stage
-from pardnn.units import format_size, format_time
+from pardnn.base.progress import stage
+from pardnn.base.units import format_size, format_time
 
 FORMAT = "pardnn-capacity"
 VERSION = 1

@@ -2,10 +2,10 @@
 
 import os
 
-from pardnn.errors import UserError
-from pardnn.hardware import parse_devices
+from pardnn.base.errors import UserError
+from pardnn.hardware import cluster_from_flags
+from pardnn.base.units import MAX_TIME_US, format_size, parse_time
 from pardnn.repair.least_memory import least_memory
-from pardnn.units import MAX_TIME_US, format_size, parse_rate, parse_size, parse_time
 
 
 def add_cluster_args(parser, required=True):
@@ -48,12 +48,7 @@ def _plain_number(text):
 
 
 def cluster_from_args(args):
-    cluster = parse_devices(args.devices)
-    return cluster.with_options(
-        memory=None if args.memory is None else parse_size(args.memory, "--memory"),
-        reserve=args.reserve,
-        bandwidth=None if args.bandwidth is None else parse_rate(args.bandwidth, "--bandwidth"),
-        latency=None if args.latency is None else parse_time(args.latency, "--latency"))
+    return cluster_from_flags(args.devices, args.memory, args.reserve, args.bandwidth, args.latency)
 
 
 def refuse_below_least_memory(graph, cluster, args) -> None:

@@ -19,9 +19,9 @@ from pardnn.pipeline import place as placer
 from pardnn.placers import registry as algorithms
 from pardnn.commands.common import (add_budget_arg, add_cluster_args, budget_from_args, check_output_file,
                                     cluster_from_args, cluster_inputs)
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.pipeline.load import load_cost_graph
-from pardnn.units import format_size, format_time
+from pardnn.base.units import format_size, format_time
 
 
 def add_parser(sub):

@@ -17,14 +17,14 @@ from pardnn.commands.common import (add_cluster_args, check_output_files, cluste
 from pardnn.graph.constraints import violations
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.pipeline.load import load_cost_graph
 from pardnn.io.placement import read_csv
 from pardnn.pipeline.report import emulation_report
 from pardnn.emulator.trace import emulated_step
 from pardnn.io.trace_events import short_names, write_trace
-from pardnn.jsonfile import write_json
-from pardnn.units import format_size, format_time
+from pardnn.base.jsonfile import write_json
+from pardnn.base.units import format_size, format_time
 
 
 def add_parser(sub):

@@ -10,17 +10,13 @@ import argparse
 import os
 from types import SimpleNamespace
 
-from pardnn.commands.common import budget_from_args, check_output_files, cluster_from_args, write_all_or_nothing
-from pardnn.errors import UserError
+from pardnn.commands.common import budget_from_args, check_output_files, write_all_or_nothing
+from pardnn.base.errors import UserError
 from pardnn.explain import explain
-from pardnn.explain.placed import Placed, open_placed, read_inputs
+from pardnn.explain.placed import Placed, open_placed, placed_cluster, read_inputs
 from pardnn.explain.terminal import print_explanation
-from pardnn.hardware.hosts import replica_cluster
-from pardnn.jsonfile import write_json
-from pardnn.progress import stage
-
-CLUSTER_FLAGS = ("devices", "memory", "reserve", "bandwidth", "latency")
-
+from pardnn.base.jsonfile import write_json
+from pardnn.base.progress import stage
 
 def add_parser(sub):
     p = sub.add_parser("explain", help="why a placement is as fast and as full as it is, by layer",
@@ -50,7 +46,7 @@ def run(args):
     given = [path for path in (args.profile or inputs["profile"], inputs["devices"]) if os.path.exists(path)]
     check_output_files([args.placed, *given], **{"--json": args.json, "--html": args.html})
     with stage(f"emulating {args.placed} again"):
-        placed = open_placed(args.placed, inputs, _cluster(args.placed, inputs), args.profile)
+        placed = open_placed(args.placed, inputs, placed_cluster(args.placed, inputs), args.profile)
     with stage("explaining"):
         explanation = explain(placed, args.top, args.place_again, args.depth, _budget(inputs))
     write_all_or_nothing([(path, write) for path, write in (
@@ -69,18 +65,6 @@ def explain_placement(out_dir, graph, info, placement, report, inputs, top=5):
         explanation = explain(placed, top, None, None, _budget(inputs))
     print()
     print_explanation(explanation, top)
-
-
-def _cluster(folder, inputs):
-    """The cluster inputs.json's flags give, one replica's with --replicas."""
-    where = os.path.join(folder, "inputs.json")
-    try:
-        cluster = cluster_from_args(SimpleNamespace(**{key: inputs.get(key) for key in CLUSTER_FLAGS}))
-        return cluster if inputs.get("replicas") is None else replica_cluster(cluster, int(inputs["replicas"]))
-    except UserError as exc:
-        raise UserError(f"PLACED_DIR: {where}: {exc}") from None
-    except (TypeError, ValueError) as exc:
-        raise UserError(f"PLACED_DIR: {where}: malformed ({exc})") from None
 
 
 def _budget(inputs):

@@ -16,8 +16,8 @@ addresses, after checking that the running cluster has every one of them.
 import os
 import sys
 
-from pardnn.errors import UserError
-from pardnn.units import parse_size, parse_time
+from pardnn.base.errors import UserError
+from pardnn.base.units import parse_size, parse_time
 
 DEFAULT_SIZES = "4KiB,256KiB,4MiB,32MiB"
 MAX_REPEATS = 1_000     # timed runs per chain: the median of a handful is the measure

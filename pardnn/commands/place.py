@@ -16,7 +16,7 @@ from pardnn.io.summary import print_summary
 from pardnn.pipeline import replicas
 from pardnn.pipeline.place_dir import place_inputs, place_profile, write_place_dir
 from pardnn.placers import registry as algorithms
-from pardnn.progress import stage
+from pardnn.base.progress import stage
 
 
 def add_parser(sub):

@@ -10,12 +10,12 @@ preset by Grappler's analytical cost model (pardnn.tf.estimate, docs/estimates.m
 import math
 import os
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.hardware.gpu_specs import check_conv_efficiency
 from pardnn.io.outputs import check_output_dir
 from pardnn.models import MAX_TRACED_STEPS, build_model, resolve_knobs, script_errors
 from pardnn_builtin_models import load_module
-from pardnn.progress import stage
+from pardnn.base.progress import stage
 
 
 def add_parser(sub):
@@ -89,7 +89,7 @@ def _op_overhead(text):
     over a second (absurd for one op) is bad input."""
     if text is None:
         return None
-    from pardnn.units import parse_time
+    from pardnn.base.units import parse_time
     try:
         us = parse_time(text, "--op-overhead")
     except UserError:

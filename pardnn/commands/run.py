@@ -32,10 +32,11 @@ def run(args):
     check_output_file("--trace", args.trace, inputs=[args.placed])
     from pardnn.tf.allocations import HOST
     from pardnn.tf.run import run_placed
-    from pardnn.units import format_size
+    from pardnn_builtin_models import load_module
+    from pardnn.base.units import format_size
     from pardnn.io.trace_events import write_trace
 
-    result = run_placed(args.placed, args.steps, args.config, trace=bool(args.trace))
+    result = run_placed(args.placed, load_module, args.steps, args.config, trace=bool(args.trace))
     print(f"session config: {args.config}")
     for step, loss in enumerate(result.losses):
         print(f"step {step}: loss {loss:.6f}")

@@ -2,7 +2,7 @@
 
 pardnn.emulator.scheduler states the model; this module runs it. Every candidate and
 every refinement trial is judged by one pass of this loop, so it is the hottest code in
-pardnn. It is a kernel (pardnn.compiled: compiled with numba on large graphs, run by
+pardnn. It is a kernel (pardnn.base.compiled: compiled with numba on large graphs, run by
 CPython on small ones) and works on flat arrays: a binary heap of (time, key) events in
 two arrays, and each device's FIFO queue as a linked list through the nodes (a node is
 queued at most once). The arithmetic is the same IEEE double arithmetic in the same
@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pardnn.compiled import kernel
+from pardnn.base.compiled import kernel
 
 
 class Successors(NamedTuple):

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pardnn.compiled import INTERPRETED_BELOW, kernel
+from pardnn.base.compiled import INTERPRETED_BELOW, kernel
 from pardnn.emulator.event_loop import Successors, Transfers, event_loop
 
 

@@ -11,7 +11,7 @@ as grey rather than vanishing.
 import numpy as np
 
 from pardnn.io.trace_events import max_per_bin
-from pardnn.units import format_size
+from pardnn.base.units import format_size
 
 _BINS = 2000          # horizontal resolution of the reduced memory curves
 

@@ -12,7 +12,7 @@ from pardnn.explain.memory_at_peak import CATEGORIES
 from pardnn.explain.plots import memory_png, timeline_png
 from pardnn.explain.step import BOUND_NAMES
 from pardnn.io.trace_events import short_names
-from pardnn.units import format_size, format_time
+from pardnn.base.units import format_size, format_time
 
 STYLE = ("body{font-family:sans-serif;margin:2em;max-width:80em}table{border-collapse:collapse;margin:.5em 0 1.5em}"
          "td,th{padding:.2em .7em;border-bottom:1px solid #ddd;text-align:right}td:first-child,th:first-child"

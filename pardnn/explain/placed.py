@@ -18,14 +18,17 @@ import numpy as np
 
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
+from pardnn.hardware import cluster_from_flags
+from pardnn.hardware.hosts import replica_cluster
 from pardnn.io.outputs import MANIFEST
 from pardnn.io.placement import read_csv
-from pardnn.jsonfile import read_json
+from pardnn.base.jsonfile import read_json
 from pardnn.pipeline.load import load_cost_graph
 
 INPUTS = "inputs.json"
 INPUTS_FORMAT = "pardnn-place-inputs"
+CLUSTER_FLAGS = ("devices", "memory", "reserve", "bandwidth", "latency")
 
 
 @dataclass(frozen=True, eq=False)
@@ -101,3 +104,16 @@ def _check_same_step(folder, profile, report, schedule, memory) -> None:
         raise UserError(f"PLACED_DIR: emulating {folder}'s placement of {profile} gives a step of "
                         f"{schedule.makespan:.6g} us, report.json says {report['makespan_us']:.6g} us "
                         f"(or other busy times or peaks): the profile or the cluster changed since it was placed")
+
+
+def placed_cluster(folder, inputs):
+    """The cluster the flags in `folder`'s inputs.json give, one replica's with
+    --replicas; UserError naming inputs.json when they do not make one."""
+    where = os.path.join(folder, INPUTS)
+    try:
+        cluster = cluster_from_flags(*(inputs.get(key) for key in CLUSTER_FLAGS))
+        return cluster if inputs.get("replicas") is None else replica_cluster(cluster, int(inputs["replicas"]))
+    except UserError as exc:
+        raise UserError(f"PLACED_DIR: {where}: {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"PLACED_DIR: {where}: malformed ({exc})") from None

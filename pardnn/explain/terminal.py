@@ -11,7 +11,7 @@ from rich.table import Table
 
 from pardnn.explain.memory_at_peak import CATEGORIES
 from pardnn.io.trace_events import short_names
-from pardnn.units import format_size, format_time
+from pardnn.base.units import format_size, format_time
 
 CATEGORY_TITLES = {"variables": "variables", "optimizer_state": "optimizer", "activations": "activations",
                    "gradients": "gradients", "other_tensors": "other", "scratch": "scratch"}

@@ -26,7 +26,7 @@ import numpy as np
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
 from pardnn.emulator.trial import emulate
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.graph.constraints import allowed_devices
 from pardnn.io.trace_events import short_names
 from pardnn.pipeline.judge import judge

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 
 WRITER_OPS = re.compile(r"^(Resource)?(Sparse)?Apply[A-Z]|Assign"
                         r"|^(Resource)?Scatter(Add|Sub|Mul|Div|Min|Max|Update|Nd(Add|Sub|Update))$")

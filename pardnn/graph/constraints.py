@@ -22,7 +22,7 @@ def allowed_devices(graph, cluster) -> np.ndarray:
         g = int(np.flatnonzero(empty)[0])
         members = graph.group_members(g)
         pins = sorted({graph.pinned[i].upper() for i in members if graph.pinned[i]})
-        from pardnn.errors import UserError
+        from pardnn.base.errors import UserError
         raise UserError(f"PROFILE: colocation group of {[graph.names[i] for i in members[:3]]} is pinned "
                         f"to {' and '.join(pins)} at once; no device can run it")
     return allowed

@@ -29,11 +29,11 @@ from functools import cached_property
 
 import numpy as np
 
-from pardnn.errors import GraphError
+from pardnn.base.errors import GraphError
 from pardnn.graph.costgraph_json import (JSON_FORMAT, JSON_VERSION, KIND_NAMES, check_header,
                                          columns_from_dict, columns_from_file, naming)
-from pardnn.jsonfile import NotStreamable, read_json
-from pardnn.units import MAX_SIZE, MAX_TIME_US
+from pardnn.base.jsonfile import NotStreamable, read_json
+from pardnn.base.units import MAX_SIZE, MAX_TIME_US
 
 NORMAL, RESIDUAL, REFERENCE = 0, 1, 2       # the kinds; KIND_NAMES are their JSON names
 MAX_TOTAL_BYTES = 2**62      # all bytes of a graph together (`_check_total_bytes`)

@@ -16,8 +16,8 @@ from operator import itemgetter
 
 import numpy as np
 
-from pardnn.errors import GraphError
-from pardnn.jsonfile import NotStreamable, read_object_in_batches
+from pardnn.base.errors import GraphError
+from pardnn.base.jsonfile import NotStreamable, read_object_in_batches
 
 KIND_NAMES = ("normal", "residual", "reference")    # in the order of the kind ids
 JSON_FORMAT = "pardnn-costgraph"

@@ -12,7 +12,7 @@ trying all of them.
 
 import numpy as np
 
-from pardnn.compiled import kernel
+from pardnn.base.compiled import kernel
 
 PREFIX_CAP = 64   # colocated inputs a node's floor tries one by one (more: a weaker, still valid, term)
 

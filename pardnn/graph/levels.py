@@ -12,7 +12,7 @@ removes each critical path before recomputing levels): it lies on no path, its b
 and tl are -inf, and its neighbours see it as absent.
 
 ParDNN's slicing runs these sweeps K+1 times and refinement's bounds and move
-finders many more. Both are loops over the CSR arrays, kernels (pardnn.compiled:
+finders many more. Both are loops over the CSR arrays, kernels (pardnn.base.compiled:
 compiled with numba on large graphs), not numpy calls per depth level: training
 graphs are deep and narrow, so per-level calls would cost more than the loop
 (measurements in docs/algorithm.md, "Costs").
@@ -20,7 +20,7 @@ graphs are deep and narrow, so per-level calls would cost more than the loop
 
 import numpy as np
 
-from pardnn.compiled import kernel
+from pardnn.base.compiled import kernel
 
 NEG_INF = float("-inf")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pardnn.compiled import kernel
+from pardnn.base.compiled import kernel
 from pardnn.graph.costgraph import NORMAL
 from pardnn.graph.levels import top_levels
 

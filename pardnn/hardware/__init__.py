@@ -7,6 +7,6 @@ estimated op costs).
 """
 
 from pardnn.hardware.cluster import GBps, GiB, LOCAL_PREFIX, Cluster, Device, Host
-from pardnn.hardware.spec import parse_devices
+from pardnn.hardware.spec import cluster_from_flags, parse_devices
 
-__all__ = ["GBps", "GiB", "LOCAL_PREFIX", "Cluster", "Device", "Host", "parse_devices"]
+__all__ = ["GBps", "GiB", "LOCAL_PREFIX", "Cluster", "Device", "Host", "cluster_from_flags", "parse_devices"]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 
 GiB = 2**30
 GBps = 1e3  # 1 GB/s in bytes per microsecond

@@ -20,9 +20,9 @@ from dataclasses import replace
 import numpy as np
 
 from pardnn.hardware.cluster import GBps, Cluster, Device, Host, check_device_count
-from pardnn.errors import UserError
-from pardnn.jsonfile import read_json, write_json
-from pardnn.units import MAX_SIZE, MAX_TIME_US, MIN_RATE_BPS, parse_rate, parse_size, parse_time
+from pardnn.base.errors import UserError
+from pardnn.base.jsonfile import read_json, write_json
+from pardnn.base.units import MAX_SIZE, MAX_TIME_US, MIN_RATE_BPS, parse_rate, parse_size, parse_time
 
 CLUSTER_FORMAT = "pardnn-cluster"
 CLUSTER_VERSION = 1
@@ -110,7 +110,7 @@ def _from_doc(doc, name) -> Cluster:
         lat = np.array(doc["links"]["latency_us"], float).reshape(k, k)
         bw = np.array(doc["links"]["bandwidth_bytes_per_us"], float).reshape(k, k)
     off = ~np.eye(len(devices), dtype=bool)
-    # the ranges the flags and intra_host/inter_host accept (pardnn.units)
+    # the ranges the flags and intra_host/inter_host accept (pardnn.base.units)
     if not (np.all((bw[off] >= MIN_RATE_BPS / 1e6) & (bw[off] <= MAX_SIZE / 1e6))
             and np.all((lat[off] >= 0) & (lat[off] <= MAX_TIME_US))):
         raise UserError("links need bandwidths of 1 B/s to 1 EiB/s (1e-6 to 1.15e12 bytes per us) "

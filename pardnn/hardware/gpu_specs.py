@@ -33,7 +33,7 @@ from __future__ import annotations
 import numbers
 from dataclasses import dataclass
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 
 MIN_CONV_EFFICIENCY = 0.01   # below it a convolution's time means nothing (and overflows at 1e-300)
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.hardware.cluster import Cluster
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from pardnn.hardware.cluster import GBps, Cluster
-from pardnn.units import format_size
+from pardnn.base.units import format_size
 
 MAX_BANDWIDTH = 10_000 * GBps      # 10 TB/s: above any real link; "no copy"
 MIN_TIME_US = 1.0                  # floor of the weights' denominators

@@ -17,7 +17,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.hardware.cluster import GBps, LOCAL_PREFIX, Cluster, Device, host_memory, uniform_matrix
 from pardnn.hardware.gpu_specs import A100_SXM4, H100_SXM5, V100_PCIE, V100_SXM2, V100_SXM3, GpuSpec
 

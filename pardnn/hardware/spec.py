@@ -4,10 +4,11 @@ or a cluster file, turned into a Cluster."""
 import os
 import re
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.hardware.cluster_file import load, parse_composed
 from pardnn.hardware.cluster import Cluster, check_device_count
 from pardnn.hardware.presets import PRESETS, preset_names
+from pardnn.base.units import parse_rate, parse_size, parse_time
 
 
 def parse_devices(spec: str, flag: str = "--devices") -> Cluster:
@@ -33,3 +34,14 @@ def parse_devices(spec: str, flag: str = "--devices") -> Cluster:
         raise UserError(f"{flag}: {spec!r} asks for {k} devices; {name} has 1 to {limit or 'any number'}")
     check_device_count(k, flag, spec)
     return builder(k)
+
+
+def cluster_from_flags(devices, memory=None, reserve=None, bandwidth=None, latency=None) -> Cluster:
+    """The cluster the cluster flags give (`--devices`, `--memory`, `--reserve`,
+    `--bandwidth`, `--latency`; None: the preset's or cluster file's own), as `place`
+    reads them from its command line and `explain` from a placed folder's inputs.json."""
+    return parse_devices(devices).with_options(
+        memory=None if memory is None else parse_size(memory, "--memory"),
+        reserve=reserve,
+        bandwidth=None if bandwidth is None else parse_rate(bandwidth, "--bandwidth"),
+        latency=None if latency is None else parse_time(latency, "--latency"))

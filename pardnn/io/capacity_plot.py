@@ -4,7 +4,7 @@ least memory per device (pardnn's, and the bound below which none fits) on the r
 with the cluster's memory as a line. matplotlib's object API on an Agg canvas, as
 pardnn.emulator.timeline_plot."""
 
-from pardnn.units import format_size
+from pardnn.base.units import format_size
 
 
 def plot_capacity(doc, path) -> None:

@@ -16,7 +16,7 @@ import os
 import shutil
 import tempfile
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 
 MANIFEST = ".pardnn-output.json"
 

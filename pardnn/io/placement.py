@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 
 
 @dataclass

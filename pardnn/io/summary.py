@@ -4,7 +4,7 @@ repair had to fix, their peak before it), ParDNN's candidates and what refining
 within memory gained, and time taken. Only the report
 fields that were computed are shown."""
 
-from pardnn.units import format_size, format_time
+from pardnn.base.units import format_size, format_time
 
 
 def print_summary(report, out_dir=None, file=None):

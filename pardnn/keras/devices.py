@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import re
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.hardware import parse_devices
 from pardnn.hardware.cluster import host_memory
 from pardnn.hardware.presets import estimate_gpu
 from pardnn.tf.plan_devices import gpu_memory
-from pardnn.units import MAX_SIZE, parse_size
+from pardnn.base.units import MAX_SIZE, parse_size
 
 DEFAULT_ESTIMATE = "dgx-h100"
 

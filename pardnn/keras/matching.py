@@ -20,7 +20,7 @@ from typing import NamedTuple
 import keras
 import tensorflow as tf
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.keras.keys import layer_summary, variable_keys
 from pardnn.keras.names import global_state      # Keras 3's (pardnn.keras.names checks it is)
 

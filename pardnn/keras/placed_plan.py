@@ -29,7 +29,7 @@ import os
 
 import tensorflow as tf
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.keras.matching import Matcher
 from pardnn.keras.names import KerasNames
 from pardnn.keras.plan_file import PLAN_FILE, read_plan

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.keras.matching import PlannedVariable
 
 PLAN_FILE = "plan.json"

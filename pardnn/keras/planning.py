@@ -23,10 +23,10 @@ from typing import NamedTuple
 import keras
 import tensorflow as tf
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.io.outputs import OutputDir, check_output_dir
 from pardnn.io.summary import print_summary
-from pardnn.jsonfile import write_json
+from pardnn.base.jsonfile import write_json
 from pardnn.keras.devices import estimate_preset, plan_cluster
 from pardnn.keras.keys import layer_summary
 from pardnn.keras.matching import Created, PlannedVariable, keys_of, owner_now
@@ -40,7 +40,7 @@ from pardnn.placers import registry
 from pardnn.tf.function import profile_function
 from pardnn.tf.plan_devices import local_device
 from pardnn.tf.variables import shape_only_variables
-from pardnn.units import MAX_TIME_US
+from pardnn.base.units import MAX_TIME_US
 
 UNUSED_DEVICE = "/device:CPU:0"     # a variable the step never touches: host memory
 

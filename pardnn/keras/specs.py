@@ -16,7 +16,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 
 
 def to_specs(batch_spec):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.keras.specs import trace_error
 from pardnn.tf.function import relaxed_batch
 

@@ -28,7 +28,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 
 USER_MODULE = "pardnn_user_model"     # the name a user's script is loaded under
 MAX_TRACED_STEPS = 1_000    # a profile's traced steps (a handful give the medians)

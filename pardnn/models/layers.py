@@ -15,7 +15,7 @@ import contextlib
 import numpy as np
 import tensorflow as tf
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.models import Model
 
 v1 = tf.compat.v1

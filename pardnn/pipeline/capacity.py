@@ -21,17 +21,17 @@ import numpy as np
 
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.graph.node_memory import resident_bytes
 from pardnn.pipeline.judge import Judging, judge
 from pardnn.pipeline.place import place
 from pardnn.pipeline import choice
 from pardnn.pipeline.portfolio import build, closest_stuck
 from pardnn.placers import registry
-from pardnn.progress import stage
+from pardnn.base.progress import stage
 from pardnn.repair.least_memory import least_memory
 from pardnn.repair.working_sets import group_resident
-from pardnn.units import format_size
+from pardnn.base.units import format_size
 
 TOLERANCE = 0.01        # the bisection stops when its bracket is within this share of its top,
 NEAR_BOUND = 0.02       # or its top within this share of the bound

@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.graph import CostGraph
 
 

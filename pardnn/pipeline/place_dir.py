@@ -18,11 +18,11 @@ from pardnn.graph.averaging import check_averaged
 from pardnn.hardware.hosts import replica_cluster
 from pardnn.io.tensorboard_graph import graph_def_bytes, write_graph_logdir
 from pardnn.io.trace_events import write_trace
-from pardnn.jsonfile import write_json
+from pardnn.base.jsonfile import write_json
 from pardnn.pipeline import place as placer
 from pardnn.pipeline.load import load_cost_graph
 from pardnn.pipeline.report import placement_report
-from pardnn.progress import stage
+from pardnn.base.progress import stage
 
 # Loader statistics copied into report.json under "loader".
 LOADER_FIELDS = ("steps", "untimed_nodes", "outside_step_nodes",

@@ -36,7 +36,7 @@ import numpy as np
 
 from pardnn.emulator import lower_bound_us
 from pardnn.emulator.trial import emulate
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.graph.constraints import allowed_devices
 from pardnn.pipeline import choice
 from pardnn.pipeline.judge import Judging, judge, with_memory, without_profile

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, replace
 
 from pardnn.emulator.scheduler import simulate
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.pipeline.judge import Judged, Judging, judge, with_memory, without_profile
 from pardnn.placers.step1_phases.refinement import move_rounds
 

@@ -26,7 +26,7 @@ from pardnn.emulator.scheduler import simulate
 from pardnn.graph import CostGraph
 from pardnn.graph.averaging import averaged_tensors, mean_name
 from pardnn.hardware.hosts import replica_devices
-from pardnn.units import format_size, format_time
+from pardnn.base.units import format_size, format_time
 
 
 def replicated_graph(graph, averaging, device, table):

@@ -23,7 +23,7 @@ Each device keeps its candidates in three heaps: nodes whose inputs arrive after
 device is free (`waiting`, keyed by arrival time), nodes ready to start the moment it
 is free (`arrived`, keyed by priority) and nodes waiting for memory there (`blocked`,
 keyed by the bytes they need), so a step costs O(K log V) and the whole run
-O(V K log V + E K). The loop is a kernel (pardnn.compiled: compiled with numba on
+O(V K log V + E K). The loop is a kernel (pardnn.base.compiled: compiled with numba on
 large graphs, docs/data-structures.md), one function whose steps are inner functions:
 numba inlines them and they share the arrays of the enclosing function, where
 passing those arrays as arguments cost a reference count per array per call. The arrays arrive by name, in three named tuples
@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pardnn.compiled import kernel
+from pardnn.base.compiled import kernel
 from pardnn.graph.constraints import allowed_devices
 from pardnn.graph.levels import bottom_levels
 from pardnn.graph.node_memory import resident_bytes, transient_bytes

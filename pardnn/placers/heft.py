@@ -17,7 +17,7 @@ consider devices of their kind. HEFT is not memory-aware.
 
 `schedule` is the core on an explicit (nodes x devices) cost matrix, so the
 textbook heterogeneous example can be checked against it. Its loop is a kernel
-(pardnn.compiled), built like m-ETF's (`pardnn.placers.etf`): the
+(pardnn.base.compiled), built like m-ETF's (`pardnn.placers.etf`): the
 arrays arrive in the shared `Graph` tuple, and each device's idle gaps are sorted
 arrays in chunks of CHUNK gaps with each chunk's widest, so a query skips chunks
 too narrow for the node.
@@ -25,7 +25,7 @@ too narrow for the node.
 
 import numpy as np
 
-from pardnn.compiled import kernel
+from pardnn.base.compiled import kernel
 from pardnn.graph.constraints import allowed_devices
 from pardnn.graph.edge_costs import mean_edge_costs
 from pardnn.graph.levels import bottom_levels

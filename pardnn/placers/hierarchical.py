@@ -36,7 +36,7 @@ from functools import partial
 
 import numpy as np
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.graph import CostGraph
 from pardnn.hardware import Cluster, Device
 from pardnn.hardware.hosts import host_cluster

@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 from typing import NamedTuple
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 
 PORTFOLIO = "pardnn"
 PORTFOLIO_DESCRIPTION = ("ParDNN: Step 1 and memory-aware candidates (stages, m-ETF, min-cut; hosts first "

@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pardnn.compiled import INTERPRETED_BELOW, kernel
+from pardnn.base.compiled import INTERPRETED_BELOW, kernel
 
 
 class Buffers(NamedTuple):

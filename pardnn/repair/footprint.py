@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pardnn.compiled import INTERPRETED_BELOW, kernel
+from pardnn.base.compiled import INTERPRETED_BELOW, kernel
 from pardnn.graph.node_memory import resident_bytes
 from pardnn.repair.chains import Buffers, buffer_rows
 from pardnn.graph import NORMAL

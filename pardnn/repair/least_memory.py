@@ -29,7 +29,7 @@ import numpy as np
 
 from pardnn.repair.live_at_once import held_at_once
 from pardnn.repair.working_sets import group_resident, op_needs, working_sets
-from pardnn.units import format_size
+from pardnn.base.units import format_size
 
 PIGEONHOLE_WORK = 200_000   # heap operations the pigeonhole packing may take (a few seconds at most)
 PACKING_WORK = 100_000      # partial packings the exhaustive packing may try before it gives up

@@ -1,7 +1,7 @@
 """Moving one colocation group off an overflowing device in a repair round (thesis
 §4.1.2: a node moves "only to a device whose emulated memory can absorb it"): choose
 where it goes, and update the round's memory timelines for the move. Done for every
-move of a round, tens of thousands per round, so a kernel (pardnn.compiled).
+move of a round, tens of thousands per round, so a kernel (pardnn.base.compiled).
 
 Where it goes (pardnn.repair.repair_round's module docstring): the first device, in
 order of preference, that absorbs it. The order: the devices the group's pins allow,
@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pardnn.compiled import kernel
+from pardnn.base.compiled import kernel
 
 
 class Neighbours(NamedTuple):

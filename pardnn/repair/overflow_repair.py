@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.graph.constraints import allowed_devices
 from pardnn.graph.node_memory import resident_bytes
 from pardnn.repair import exhaustive, local_search
 from pardnn.repair.footprint import GroupLinks
 from pardnn.repair.least_memory import least_memory
 from pardnn.repair.repair_round import RepairRound
-from pardnn.units import format_size, format_time
+from pardnn.base.units import format_size, format_time
 
 
 class RepairSetup:

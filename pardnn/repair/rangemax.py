@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pardnn.compiled import kernel
+from pardnn.base.compiled import kernel
 
 BLOCK = 256
 _PAD = np.iinfo(np.int64).min // 4      # below any level, and safe to add bytes to

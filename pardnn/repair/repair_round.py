@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pardnn.compiled import INTERPRETED_BELOW
+from pardnn.base.compiled import INTERPRETED_BELOW
 from pardnn.repair.footprint import Footprints, distinct, sum_by_key
 from pardnn.repair.knapsack import TwoHeaps
 from pardnn.repair.move import Needs, Neighbours, Round, Rows, Timelines, move_group

@@ -30,7 +30,7 @@ import pardnn.tf.quiet_import  # noqa: F401  (first: hides TensorFlow's start-up
 import tensorflow as tf
 
 from pardnn.hardware.cluster_file import worker_task
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.tf.session import session_config
 
 tf1 = tf.compat.v1

@@ -36,7 +36,7 @@ import tensorflow as tf
 from tensorflow.python.autograph.impl import api as autograph_api
 from tensorflow.python.eager import context
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.models import MAX_TRACED_STEPS
 from pardnn.tf.estimate import costs_doc, estimate_graph, gpu_target
 from pardnn.tf.gathers import bypass_gathers, drop_nodes

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.tf.protos import DTYPE_SIZE, GraphDef
 
 # Functional control flow and calls (TF 2's tf.while_loop / tf.cond, in TF1-style graphs

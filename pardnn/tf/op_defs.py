@@ -16,7 +16,7 @@ import os
 
 from google.protobuf.message import DecodeError
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.tf.protos import OpList
 
 OP_DEFS_FILE = "op_defs.pb"

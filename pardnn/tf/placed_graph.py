@@ -13,7 +13,7 @@ import re
 
 import numpy as np
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.tf.graphdef import read_graph_def
 
 

@@ -7,7 +7,7 @@ import csv
 import pardnn.tf.quiet_import  # noqa: F401  (first: hides TensorFlow's start-up lines)
 import tensorflow as tf
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 
 
 def read_devices(path) -> dict:

@@ -39,7 +39,7 @@ import time
 
 import numpy as np
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.graph import NORMAL, REFERENCE, RESIDUAL, CostGraph
 
 from pardnn.tf.colocation import colocation_groups

@@ -25,9 +25,9 @@ import datetime
 import pardnn.tf.quiet_import  # noqa: F401  (first: hides TensorFlow's start-up lines)
 import tensorflow as tf
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.io.outputs import OutputDir
-from pardnn.jsonfile import write_json
+from pardnn.base.jsonfile import write_json
 import pardnn.tf.op_defs as op_defs
 from pardnn.tf.session import parse_profile_devices, session_config
 

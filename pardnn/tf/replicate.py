@@ -33,7 +33,7 @@ import pardnn.tf.quiet_import  # noqa: F401  (first: hides TensorFlow's start-up
 from tensorflow.core.framework import graph_pb2, node_def_pb2, types_pb2
 from tensorflow.python.framework import tensor_util
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.graph.averaging import averaged_tensors, mean_name
 from pardnn.hardware.hosts import replica_devices
 from pardnn.tf.graphdef import graph_table, read_graph_def

@@ -19,9 +19,8 @@ from dataclasses import dataclass
 import pardnn.tf.quiet_import  # noqa: F401  (first: hides TensorFlow's start-up lines)
 import tensorflow as tf
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.models import MAX_RUN_STEPS, build_model, script_errors
-from pardnn_builtin_models import load_module
 from pardnn.tf.graphdef import read_graph_def
 from pardnn.tf.rewrite import PlacementCheck, check_placement, import_placed_graph
 from pardnn.tf.session import SESSION_CONFIGS
@@ -46,8 +45,10 @@ def train(session, train_op, loss, feed, steps: int, start: int = 0) -> list:
     return losses
 
 
-def run_placed(placed_dir, steps: int, config: str = "pardnn", trace: bool = False) -> RunResult:
-    """Import placed_dir/placed_graph.pb into a fresh graph and train `steps` steps
+def run_placed(placed_dir, load_module, steps: int, config: str = "pardnn", trace: bool = False) -> RunResult:
+    """Import placed_dir/placed_graph.pb into a fresh graph and train `steps` steps of
+    the model the profile names (`load_module`: a model's name to its module, as
+    pardnn_builtin_models.load_module, which sits above pardnn.tf)
     in a session with `config` ("pardnn": rewrites off, soft placement on;
     "default": TF's default ConfigProto, Grappler on); the first step also checks
     where TF ran each node. With `trace`, the last step is traced too and the

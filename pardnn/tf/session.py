@@ -25,7 +25,7 @@ import re
 import pardnn.tf.quiet_import  # noqa: F401  (first: hides TensorFlow's start-up lines)
 import tensorflow as tf
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.hardware.cluster import MAX_DEVICES
 
 tf1 = tf.compat.v1

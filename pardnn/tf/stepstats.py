@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.tf.graphdef import FUNCTIONAL_OPS
 from pardnn.tf.protos import RunMetadata
 

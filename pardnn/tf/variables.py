@@ -28,7 +28,7 @@ import pardnn.tf.quiet_import  # noqa: F401  (first: hides TensorFlow's start-up
 import tensorflow as tf
 from tensorflow.python.ops import gen_resource_variable_ops, resource_variable_ops
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 from pardnn.tf.plan_devices import known_devices, local_device, read_devices
 
 

@@ -168,7 +168,7 @@ def fit_losses(model, data, batch_size):
 
 def error_of(action):
     """The message of the pardnn UserError action() raises; None if it raises none."""
-    from pardnn.errors import UserError
+    from pardnn.base.errors import UserError
     try:
         action()
     except UserError as exc:

@@ -14,7 +14,7 @@ import keras
 import tensorflow as tf
 
 from pardnn.cli import main
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples"))
 import keras_placed as example

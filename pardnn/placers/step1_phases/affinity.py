@@ -35,7 +35,7 @@ mapping, so they can never make Step 1 worse. It is skipped when some group may 
 
 import numpy as np
 
-from pardnn.compiled import INTERPRETED_BELOW, kernel
+from pardnn.base.compiled import INTERPRETED_BELOW, kernel
 from pardnn.graph.levels import top_levels
 
 MIN_HEAVY = 2

@@ -24,7 +24,7 @@ span is that of the nodes whose start level lies in it.
    once even when two consumers on one device share a tensor, a small
    overestimate that keeps the count to one pass over the edges.
 
-Both loops are one kernel (pardnn.compiled), `_map_in_order`, over the arrays of
+Both loops are one kernel (pardnn.base.compiled), `_map_in_order`, over the arrays of
 ClusterLinks and the Fenwick tree's; it sums in the order the numpy code of
 ClusterLinks.comm_cost and FenwickTree.range_sum does, so both give the same bits.
 """
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pardnn.compiled import kernel
+from pardnn.base.compiled import kernel
 from pardnn.graph.levels import top_levels
 from pardnn.placers.step1_phases.fenwick import FenwickTree
 from pardnn.placers.step1_phases.cut_edges import ADD, ZERO, ClusterLinks

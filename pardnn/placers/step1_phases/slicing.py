@@ -25,7 +25,7 @@ followers' work is counted where they will run. A path also never takes a node
 whose group may not share a device with the groups already in the cluster (device
 kinds, see pardnn.graph.constraints), so every cluster has at least one allowed device.
 
-The walks are a kernel (pardnn.compiled) over the CSR arrays: 49k of them on a
+The walks are a kernel (pardnn.base.compiled) over the CSR arrays: 49k of them on a
 200k-node graph, where a CPython loop per walk took most of slicing's time.
 """
 
@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pardnn.compiled import kernel
+from pardnn.base.compiled import kernel
 from pardnn.graph.levels import NEG_INF, bottom_levels, top_levels
 
 

@@ -8,7 +8,7 @@ its span (less its own) plus its cut edges' communication there. Only secondarie
 LALB mapped swap; each at most once; at most SCAN partners scanned in start order,
 O(C log C).
 
-The loop is a kernel (pardnn.compiled) over the mapping's arrays: the Fenwick tree
+The loop is a kernel (pardnn.base.compiled) over the mapping's arrays: the Fenwick tree
 of work per level (pardnn.placers.step1_phases.fenwick, updated in place), the clusters'
 members and the graph's edges both ways. It rounds as the numpy code of mapping
 does: a range of the tree sums its rows in order, and a communication cost sums its
@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pardnn.compiled import kernel
+from pardnn.base.compiled import kernel
 from pardnn.placers.step1_phases.cut_edges import ADD, ZERO, numpy_sum_plan
 
 SCAN = 32

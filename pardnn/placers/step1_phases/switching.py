@@ -29,14 +29,14 @@ node moves with its whole colocation group. The chosen moves are returned best
 first; the caller emulates them.
 
 The walk back along the path (`_critical_path`) and the estimates of a node's finish
-on another device (`_moved_finish`) are kernels (pardnn.compiled); the rest is numpy.
+on another device (`_moved_finish`) are kernels (pardnn.base.compiled); the rest is numpy.
 """
 
 from typing import NamedTuple
 
 import numpy as np
 
-from pardnn.compiled import kernel
+from pardnn.base.compiled import kernel
 
 MAX_UNBLOCK = 256   # queue waits per round whose blocking op looks for a device
 

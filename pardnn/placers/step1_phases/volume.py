@@ -14,7 +14,7 @@ work. The caller emulates the moves and keeps them only if the step gets faster.
 
 import numpy as np
 
-from pardnn.compiled import INTERPRETED_BELOW, kernel
+from pardnn.base.compiled import INTERPRETED_BELOW, kernel
 from pardnn.graph.edge_costs import placed_edge_costs
 
 

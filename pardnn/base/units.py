@@ -12,7 +12,7 @@ an overflow deep inside a placer).
 
 import re
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 
 _SIZE_UNITS = {
     "": 1, "b": 1,

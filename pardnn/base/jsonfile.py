@@ -7,7 +7,7 @@ import re
 
 import orjson
 
-from pardnn.errors import UserError
+from pardnn.base.errors import UserError
 
 
 def read_json(path, error=UserError, prefix=""):
