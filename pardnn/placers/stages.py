@@ -34,6 +34,8 @@ TURN_POOL = 4 * CHOSEN  # ops whose live tensors are counted to find the turn
 
 def place(graph, cluster, timings=None) -> np.ndarray:
     """Device (int32) per node: the folded order cut into stages that fit."""
+    if graph.num_nodes == 0:
+        return np.zeros(0, np.int32)
     pos, saved = fold_positions(graph)
     seq, rank = _group_sequence(graph, pos)
     held = resident_bytes(graph) + np.where(saved, graph.out_bytes, 0)

@@ -65,8 +65,11 @@ class LeastMemory:
     def bytes(self) -> int:
         return self.per_device(self.binding) if self.bounds else 0
 
-    def fields(self) -> dict:
-        """report.json's `least_memory`: bytes, binding bound, every bound per device."""
+    def fields(self) -> dict | None:
+        """report.json's `least_memory`: bytes, binding bound, every bound per device;
+        None when no bound applies (a graph that holds nothing, e.g. no nodes)."""
+        if not self.bounds:
+            return None
         b = self.binding
         return {"bytes": self.bytes, "binding": b.name, "what": b.what,
                 "bounds": {x.name: self.per_device(x) for x in self.bounds}}
