@@ -340,7 +340,7 @@ def random_timelines(rng, rows, n):
 
 
 def move_args(g, d, tl, times, node_dev, busy, allowed=None, talk=(), resident=0, cap=None, need=(),
-              copied=None, rows=(), own_rows=None, gone=None, members=None):
+              copied=None, rows=(), own_rows=None, gone=None, members=None, tier=None):
     """move_group's arguments for group g (of 2) leaving device d: its edges `talk`
     (node, cost), need rows (lo, hi, bytes, producer, buffer, ready) and footprint rows
     (i0, i1, bytes, active, next, group), the first `own_rows` of them group g's (all
@@ -361,7 +361,8 @@ def move_args(g, d, tl, times, node_dev, busy, allowed=None, talk=(), resident=0
             Rows(span(len(rows[0])) if own_rows is None else np.array([0, own_rows, len(rows[0])]), *rows),
             Round(node_dev, busy, np.full(k, 10**6) if cap is None else cap,
                   np.zeros((k, 1 + int(need[4].max(initial=0))), bool) if copied is None else copied,
-                  np.zeros(2, bool) if gone is None else gone, span(len(members)), members))
+                  np.zeros(2, bool) if gone is None else gone, span(len(members)), members,
+                  np.zeros(k, np.int64) if tier is None else tier))
 
 
 @pytest.mark.parametrize("seed", range(CASES))
@@ -462,8 +463,9 @@ def test_a_move_frees_its_rows_down_their_chains(seed):
 @pytest.mark.parametrize("seed", range(CASES))
 def test_target_preference(seed):
     """Where a moved group goes when every device could take it: the allowed device,
-    other than its own, it communicates with most (summed edge by edge), then the
-    least busy, then the lowest index; compiled and interpreted alike."""
+    other than its own, of the fastest tier, then the one it communicates with most
+    (summed edge by edge), then the least busy, then the lowest index; compiled and
+    interpreted alike. Every third case has devices of two or three tiers."""
     from pardnn.repair.move import move_group
     rng = np.random.default_rng(seed)
     k, edges = int(rng.integers(1, 9)), int(rng.integers(0, 12))
@@ -475,13 +477,15 @@ def test_target_preference(seed):
     if seed % 3 == 2:                       # ties on both: the lowest index
         ecost[:], busy[:] = 0.0, 5.0
     allowed, d = rng.random(k) < 0.8, int(rng.integers(0, k))
+    tier = rng.integers(0, 3, k) if seed % 4 == 3 else np.zeros(k, np.int64)
     talk = np.bincount(node_dev[nbr], ecost, minlength=k)
     options = np.flatnonzero(allowed & (np.arange(k) != d))
-    expected = options[np.lexsort((options, busy[options], -talk[options]))][0] if len(options) else -1
+    expected = (options[np.lexsort((options, busy[options], -talk[options], tier[options]))][0]
+                if len(options) else -1)
     for run in (move_group.compiled, move_group.interpreted):
         tl = RangeMax(np.zeros((k, 3), np.int64), k, 3)
         args = move_args(0, d, tl, np.arange(3.0), node_dev.copy(), busy.copy(), allowed=allowed,
-                         talk=list(zip(nbr, ecost)), members=[])
+                         talk=list(zip(nbr, ecost)), members=[], tier=tier)
         assert run(*args) == expected
 
 

@@ -26,7 +26,8 @@ def random_graph(rng):
         group[v] = group[int(rng.integers(0, n))]
     pinned = ["CPU" if x < 0.05 else "" for x in rng.random(n)]
     return CostGraph.build(
-        names=[f"n{i}" for i in range(n)], comp_us=rng.choice([0.0, 1.0, 2.0, 5.0], n),
+        names=[f"n{i}" for i in range(n)], ops=rng.choice(["MatMul", "AddV2"], n).tolist(),
+        comp_us=rng.choice([0.0, 1.0, 2.0, 5.0], n),
         out_bytes=rng.choice([0, 100, 100, 1000], n), persist_bytes=np.where(kind == RESIDUAL, 500, 0),
         kind=kind, group=group.tolist(), pinned=pinned, edge_src=src, edge_dst=dst,
         edge_bytes=rng.choice([0, 100, 1000], len(src)), edge_slot=np.where(rng.random(len(src)) < 0.2, -1, 0))
@@ -34,12 +35,14 @@ def random_graph(rng):
 
 def cluster(rng, graph, limited):
     """2-4 GPUs and a CPU, links of random latency; memory a random share of the
-    graph's bytes when `limited`, so that nodes wait for memory and some are forced."""
+    graph's bytes when `limited`, so that nodes wait for memory and some are forced.
+    In half the cases the CPU is slower (devices of different speeds: ETF picks by finish)."""
     k = int(rng.integers(2, 5))
     total = int(graph.out_bytes.sum() + graph.persist_bytes.sum()) + 1
     memory = int(total * rng.uniform(0.05, 0.5)) if limited else 2**40
+    compute, mem_rate = (0.1, 0.5) if rng.random() < 0.5 else (1.0, 1.0)
     devices = tuple(Device(f"/device:GPU:{i}", "GPU", memory) for i in range(k)) + \
-        (Device("/device:CPU:0", "CPU", memory),)
+        (Device("/device:CPU:0", "CPU", memory, compute_rate=compute, memory_rate=mem_rate),)
     lat = np.full((k + 1, k + 1), float(rng.choice([0.0, 1.0, 5.0])))
     bw = np.full((k + 1, k + 1), 100.0)
     np.fill_diagonal(lat, 0.0)

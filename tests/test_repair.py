@@ -371,3 +371,18 @@ def test_placer_runs_repair_after_every_algorithm():
     for name in ("single", "round-robin", "topo"):
         _, report = placer.place(g, cluster(2, 120), name)
         assert report.feasible and max(report.peak_memory_bytes) <= 120, name
+
+
+def test_one_device_with_thousands_of_groups_is_searched_without_recursing_through_them():
+    """On one device every group has a single choice: the complete search places them all
+    before searching (it used to recurse once per group, past Python's limit at about a
+    thousand), and says no placement fits, by the overflow of the only placement."""
+    m = 1500                      # a -> b_i -> c_i: every b_i's output is live at once
+    names = ["a"] + [f"b{i}" for i in range(m)] + [f"c{i}" for i in range(m)]
+    src = ["a"] * m + [f"b{i}" for i in range(m)]
+    dst = [f"b{i}" for i in range(m)] + [f"c{i}" for i in range(m)]
+    g = CostGraph.build(names=names, comp_us=np.ones(len(names)), out_bytes=np.full(len(names), 100),
+                        edge_src=src, edge_dst=dst, edge_bytes=np.full(len(src), 100))
+    one = parse_devices("cpu:1").with_options(memory=1000, reserve=0.0)
+    with pytest.raises(UserError, match="no placement fits: the complete search ruled out every placement"):
+        judge(g, one, np.zeros(g.num_nodes, np.int32))

@@ -2,24 +2,18 @@
 logical CPU devices trains with the losses of the same model unplaced, whether its
 plan was profiled from the running step or planned shape-only with estimated costs."""
 
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 
+from helpers.script_run import script_facts
+
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("mixed_precision")
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "helpers", "keras_mixed_precision_script.py"),
-                           str(root)], capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return script_facts("keras_mixed_precision_script.py", root)
 
 
 @pytest.mark.parametrize("how", ["profiled", "planned"])

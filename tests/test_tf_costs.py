@@ -10,7 +10,7 @@ from pardnn.graph import NORMAL, REFERENCE, RESIDUAL, CostGraph
 from pardnn_builtin_models import load_module
 from pardnn.tf import load_profile, profile, profile_model, session_config
 from pardnn.tf import op_defs
-from pardnn.tf.profile_loader import cpu_pins, node_kinds
+from pardnn.tf.profile_loader import kernel_pins, node_kinds
 from pardnn.tf.graphdef import graph_table
 from pardnn.tf.op_defs import from_tensorflow
 
@@ -223,12 +223,23 @@ def _profiled(graph, fetch, tmp_path):
 
 def test_ops_without_gpu_kernels_are_pinned_to_cpu():
     ops = ["MatMul", "SaveV2", "NoOp", "NotARegisteredOp"]
-    assert cpu_pins(ops, None) == [""] * 4                  # a build without GPU kernels: unknown
+    assert kernel_pins(ops, None) == [""] * 4                  # a build without GPU kernels: unknown
     _, cpu_only = op_defs.record(ops)
     if cpu_only is None:
         pytest.skip("this TensorFlow build registers no GPU kernels: nothing can be pinned")
     assert cpu_only == ["SaveV2"]
-    assert cpu_pins(ops, set(cpu_only)) == ["", "CPU", "", ""]
+    assert kernel_pins(ops, set(cpu_only)) == ["", "CPU", "", ""]
+
+
+def test_ops_without_cpu_kernels_are_pinned_to_gpu():
+    """CudnnRNN and NcclAllReduce have GPU kernels only: pinned to "GPU", so that a
+    cluster with the host as a device never puts them there; the rest are not."""
+    ops = ["MatMul", "CudnnRNN", "SaveV2", "NcclAllReduce", "NotARegisteredOp"]
+    gpu_only = op_defs.gpu_only_ops(ops)
+    if gpu_only is None:
+        pytest.skip("this TensorFlow build registers no GPU kernels: nothing can be known")
+    assert gpu_only == ["CudnnRNN", "NcclAllReduce"]
+    assert kernel_pins(ops, {"SaveV2"}, set(gpu_only)) == ["", "GPU", "CPU", "GPU", ""]
 
 
 def test_ref_variables_their_aliases_and_updaters(tmp_path):

@@ -10,8 +10,12 @@ from pardnn.repair.least_memory import least_memory
 
 def add_cluster_args(parser, required=True):
     parser.add_argument("--devices", required=required, metavar="SPEC",
-                        help="preset (dgx1-v100, dgx2, dgx-a100, dgx-h100), cpu:K, gpu:K or a count")
-    parser.add_argument("--memory", metavar="SIZE", help="memory per device, e.g. 32GiB (overrides the preset)")
+                        help="preset (dgx1-v100, dgx2, dgx-a100, dgx-h100), cpu:K, gpu:K or a count; "
+                             "PRESET+host adds the host's CPU and memory as a device (e.g. dgx-h100+host)")
+    parser.add_argument("--memory", metavar="SIZE",
+                        help="memory per accelerator, e.g. 32GiB (overrides the preset; not the host's)")
+    parser.add_argument("--host-memory", metavar="SIZE",
+                        help="memory of the host device that +host adds, e.g. 1TiB (overrides the preset)")
     parser.add_argument("--reserve", type=float,
                         help="fraction of each device's memory kept free (default: a cluster file's, "
                              "else 0.10)")
@@ -48,7 +52,8 @@ def _plain_number(text):
 
 
 def cluster_from_args(args):
-    return cluster_from_flags(args.devices, args.memory, args.reserve, args.bandwidth, args.latency)
+    return cluster_from_flags(args.devices, args.memory, args.reserve, args.bandwidth, args.latency,
+                              args.host_memory)
 
 
 def refuse_below_least_memory(graph, cluster, args) -> None:

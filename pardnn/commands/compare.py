@@ -100,8 +100,11 @@ def format_table(rows, graph, cluster) -> str:
     capacity = cluster.capacity
     header = ["algorithm", "makespan", "speedup", "peak memory, % of capacity per device",
               "feasible", "communicated", "placement time"]
+    host = cluster.host_device
+    others = [int(c) for i, c in enumerate(capacity) if i != host] or [int(capacity.min())]
+    beside = f", the host {format_size(capacity[host])}" if host >= 0 else ""
     lines = [f"{graph.num_nodes} nodes, {graph.num_edges} edges on {cluster.num_devices} devices, "
-             f"capacity {format_size(capacity.min())} per device (reserve {cluster.reserve:.0%})"]
+             f"capacity {format_size(min(others))} per device{beside} (reserve {cluster.reserve:.0%})"]
     table = []
     for r in rows:
         if "error" in r:

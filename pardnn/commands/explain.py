@@ -18,6 +18,7 @@ from pardnn.explain.terminal import print_explanation
 from pardnn.base.jsonfile import write_json
 from pardnn.base.progress import stage
 
+
 def add_parser(sub):
     p = sub.add_parser("explain", help="why a placement is as fast and as full as it is, by layer",
                        description="Explain a `pardnn place` output: the bound that binds, the critical path "

@@ -62,4 +62,4 @@ def placed_inputs(args, devices=None, memory=None) -> dict:
     `devices`, `memory`: other values than the flags' (`pardnn capacity`'s counts)."""
     return place_inputs(args.profile, devices or args.devices, memory or args.memory, args.reserve, args.bandwidth,
                         args.latency, args.algorithm, getattr(args, "time_budget", None),
-                        getattr(args, "replicas", None))
+                        getattr(args, "replicas", None), host_memory=args.host_memory)

@@ -7,9 +7,10 @@ pardnn.pipeline.report.
 
 from pardnn.emulator.bounds import step_lower_bound_us
 from pardnn.graph.levels import critical_path_us
+from pardnn.graph.op_rates import fastest_times
 
 
 def lower_bound_us(graph, cluster) -> float:
     """A bound on the step of every placement: the larger of the critical path and
     pardnn.emulator.bounds.step_lower_bound_us (work / K; a path's forced transfers)."""
-    return max(critical_path_us(graph), step_lower_bound_us(graph, cluster))
+    return max(critical_path_us(graph, fastest_times(graph, cluster)), step_lower_bound_us(graph, cluster))

@@ -15,24 +15,27 @@ import numpy as np
 from pardnn.emulator.scheduler import plan_transfers
 from pardnn.graph.forced_levels import start_and_tail_floors
 from pardnn.graph.levels import bottom_levels
+from pardnn.graph.op_rates import fastest_times, node_times
 
 
 def busiest_device_us(graph, cluster, device) -> float:
     """The work placed on the busiest device (one bincount, far cheaper than the path)."""
     if graph.num_nodes == 0:
         return 0.0
-    return float(np.bincount(np.asarray(device, np.int64), graph.comp_us, minlength=cluster.num_devices).max())
+    return float(np.bincount(np.asarray(device, np.int64), node_times(graph, cluster, device),
+                             minlength=cluster.num_devices).max())
 
 
 def longest_path_us(graph, cluster, device) -> float:
     """The costliest path, each cut edge costing its transfer's `bytes / bandwidth + latency`."""
     if graph.num_nodes == 0:
         return 0.0
-    edge_transfer, _, _, occupancy, latency = plan_transfers(graph, cluster, np.asarray(device, np.int64))
+    device = np.asarray(device, np.int64)
+    edge_transfer, _, _, occupancy, latency = plan_transfers(graph, cluster, device)
     cross = edge_transfer >= 0
     edge_cost = np.zeros(graph.num_edges)
     edge_cost[cross] = occupancy[edge_transfer[cross]] + latency[edge_transfer[cross]]
-    return float(bottom_levels(graph, graph.comp_us, edge_cost).max())
+    return float(bottom_levels(graph, node_times(graph, cluster, device), edge_cost).max())
 
 
 # ------------------------------------------------- the bound on every placement's step
@@ -59,14 +62,28 @@ def step_lower_bounds(graph, cluster) -> dict:
 def _step_lower_bounds(graph, cluster) -> dict:
     if graph.num_nodes == 0:
         return {"work_per_device_us": 0.0, "forced_transfers_us": 0.0}
-    p = np.asarray(graph.comp_us, np.float64)
-    bounds = {"work_per_device_us": float(p.sum()) / cluster.num_devices}
+    p = np.asarray(fastest_times(graph, cluster), np.float64)      # each op on its fastest device
+    bounds = {"work_per_device_us": _work_bound_us(graph, cluster, p)}
     comm = edge_comm_floor_us(graph, cluster)
     est, tail = start_and_tail_floors(graph, p, comm)
     bounds["forced_transfers_us"] = float((est + p + tail).max())
     if graph.num_nodes <= INTERVAL_MAX_NODES and cluster.num_devices > 1:
         bounds["interval_us"] = interval_bound_us(p, est, tail + p, cluster.num_devices, max(bounds.values()))
     return bounds
+
+
+def _work_bound_us(graph, cluster, p) -> float:
+    """Total work / K; on devices of different speeds the largest of sum(p) / K (p: each
+    op on its fastest device), each class's profiled work over the devices' summed rates
+    for it, and all work over the devices' summed best rates: in a step of length T,
+    device d runs at most T x rate(c, d) of class c's profiled work, and at most T x its
+    best rate of all of it (pardnn.graph.op_rates)."""
+    spread = float(p.sum()) / cluster.num_devices
+    if cluster.uniform:
+        return spread
+    work = np.bincount(graph.rate_class, graph.comp_us, minlength=cluster.rates.shape[0])
+    per_class = work / cluster.rates.sum(axis=1)
+    return max(spread, float(per_class.max()), float(work.sum()) / float(cluster.rates.max(axis=0).sum()))
 
 
 def edge_comm_floor_us(graph, cluster) -> np.ndarray:

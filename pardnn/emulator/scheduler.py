@@ -27,6 +27,9 @@ of the real executor that the thesis makes or leaves open:
   independent (no shared-switch contention).
 - Node overheads (kernel launch, executor bookkeeping) are assumed to be part of the
   profiled `comp_us`.
+- On a device of another speed (the host beside GPUs), an op runs for its `comp_us`
+  times that device's time scale for the op's class (pardnn.graph.op_rates); on a
+  cluster whose devices all have rate 1 the loop gets `comp_us` itself.
 
 Cost: one discrete-event pass with a binary heap of ready and finish events,
 O((V + E) log V), compiled (pardnn.emulator.event_loop).
@@ -40,6 +43,7 @@ import numpy as np
 
 from pardnn.base.compiled import INTERPRETED_BELOW, kernel
 from pardnn.emulator.event_loop import Successors, Transfers, event_loop
+from pardnn.graph.op_rates import node_times
 
 
 @dataclass(frozen=True, eq=False)
@@ -141,13 +145,14 @@ def simulate(graph, cluster, device) -> Schedule:
     device = np.asarray(device, np.int64)
     edge_transfer, transfer_edge, link, occupancy, latency = plan_transfers(graph, cluster, device)
     f64, i64 = np.float64, np.int64                  # the compiled loop's dtypes
+    comp = node_times(graph, cluster, device)
     start, finish, send, arrival = event_loop.for_size(graph.num_nodes)(
-        cluster.num_devices, np.asarray(graph.comp_us, f64), device, np.diff(graph.pred_ptr).astype(i64),
+        cluster.num_devices, np.asarray(comp, f64), device, np.diff(graph.pred_ptr).astype(i64),
         Successors(*graph.successor_arrays, edge_transfer),
         Transfers(np.asarray(link, i64), np.asarray(occupancy, f64), np.asarray(latency, f64)))
     return Schedule(
         start=start, finish=finish,
-        busy_us=np.bincount(device, graph.comp_us, minlength=cluster.num_devices),
+        busy_us=np.bincount(device, comp, minlength=cluster.num_devices),
         edge_transfer=edge_transfer, transfer_edge=transfer_edge,
         transfer_dst=device[graph.edge_dst[transfer_edge]].astype(np.int32),
         transfer_bytes=graph.edge_bytes[transfer_edge], transfer_send=send,

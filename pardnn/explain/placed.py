@@ -28,7 +28,7 @@ from pardnn.pipeline.load import load_cost_graph
 
 INPUTS = "inputs.json"
 INPUTS_FORMAT = "pardnn-place-inputs"
-CLUSTER_FLAGS = ("devices", "memory", "reserve", "bandwidth", "latency")
+CLUSTER_FLAGS = ("devices", "memory", "reserve", "bandwidth", "latency", "host_memory")
 
 
 @dataclass(frozen=True, eq=False)

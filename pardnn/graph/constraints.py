@@ -4,7 +4,9 @@ their device kind.
 A group's allowed devices are those whose kind matches every pin in the group. A pin
 to a kind the cluster lacks (e.g. a CPU-only op when placing on GPUs) does not
 restrict the planner; `pardnn.tf.rewrite` sends such nodes to the host CPU, where
-TensorFlow would put them anyway (docs/profiles.md, "Loading one": "Pinned").
+TensorFlow would put them anyway (docs/profiles.md, "Loading one": "Pinned"). An op
+with no CPU kernel is pinned to "GPU" the same way, so on a cluster with the host as a
+device (`dgx-h100+host`) it never goes to the host.
 """
 
 import numpy as np
@@ -47,3 +49,21 @@ def violations(graph, cluster, device) -> list:
         problems.append(f"pinned node {graph.names[bad[0]]!r} on a device of the wrong kind")
     return problems
 
+
+
+def onto_allowed(graph, cluster, device) -> np.ndarray:
+    """`device` (int per node) with each colocation group that sits on a device its pins
+    rule out moved to the first device they allow (int32): for a placement made on part
+    of the cluster (pardnn.placers.registry: the fastest devices), where a pin to a kind
+    that part lacks did not restrict the placer."""
+    device = np.asarray(device, np.int32).copy()
+    allowed = allowed_devices(graph, cluster)
+    first = device[graph.group_nodes[graph.group_ptr[:-1]]] if graph.num_nodes else np.zeros(0, np.int32)
+    wrong = np.flatnonzero(~allowed[np.arange(graph.num_groups), first])
+    if len(wrong):
+        target = np.argmax(allowed[wrong], axis=1).astype(np.int32)
+        moved = np.zeros(graph.num_groups, np.int32) - 1
+        moved[wrong] = target
+        change = moved[graph.group] >= 0
+        device[change] = moved[graph.group][change]
+    return device

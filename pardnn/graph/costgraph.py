@@ -30,6 +30,7 @@ from functools import cached_property
 import numpy as np
 
 from pardnn.base.errors import GraphError
+from pardnn.graph.op_rates import rate_classes
 from pardnn.graph.costgraph_json import (JSON_FORMAT, JSON_VERSION, KIND_NAMES, check_header,
                                          columns_from_dict, columns_from_file, naming)
 from pardnn.base.jsonfile import NotStreamable, read_json
@@ -114,6 +115,12 @@ class CostGraph:
         """(succ_ptr, edge_dst) as int64 arrays, the dtype the compiled loops of levels.py
         and the emulator are compiled for."""
         return np.asarray(self.succ_ptr, np.int64), np.asarray(self.edge_dst, np.int64)
+
+    @cached_property
+    def rate_class(self) -> np.ndarray:
+        """int64 per node: which of a device's rates its time scales with on a device
+        of another speed (pardnn.graph.op_rates: 0 compute-bound, 1 the rest)."""
+        return rate_classes(self.ops)
 
     # ------------------------------------------------------------ construction
     @classmethod

@@ -7,6 +7,15 @@ expressed. `reserve` is the fraction of each device's memory ParDNN keeps free f
 fragmentation and temporary buffers (thesis §5.1: 10%, "the only parameter of ParDNN
 that needs tuning"); `capacity` is what placements may use.
 
+Devices may differ in speed (docs/clusters.md, "Devices of different speeds"): each has
+a compute rate for compute-bound ops (MatMul, convolutions) and a memory rate for every
+other op, relative to the device the graph's costs came from (its profile, or the GPU
+an estimate costed ops for), so op n takes `comp_us[n] * time_scale[class(n), d]` on
+device d (pardnn.graph.op_rates). One device may be the host tier (`host_tier`): the
+CPU with the system's memory that `+host` adds to a preset and `--host-memory` sizes.
+A cluster whose devices all have rate 1 (every earlier cluster) costs ops exactly as
+profiled.
+
 Presets are in pardnn.hardware.presets; `--devices` specs are parsed by
 pardnn.hardware.spec.
 """
@@ -15,6 +24,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -27,6 +37,12 @@ LOCAL_PREFIX = "/job:localhost/replica:0/task:0/device:"
 # arrays per device pair and per (device, node), so K is bounded; 1024 devices is
 # 8 MiB per link matrix, over 60 DGX hosts (docs/clusters.md).
 MAX_DEVICES = 1024
+# The rates a device may have, relative to the device the costs came from: a device
+# 10,000 times slower or faster than that one is a mistake in the figures (the host of
+# a DGX H100 runs MatMuls at 0.029 of its GPUs' rate, docs/clusters.md).
+MIN_RATE, MAX_RATE = 1e-4, 1e4
+# The device kinds TensorFlow places ops on (its DEVICE_CPU, DEVICE_GPU, DEVICE_TPU).
+KNOWN_KINDS = ("CPU", "GPU", "TPU")
 
 @dataclass(frozen=True)
 class Device:
@@ -34,6 +50,11 @@ class Device:
     kind: str      # "GPU" or "CPU"
     memory: int    # bytes
     host: int = 0  # index into Cluster.hosts
+    compute_rate: float = 1.0   # compute-bound ops (pardnn.graph.op_rates), relative to the costs' device
+    memory_rate: float = 1.0    # every other op, relative likewise
+    host_tier: bool = False     # the host's CPU with the system's memory (`+host`, `--host-memory`)
+    memory_bandwidth: float = 0.0   # bytes per us of its memory when stated (0: not stated);
+    #                                 no link to or from it may be faster
 
 
 @dataclass(frozen=True)
@@ -68,6 +89,55 @@ class Cluster:
         """Usable bytes per device: memory minus the reserve."""
         return np.floor(self.memory * (1.0 - self.reserve)).astype(np.int64)
 
+    # ------------------------------------------------------------ rates
+    @cached_property
+    def rates(self) -> np.ndarray:
+        """(2, K) float: row 0 each device's compute rate, row 1 its memory rate
+        (pardnn.graph.op_rates: row c serves ops of class c)."""
+        return np.array([[d.compute_rate for d in self.devices], [d.memory_rate for d in self.devices]], float)
+
+    @cached_property
+    def time_scale(self) -> np.ndarray:
+        """(2, K) float: what an op's profiled time is multiplied by on each device, 1 / rates."""
+        return 1.0 / self.rates
+
+    @cached_property
+    def uniform(self) -> bool:
+        """True when every device runs ops at the profiled speed (every rate 1): costs
+        are used as they are, bit for bit, as before devices had rates."""
+        return bool(np.all(self.rates == 1.0))
+
+    @cached_property
+    def mixed(self) -> bool:
+        """True when the devices differ in speed (two rate pairs or more)."""
+        return len(set(zip(*self.rates.tolist()))) > 1
+
+    @cached_property
+    def tiers(self) -> np.ndarray:
+        """int64 per device: 0 for the fastest devices (by compute rate, then memory
+        rate), 1 for the next, ...; all 0 when the devices are alike."""
+        pairs = sorted(set(zip(*self.rates.tolist())), key=lambda p: (-p[0], -p[1]))
+        rank = {p: i for i, p in enumerate(pairs)}
+        return np.array([rank[p] for p in zip(*self.rates.tolist())], np.int64)
+
+    def fastest(self) -> tuple:
+        """(cluster, index): the cluster of the fastest devices alone (tier 0: alike in
+        speed), with the links among them, and each one's index here. The placers that
+        cost every device alike place on it (pardnn.placers.registry)."""
+        index = np.flatnonzero(self.tiers == 0)
+        hosts = sorted({self.devices[i].host for i in index})
+        renumber = {h: j for j, h in enumerate(hosts)}
+        devices = tuple(replace(self.devices[i], host=renumber[self.devices[i].host]) for i in index)
+        sub = Cluster(devices, self.latency_us[np.ix_(index, index)], self.bandwidth[np.ix_(index, index)],
+                      self.reserve, self.preset, tuple(self.hosts[h] for h in hosts))
+        return sub, index
+
+    @property
+    def host_device(self) -> int:
+        """Index of the host tier's device, -1 when the cluster has none."""
+        found = [i for i, d in enumerate(self.devices) if d.host_tier]
+        return found[0] if found else -1
+
     def comm_us(self, src: int, dst: int, nbytes):
         """Time to move `nbytes` from device src to dst (0 on the same device)."""
         if src == dst:
@@ -94,11 +164,21 @@ class Cluster:
         latency, bandwidth = float(self.latency_us[off].min()), float(self.bandwidth[off].max())
         return latency + np.asarray(nbytes, float) / bandwidth
 
-    def with_options(self, memory=None, reserve=None, bandwidth=None, latency=None) -> "Cluster":
-        """A copy with every device's memory, the reserve, or all links overridden."""
+    def with_options(self, memory=None, reserve=None, bandwidth=None, latency=None,
+                     host_memory=None) -> "Cluster":
+        """A copy with the memory of every device but the host tier's (`--memory`: the
+        accelerators'), the host tier's memory (`--host-memory`), the reserve, or all
+        links overridden."""
         out = self
         if memory is not None:
-            out = replace(out, devices=tuple(replace(d, memory=int(memory)) for d in out.devices))
+            out = replace(out, devices=tuple(d if d.host_tier else replace(d, memory=int(memory))
+                                             for d in out.devices))
+        if host_memory is not None:
+            if not any(d.host_tier for d in out.devices):
+                raise UserError(f"--host-memory: {self.preset or 'the cluster'} has no host device; "
+                                f"add one with PRESET+host (e.g. dgx-h100+host) or a cluster file's \"host\": true")
+            out = replace(out, devices=tuple(replace(d, memory=int(host_memory)) if d.host_tier else d
+                                             for d in out.devices))
         if reserve is not None:
             if not 0.0 <= reserve < 1.0:
                 raise UserError(f"--reserve: must be in [0, 1), got {reserve}")
@@ -106,6 +186,7 @@ class Cluster:
         k = out.num_devices
         if bandwidth is not None:
             out = replace(out, bandwidth=uniform_matrix(k, bandwidth, np.inf))
+            check_links(out, "--bandwidth")
         if latency is not None:
             out = replace(out, latency_us=uniform_matrix(k, latency, 0.0))
         return out
@@ -130,6 +211,37 @@ def check_device_count(k: int, flag: str, spec) -> None:
     K x K array is allocated)."""
     if k > MAX_DEVICES:
         raise UserError(f"{flag}: {spec!r} asks for {k} devices; pardnn places on at most {MAX_DEVICES}")
+
+
+def check_rate(value, what) -> float:
+    """`value` as a rate in [MIN_RATE, MAX_RATE]; UserError naming `what` otherwise (0,
+    a negative or absurd number, a string, a boolean, NaN)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and MIN_RATE <= value <= MAX_RATE
+    if not ok:
+        raise UserError(f"{what}: {value!r} is no rate; give a number from {MIN_RATE:g} to {MAX_RATE:g}, "
+                        f"the device's speed relative to the device the costs came from (1: alike)")
+    return float(value)
+
+
+def check_kind(kind, what) -> str:
+    """`kind` upper-cased when TensorFlow places ops on it (KNOWN_KINDS); UserError otherwise."""
+    text = str(kind).upper()
+    if text not in KNOWN_KINDS:
+        raise UserError(f"{what}: unknown device kind {kind!r} (TensorFlow places ops on {', '.join(KNOWN_KINDS)})")
+    return text
+
+
+def check_links(cluster, what) -> None:
+    """UserError when a link to or from a device is faster than that device's memory
+    (where its `memory_bandwidth` is stated): no copy outruns the memory it reads or writes."""
+    for i, d in enumerate(cluster.devices):
+        if d.memory_bandwidth <= 0 or cluster.num_devices < 2:
+            continue
+        off = np.arange(cluster.num_devices) != i
+        fastest = max(float(cluster.bandwidth[i, off].max()), float(cluster.bandwidth[off, i].max()))
+        if fastest > d.memory_bandwidth:
+            raise UserError(f"{what}: a link of {d.name} moves {fastest / 1e3:g} GB/s, faster than its "
+                            f"memory ({d.memory_bandwidth / 1e3:g} GB/s); give its links at most that")
 
 
 def host_memory() -> int:

@@ -7,7 +7,10 @@ one's devices, memory, links and latencies (per direction) with their sources.
 
 A preset name may take `:K` to use its first K GPUs (`dgx-h100:4`); a bare count
 `K` means `gpu:K`; `NxPRESET` (e.g. `2xdgx-h100`) and cluster files describe several
-hosts (pardnn.hardware.cluster_file).
+hosts (pardnn.hardware.cluster_file). `+host` (`dgx-h100+host`, `gpu:4+host`,
+`dgx-h100:2+host`) adds the preset's host (pardnn.hardware.host_specs) as one more
+device, `/device:CPU:0`, after the GPUs: the system's memory, the host's rates
+relative to the preset's GPU, and a PCIe link to each GPU (`with_host`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import numpy as np
 from pardnn.base.errors import UserError
 from pardnn.hardware.cluster import GBps, LOCAL_PREFIX, Cluster, Device, host_memory, uniform_matrix
 from pardnn.hardware.gpu_specs import A100_SXM4, H100_SXM5, V100_PCIE, V100_SXM2, V100_SXM3, GpuSpec
+from pardnn.hardware.host_specs import EPYC_7742, XEON_6248, XEON_8168, XEON_8480C, XEON_E5_2698V4, HostSpec
 
 # NVLink2 links between the 8 GPUs of a DGX-1 (V100), as `nvidia-smi topo -m` shows
 # them (NV1 = one link, NV2 = two links, 0 = no NVLink: PCIe switch + QPI).
@@ -59,21 +63,44 @@ class Preset(NamedTuple):
     max_devices: int | None         # None: any K (cpu:K, gpu:K)
     build: Callable                 # K -> Cluster
     gpu: GpuSpec | None             # the GPU `--estimate` costs ops for; None: no GPU
+    host: HostSpec | None = None    # what `+host` adds; None: no separate host (cpu:K)
 
 
 PRESETS = {
     "cpu": Preset(None, lambda k: _uniform("CPU", k, host_memory(), 10 * GBps, 5.0, f"cpu:{k}"), None),
-    "gpu": Preset(None, _gpus(V100_PCIE, 24 * GBps, 15.0, "gpu:{k}"), V100_PCIE),
-    "dgx1-v100": Preset(8, _dgx1, V100_SXM2),
-    "dgx2": Preset(16, _gpus(V100_SXM3, 150 * GBps, 10.0, "dgx2"), V100_SXM3),
-    "dgx-a100": Preset(8, _gpus(A100_SXM4, 300 * GBps, 8.0, "dgx-a100"), A100_SXM4),
-    "dgx-h100": Preset(8, _gpus(H100_SXM5, 450 * GBps, 8.0, "dgx-h100"), H100_SXM5),
+    "gpu": Preset(None, _gpus(V100_PCIE, 24 * GBps, 15.0, "gpu:{k}"), V100_PCIE, XEON_6248),
+    "dgx1-v100": Preset(8, _dgx1, V100_SXM2, XEON_E5_2698V4),
+    "dgx2": Preset(16, _gpus(V100_SXM3, 150 * GBps, 10.0, "dgx2"), V100_SXM3, XEON_8168),
+    "dgx-a100": Preset(8, _gpus(A100_SXM4, 300 * GBps, 8.0, "dgx-a100"), A100_SXM4, EPYC_7742),
+    "dgx-h100": Preset(8, _gpus(H100_SXM5, 450 * GBps, 8.0, "dgx-h100"), H100_SXM5, XEON_8480C),
 }
+HOST_SUFFIX = "+host"
+
+
+def with_host(cluster, preset: Preset, flag: str = "--devices") -> Cluster:
+    """`cluster` (a preset's GPUs) with the preset's host after them: `/device:CPU:0`
+    holding the system's memory, running ops at the host's rates relative to the
+    preset's GPU, linked to each GPU by the host's PCIe link (both directions)."""
+    host, gpu = preset.host, preset.gpu
+    if host is None:
+        raise UserError(f"{flag}: {cluster.preset.split(':')[0]} has no separate host to add: its devices "
+                        f"are the host's CPUs")
+    compute, memory = host.rates(gpu)
+    device = Device(f"{LOCAL_PREFIX}CPU:0", "CPU", host.memory_bytes, compute_rate=compute, memory_rate=memory,
+                    host_tier=True, memory_bandwidth=host.bandwidth_gbs * GBps)
+    k = cluster.num_devices
+    lat = np.full((k + 1, k + 1), host.link_latency_us)
+    bw = np.full((k + 1, k + 1), host.link_gbs * GBps)
+    lat[:k, :k], bw[:k, :k] = cluster.latency_us, cluster.bandwidth
+    lat[k, k], bw[k, k] = 0.0, np.inf
+    return Cluster(cluster.devices + (device,), lat, bw, cluster.reserve, cluster.preset + HOST_SUFFIX,
+                   cluster.hosts)
 
 
 def preset_names() -> list:
     """What `--devices` accepts, for its messages."""
-    return ["cpu:K", "gpu:K", "dgx1-v100", "dgx2", "dgx-a100", "dgx-h100", "NxPRESET", "cluster.json"]
+    return ["cpu:K", "gpu:K", "dgx1-v100", "dgx2", "dgx-a100", "dgx-h100", "PRESET+host", "NxPRESET",
+            "cluster.json"]
 
 
 def gpu_preset_names() -> list:
@@ -87,6 +114,7 @@ def estimate_gpu(spec: str, flag: str = "--estimate") -> tuple:
     Only one device is estimated (ops are costed for a single GPU of the preset), so
     a device count is accepted, as `--devices` takes it, and ignored."""
     text = str(spec).strip().lower()
+    text = text[:-len(HOST_SUFFIX)] if text.endswith(HOST_SUFFIX) else text    # the GPUs' preset
     if re.fullmatch(r"[0-9]+", text):
         text = f"gpu:{text}"
     match = re.fullmatch(r"([a-z0-9-]+?)(?::[0-9]+)?", text)

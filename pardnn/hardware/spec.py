@@ -1,5 +1,5 @@
-"""`--devices SPEC`: a preset name, `cpu:K`, `gpu:K`, `preset:K`, a bare count, `NxPRESET`
-or a cluster file, turned into a Cluster."""
+"""`--devices SPEC`: a preset name, `cpu:K`, `gpu:K`, `preset:K`, a bare count, each
+optionally with `+host`, `NxPRESET` or a cluster file, turned into a Cluster."""
 
 import os
 import re
@@ -7,19 +7,22 @@ import re
 from pardnn.base.errors import UserError
 from pardnn.hardware.cluster_file import load, parse_composed
 from pardnn.hardware.cluster import Cluster, check_device_count
-from pardnn.hardware.presets import PRESETS, preset_names
+from pardnn.hardware.presets import HOST_SUFFIX, PRESETS, preset_names, with_host
 from pardnn.base.units import parse_rate, parse_size, parse_time
 
 
 def parse_devices(spec: str, flag: str = "--devices") -> Cluster:
-    """Cluster for a preset name, `cpu:K`, `gpu:K`, `preset:K`, a bare count K,
-    `NxPRESET` (N hosts) or the path of a cluster file (pardnn.hardware.cluster_file)."""
+    """Cluster for a preset name, `cpu:K`, `gpu:K`, `preset:K`, a bare count K, each
+    optionally with `+host` (the preset's host as one more device), `NxPRESET` (N
+    hosts) or the path of a cluster file (pardnn.hardware.cluster_file)."""
     if str(spec).endswith(".json") or os.path.isfile(str(spec)):
         return load(str(spec), flag)
     text = str(spec).strip().lower()
     composed = parse_composed(text, parse_devices, flag)
     if composed is not None:
         return composed
+    host = text.endswith(HOST_SUFFIX)
+    text = text[:-len(HOST_SUFFIX)] if host else text
     if re.fullmatch(r"[0-9]+", text):
         text = f"gpu:{text}"
     match = re.fullmatch(r"([a-z0-9-]+?)(?::([0-9]+))?", text)
@@ -32,16 +35,19 @@ def parse_devices(spec: str, flag: str = "--devices") -> Cluster:
     k = limit if count is None else int(count)
     if k < 1 or (limit is not None and k > limit):
         raise UserError(f"{flag}: {spec!r} asks for {k} devices; {name} has 1 to {limit or 'any number'}")
-    check_device_count(k, flag, spec)
-    return builder(k)
+    check_device_count(k + host, flag, spec)
+    return with_host(builder(k), PRESETS[name], flag) if host else builder(k)
 
 
-def cluster_from_flags(devices, memory=None, reserve=None, bandwidth=None, latency=None) -> Cluster:
+def cluster_from_flags(devices, memory=None, reserve=None, bandwidth=None, latency=None,
+                       host_memory=None) -> Cluster:
     """The cluster the cluster flags give (`--devices`, `--memory`, `--reserve`,
-    `--bandwidth`, `--latency`; None: the preset's or cluster file's own), as `place`
-    reads them from its command line and `explain` from a placed folder's inputs.json."""
+    `--bandwidth`, `--latency`, `--host-memory`; None: the preset's or cluster file's
+    own), as `place` reads them from its command line and `explain` from a placed
+    folder's inputs.json."""
     return parse_devices(devices).with_options(
         memory=None if memory is None else parse_size(memory, "--memory"),
         reserve=reserve,
         bandwidth=None if bandwidth is None else parse_rate(bandwidth, "--bandwidth"),
-        latency=None if latency is None else parse_time(latency, "--latency"))
+        latency=None if latency is None else parse_time(latency, "--latency"),
+        host_memory=None if host_memory is None else parse_size(host_memory, "--host-memory"))

@@ -155,11 +155,14 @@ def _variable_nodes(profiled, created) -> list:
 def _inputs(directory, devices, cluster, algorithm, time_budget) -> dict:
     """inputs.json of the plan folder, so that `pardnn explain DIR` emulates its step
     again: its profile/, and the flags that give its cluster (memory in bytes, when
-    every device has the same)."""
-    memory = {int(x) for x in cluster.memory}
+    every accelerator has the same; the host's as host_memory, as --memory and
+    --host-memory split them)."""
+    memory = {int(m) for m, d in zip(cluster.memory, cluster.devices) if not d.host_tier}
+    host = {int(m) for m, d in zip(cluster.memory, cluster.devices) if d.host_tier}
     return place_inputs(os.path.join(str(directory), "profile"), devices,
                         str(memory.pop()) if len(memory) == 1 else None, cluster.reserve,
-                        algorithm=algorithm, time_budget=time_budget)
+                        algorithm=algorithm, time_budget=time_budget,
+                        host_memory=str(host.pop()) if len(host) == 1 else None)
 
 
 def _devices(placed) -> dict:

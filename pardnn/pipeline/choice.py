@@ -39,10 +39,13 @@ class Judgement(NamedTuple):
     makespan_us: float      # its emulated step after the repair
     moved_nodes: int        # nodes the repair moved
     repair_rounds: int      # repair rounds (0: it fit as built)
+    fastest_only: bool = True   # it uses the cluster's fastest devices alone (not the host beside GPUs)
 
     @classmethod
-    def of(cls, judged) -> "Judgement":
-        return cls(judged.schedule.makespan, int(judged.moved.sum()), judged.rounds)
+    def of(cls, judged, cluster=None) -> "Judgement":
+        """`judged`'s judgement; with `cluster`, whether it leaves the slower devices out."""
+        alone = cluster is None or not cluster.mixed or not cluster.tiers[judged.device].any()
+        return cls(judged.schedule.makespan, int(judged.moved.sum()), judged.rounds, bool(alone))
 
 
 class Refinements(NamedTuple):
@@ -70,9 +73,16 @@ def roles(algorithm: str, graph, cluster) -> Roles:
 
 def finalists(judged: dict, num_nodes: int, order: list) -> list:
     """The two fastest of `judged` ({name: Judgement}; the earlier in `order` on ties),
-    among those whose repair moved at most MAX_MOVED_SHARE of the nodes when there are any."""
+    among those whose repair moved at most MAX_MOVED_SHARE of the nodes when there are any.
+    On devices of different speeds (the host beside GPUs), the second is the fastest that
+    uses the fastest devices alone when one fits there, so that the placement kept uses
+    the host only where that makes the refined step faster."""
     few = [n for n, j in judged.items() if j.moved_nodes <= MAX_MOVED_SHARE * num_nodes]
-    return sorted(few or judged, key=lambda n: (judged[n].makespan_us, order.index(n)))[:2]
+    ranked = sorted(few or judged, key=lambda n: (judged[n].makespan_us, order.index(n)))
+    alone = [n for n in ranked if judged[n].fastest_only]
+    if alone and alone[0] not in ranked[:2]:
+        return [ranked[0], alone[0]]
+    return ranked[:2]
 
 
 def refinable(name: str, judgement: Judgement) -> bool:

@@ -26,7 +26,8 @@ from pardnn.base.progress import stage
 
 # Loader statistics copied into report.json under "loader".
 LOADER_FIELDS = ("steps", "untimed_nodes", "outside_step_nodes",
-                 "unknown_stats_records", "dropped_back_edges", "pinned_cpu", "fusions", "fused_timed_nodes")
+                 "unknown_stats_records", "dropped_back_edges", "pinned_cpu", "pinned_gpu", "fusions",
+                 "fused_timed_nodes")
 
 
 @dataclass
@@ -70,7 +71,7 @@ def place_profile(profile, cluster, algorithm="pardnn", budget_s=None, replicas=
 
 
 def place_inputs(profile, devices, memory=None, reserve=None, bandwidth=None, latency=None,
-                 algorithm="pardnn", time_budget=None, replicas=None) -> dict:
+                 algorithm="pardnn", time_budget=None, replicas=None, host_memory=None) -> dict:
     """inputs.json: the profile (absolute path) and the flags, as `pardnn place` reads
     them, that `pardnn explain` needs to build the same cluster and emulate the same
     step again (a cluster file by its absolute path)."""
@@ -78,7 +79,7 @@ def place_inputs(profile, devices, memory=None, reserve=None, bandwidth=None, la
     return {"format": "pardnn-place-inputs", "version": 1, "profile": os.path.abspath(profile),
             "devices": devices, "memory": memory, "reserve": reserve,
             "bandwidth": bandwidth, "latency": latency, "algorithm": algorithm,
-            "time_budget": time_budget, "replicas": replicas}
+            "time_budget": time_budget, "replicas": replicas, "host_memory": host_memory}
 
 
 def write_place_dir(out, placed: PlacedProfile, inputs: dict):

@@ -92,7 +92,7 @@ def build(graph, cluster, name, timings=None) -> np.ndarray:
     """Placer `name`'s placement (int32 per node), lending it the emulator when it
     judges its own trials (registry.Placer.emulates)."""
     lent = {"emulate": emulate} if registry.PLACERS[name].emulates else {}
-    return np.asarray(registry.get(name)(graph, cluster, timings, **lent), np.int32)
+    return np.asarray(registry.run(name, graph, cluster, timings, **lent), np.int32)
 
 
 def choose(graph, cluster, algorithm, timings=None, budget_s=None) -> Chosen:
@@ -160,7 +160,7 @@ def _first(judging, name, timings, alone=False):
     the emulation of its result. `alone`: the portfolio has no other candidate (its
     memory profile is kept: see `_judge_candidate`)."""
     graph, cluster = judging.graph, judging.cluster
-    if name != "step1":
+    if name != "step1" or not cluster.uniform:  # devices with rates: on the fastest ones (registry.run)
         return {name: _build_and_judge(judging, name, timings, keep_profile=alone)}, None
     first = step1.partition(graph, cluster, timings, emulate=emulate)
     output = "one-device" if first.one_device else "affinity" if first.affinity else "thesis"
@@ -183,7 +183,8 @@ def _refine_early(run, results, pending, order):
     done = {name: _collect(job, run.deadline) for name, job in pending.items()
             if name not in results and job.done()}
     known.update({name: r.judged for name, r in done.items() if r.judged is not None})
-    lead = choice.refine_first({n: choice.Judgement.of(j) for n, j in known.items()}, graph.num_nodes, order)
+    lead = choice.refine_first({n: choice.Judgement.of(j, run.judging.cluster) for n, j in known.items()},
+                               graph.num_nodes, order)
     if lead is None:
         return {}, None
     bound = pool.bound()
@@ -207,7 +208,7 @@ def _pick(run, results, step1_output, early=None, bound=None) -> Chosen:
     run.timings["repair"] = sum(r.repair_s for r in results.values())
     first = next(iter(results))                 # the first candidate: its stages are in timings
     run.timings.update({name: r.build_s for name, r in results.items() if name != first and r.device is not None})
-    plan = choice.refinements({n: choice.Judgement.of(j) for n, j in judged.items()},
+    plan = choice.refinements({n: choice.Judgement.of(j, run.judging.cluster) for n, j in judged.items()},
                               run.judging.graph.num_nodes, list(results))
     refined, bound_us = _refine_finalists(run, judged, plan.refine, early or {}, bound)
     final = {name: refined[name].judged if refined.get(name) else judged[name] for name in plan.finalists}

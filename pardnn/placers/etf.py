@@ -19,6 +19,13 @@ until memory is freed; if every ready node waits, the one that overflows its
 device least is started anyway, so the placer always returns a placement and the
 emulator reports it infeasible.
 
+Devices of different speeds (the host beside GPUs, pardnn.graph.op_rates): a node runs
+on device d for its compute time times d's time scale for its class, and the (node,
+device) pair chosen is the one that *finishes* earliest (ties by priority, node and
+device, as above), since the earliest start would go to the slow device that is always
+idle: HEFT's rule, without insertion. On a cluster of
+alike devices the choice is ETF's earliest start, as before.
+
 Each device keeps its candidates in three heaps: nodes whose inputs arrive after the
 device is free (`waiting`, keyed by arrival time), nodes ready to start the moment it
 is free (`arrived`, keyed by priority) and nodes waiting for memory there (`blocked`,
@@ -53,6 +60,7 @@ class Nodes(NamedTuple):
     need: np.ndarray            # bytes it needs free to start on a device its group is not on yet
     consumers: np.ndarray       # its data consumers
     indegree: np.ndarray        # its in-edges
+    rate_class: np.ndarray      # which row of Devices.time_scale its time scales by (pardnn.graph.op_rates)
 
 
 class Devices(NamedTuple):
@@ -63,6 +71,8 @@ class Devices(NamedTuple):
     group_resident: np.ndarray  # bytes per group, held on its device from its first start
     latency: np.ndarray         # us (K x K)
     inv_bandwidth: np.ndarray   # us per byte (K x K)
+    time_scale: np.ndarray      # (2 x K) a node's compute time is multiplied by on each device
+    by_finish: bool             # devices differ in speed: choose the pair that finishes first
 
 
 def place(graph, cluster, timings=None) -> np.ndarray:
@@ -80,8 +90,10 @@ def arrays(graph, cluster) -> tuple:
     lat, inv_bw = (np.asarray(t, np.float64) for t in link_tables(cluster))
     edges = graph_arrays(graph)
     nodes = Nodes(np.asarray(graph.comp_us, float), -bottom_levels(graph, graph.comp_us).astype(float), held,
-                  resident[graph.group] + held, consumers.astype(i64), np.diff(graph.pred_ptr).astype(i64))
-    devices = Devices(np.asarray(cluster.capacity, i64), allowed_devices(graph, cluster), resident, lat, inv_bw)
+                  resident[graph.group] + held, consumers.astype(i64), np.diff(graph.pred_ptr).astype(i64),
+                  np.asarray(graph.rate_class, i64))
+    devices = Devices(np.asarray(cluster.capacity, i64), allowed_devices(graph, cluster), resident, lat, inv_bw,
+                      np.asarray(cluster.time_scale, np.float64), bool(cluster.mixed))
     return edges, nodes, devices
 
 
@@ -92,7 +104,7 @@ def _run(g, nodes, devices):
     pending, indegree = nodes.consumers.copy(), nodes.indegree.copy()
     device, finish, ready_at, is_ready = np.full(n, -1), np.zeros(n), np.zeros((n, k)), np.zeros(n, np.bool_)
     free_at, used, fixed = np.zeros(k), np.zeros(k), np.full(devices.group_resident.shape[0], -1)
-    group, negprio, cap = g.group, nodes.negprio, devices.capacity
+    group, negprio, cap, scale = g.group, nodes.negprio, devices.capacity, devices.time_scale
     waiting = [[(0.0, 0.0, 0)] for _ in range(k)]       # (arrival, -prio, node)
     arrived = [[(0.0, 0, 0.0)] for _ in range(k)]       # (-prio, node, arrival)
     blocked = [[(0.0, 0.0, 0, 0.0)] for _ in range(k)]  # (bytes needed, -prio, node, arrival)
@@ -182,7 +194,7 @@ def _run(g, nodes, devices):
     def start(v, d, t):
         """Start v on d at t: hold its output, free its inputs' outputs, release its successors."""
         device[v], is_ready[v] = d, False
-        finish[v] = free_at[d] = t + nodes.comp[v]
+        finish[v] = free_at[d] = t + nodes.comp[v] * scale[nodes.rate_class[v], d]
         if fixed[group[v]] < 0:
             fix_group(group[v], d)
         used[d] += nodes.held[v]
@@ -202,11 +214,12 @@ def _run(g, nodes, devices):
         if indegree[v] == 0:
             release(v)
     for _ in range(n):
-        found, t, prio, v, d = False, 0.0, 0.0, 0, 0
+        found, key, t, prio, v, d = False, 0.0, 0.0, 0.0, 0, 0
         for e in range(k):
             ok, c_t, c_prio, c_v = best(e)
-            if ok and (not found or (c_t, c_prio, c_v, e) < (t, prio, v, d)):
-                found, t, prio, v, d = True, c_t, c_prio, c_v, e
+            c_key = c_t + nodes.comp[c_v] * scale[nodes.rate_class[c_v], e] if devices.by_finish else c_t
+            if ok and (not found or (c_key, c_prio, c_v, e) < (key, prio, v, d)):
+                found, key, t, prio, v, d = True, c_key, c_t, c_prio, c_v, e
         if not found:
             t, v, d = force()
         start(v, d, t)

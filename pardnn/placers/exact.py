@@ -48,8 +48,10 @@ class Solved:
 
 
 def applies(graph, cluster) -> bool:
-    """Whether the exact candidate runs on this graph (small enough to answer)."""
-    return (0 < graph.num_nodes <= MAX_NODES and cluster.num_devices >= 2
+    """Whether the exact candidate runs on this graph (small enough to answer) and
+    cluster (its devices at rate 1: the model gives each op its profiled duration, so
+    on devices of other speeds it neither places nor bounds)."""
+    return (0 < graph.num_nodes <= MAX_NODES and cluster.num_devices >= 2 and cluster.uniform
             and bool(np.isfinite(_horizon_us(graph, cluster))))
 
 

@@ -3,8 +3,9 @@ with insertion.
 
 1. Priorities: the upward rank of a node is its mean compute cost plus the
    largest (mean communication cost + upward rank) over its successors, i.e. its
-   bottom level with the mean link cost on every edge (`pardnn.graph.levels`). Our
-   devices are homogeneous, so the mean compute cost is the measured one.
+   bottom level with the mean link cost on every edge (`pardnn.graph.levels`). On
+   alike devices the mean compute cost is the measured one; on devices of different
+   speeds (pardnn.graph.op_rates) it is the mean over the devices, as in the paper.
 2. Nodes are taken in decreasing rank (ties: smaller node id, which keeps the
    order topological when costs are zero) and each goes to the device on which it
    finishes earliest (ties: the lowest device index). A node may be inserted into
@@ -29,15 +30,17 @@ from pardnn.base.compiled import kernel
 from pardnn.graph.constraints import allowed_devices
 from pardnn.graph.edge_costs import mean_edge_costs
 from pardnn.graph.levels import bottom_levels
+from pardnn.graph.op_rates import time_matrix
 from pardnn.placers.common import graph_arrays, link_tables
 
 CHUNK = 64      # gaps per chunk of a device's idle gaps
 
 
 def place(graph, cluster, timings=None) -> np.ndarray:
-    rank = bottom_levels(graph, graph.comp_us, mean_edge_costs(graph, cluster))
+    cost = time_matrix(graph, cluster)
+    mean = graph.comp_us if cluster.uniform else cost.mean(axis=1)
+    rank = bottom_levels(graph, mean, mean_edge_costs(graph, cluster))
     order = np.lexsort((np.arange(graph.num_nodes), -rank))
-    cost = np.broadcast_to(np.asarray(graph.comp_us, np.float64)[:, None], (graph.num_nodes, cluster.num_devices))
     lat, inv_bw = link_tables(cluster)
     device, _, _ = schedule(graph, order, cost, lat, inv_bw, allowed_devices(graph, cluster))
     return device

@@ -8,6 +8,15 @@ their device kind (see pardnn.graph.constraints) and may record its stage wall t
 judges trial placements itself takes the emulator as the keyword `emulate`
 (`emulates=True` below), and the pipeline lends it pardnn.emulator.trial.emulate.
 
+Devices of different speeds (the host beside GPUs; pardnn.graph.op_rates): a placer
+whose cost model times each op on each device (`speeds=RATES`) places on the whole
+cluster; one that costs every device alike (`FASTEST`) places on the fastest devices
+alone, which are alike (`Cluster.fastest`), given the graph's times at their rates and
+those devices at rate 1, and the memory repair and refinement within memory may then
+use the others (`run`); one that cannot do either (`speeds=None`) is left out of the
+portfolio there and refused by name. The same holds where every device runs at one
+rate other than 1. On a cluster whose rates are all 1 every placer runs as it is.
+
 Every algorithm is a portfolio that the pipeline builds, repairs and judges alike:
 `--algorithm pardnn` the candidates with a role below, any other name the one placer
 it names. Adding a placer, and making it a candidate, is one entry in PLACERS.
@@ -17,9 +26,14 @@ Modules are imported on first use, so that listing algorithms stays cheap.
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 from typing import NamedTuple
 
+import numpy as np
+
 from pardnn.base.errors import UserError
+from pardnn.graph.constraints import onto_allowed
+from pardnn.graph.op_rates import at_rates
 
 PORTFOLIO = "pardnn"
 PORTFOLIO_DESCRIPTION = ("ParDNN: Step 1 and memory-aware candidates (stages, m-ETF, min-cut; hosts first "
@@ -29,6 +43,8 @@ PORTFOLIO_DESCRIPTION = ("ParDNN: Step 1 and memory-aware candidates (stages, m-
 # processes build the others; CORE always runs; HOSTS is core on clusters of several
 # hosts; EXTRA runs on small graphs, or when no core candidate fits.
 FIRST, CORE, HOSTS, EXTRA = "first", "core", "hosts", "extra"
+# How a placer meets devices of different speeds (module docstring).
+RATES, FASTEST = "rates", "fastest"
 
 
 class Placer(NamedTuple):
@@ -44,6 +60,7 @@ class Placer(NamedTuple):
     #                             there as a candidate (None: everywhere its role runs)
     reads_memory: bool = False  # its placement depends on the devices' memory (else the same
     #                             at any memory: `pardnn capacity` builds it once per count)
+    speeds: str | None = FASTEST    # RATES, FASTEST or None: on devices of different speeds
 
 
 # Candidate name -> placer, in the portfolio's order: of two equally fast, the earlier wins.
@@ -56,9 +73,14 @@ PLACERS = {
                      None, CORE, 5, reads_memory=True),
     "etf": Placer("pardnn.placers.etf:place",
                   "Baechi m-ETF: earliest-task-first list scheduling with memory tracking", "etf", CORE, 8,
-                  reads_memory=True),
+                  reads_memory=True, speeds=RATES),
     "heft": Placer("pardnn.placers.heft:place",
-                   "HEFT: upward rank, earliest finish time with insertion", "heft", CORE, 7),
+                   "HEFT: upward rank, earliest finish time with insertion", "heft", CORE, 7, speeds=RATES),
+    "etf-fastest": Placer("pardnn.placers.etf:place", "m-ETF on the fastest devices alone (devices of "
+                          "different speeds only: the host left to the repair)", None, CORE, 8,
+                          applies="pardnn.placers.registry:speeds_differ", reads_memory=True),
+    "heft-fastest": Placer("pardnn.placers.heft:place", "HEFT on the fastest devices alone (devices of "
+                           "different speeds only)", None, CORE, 7, applies="pardnn.placers.registry:speeds_differ"),
     "metis": Placer("pardnn.placers.metis_cut:place",
                     "METIS balanced min-cut of the undirected graph (pymetis)", "metis", CORE, 4),
     "hier": Placer("pardnn.placers.hierarchical:place",
@@ -66,7 +88,7 @@ PLACERS = {
                    "pardnn-hier", HOSTS, 9, emulates=True, reads_memory=True),
     "exact": Placer("pardnn.placers.exact:place",
                     "CP-SAT model of placement and schedule together, on small graphs (docs/bounds.md)",
-                    None, CORE, 10, applies="pardnn.placers.exact:applies"),
+                    None, CORE, 10, applies="pardnn.placers.exact:applies", speeds=None),
     "linear": Placer("pardnn.placers.linear:place",
                      "linear clustering + Guided Load Balancing (thesis 6.4.2)", "linear", EXTRA, 6),
     "topo": Placer("pardnn.placers.topo:place",
@@ -75,7 +97,7 @@ PLACERS = {
     "round-robin": Placer("pardnn.placers.round_robin:place",
                           "colocation groups dealt to devices in topological order", "round-robin", EXTRA, 2),
     "single": Placer("pardnn.placers.single:place",
-                     "everything on device 0, TensorFlow's default", "single", EXTRA, 1),
+                     "everything on device 0, TensorFlow's default", "single", EXTRA, 1, speeds=RATES),
 }
 
 
@@ -101,9 +123,44 @@ def get(name: str):
 
 
 def applies(name: str, graph, cluster) -> bool:
-    """Whether placer `name` runs as a candidate on this graph and cluster."""
+    """Whether placer `name` runs as a candidate on this graph and cluster: not on
+    devices of different speeds when it can place on none (`speeds=None`)."""
+    if not cluster.uniform and PLACERS[name].speeds is None:
+        return False
     test = PLACERS[name].applies
     return test is None or bool(_load(test)(graph, cluster))
+
+
+def speeds_differ(graph, cluster) -> bool:
+    """The `applies` test of the candidates that exist only for devices of different
+    speeds: m-ETF and HEFT, which may use every device, also run on the fastest devices
+    alone, so that the portfolio holds the placement without the slower ones as well."""
+    return bool(cluster.mixed)
+
+
+def run(name: str, graph, cluster, timings=None, **lent) -> np.ndarray:
+    """Placer `name`'s placement of `graph` on `cluster` (int per node), `lent` its
+    keywords (`emulate`): on devices of different speeds, by its `speeds` (module
+    docstring); UserError for one that cannot place there."""
+    entry, place = PLACERS[name], get(name)
+    if cluster.uniform or entry.speeds == RATES:
+        return place(graph, cluster, timings, **lent)
+    if entry.speeds is None:
+        raise UserError(f"--algorithm: {entry.algorithm or name} gives each op one time and cannot place on "
+                        f"devices with rates ({cluster.preset or 'the cluster'}); choose another")
+    return on_fastest(graph, cluster, lambda g, c: place(g, c, timings, **lent))
+
+
+def on_fastest(graph, cluster, place) -> np.ndarray:
+    """`place(graph, cluster)` run on the cluster's fastest devices, given the graph's
+    times at their rates and those devices at rate 1 (so that an emulation lent to the
+    placer scales nothing twice), mapped back to this cluster's device indices (int32);
+    a group pinned to a kind those devices lack goes to the first device of its kind."""
+    fastest, index = cluster.fastest()
+    first = fastest.devices[0]
+    alike = replace(fastest, devices=tuple(replace(d, compute_rate=1.0, memory_rate=1.0) for d in fastest.devices))
+    device = index[np.asarray(place(at_rates(graph, first.compute_rate, first.memory_rate), alike), np.int64)]
+    return onto_allowed(graph, cluster, device)
 
 
 def _load(target: str):

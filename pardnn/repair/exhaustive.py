@@ -4,7 +4,9 @@ by one, judged by the emulator (whose peaks the judge lends), until one fits, ev
 one has been tried, or the work limit is spent.
 
 Depth-first over the groups, largest memory need first; each group tries the device it
-is on first, then the others by index, so placements near the stuck one come first.
+is on first, then the others by index, so placements near the stuck one come first. A
+group that may use one device only (on one device: every group) is placed before the
+search and is no level of it, so the depth is that of the groups with a choice.
 Two rules cut the tree without losing a fitting placement:
 - a bound that holds whatever the schedule: a device holds the resident state of every
   group on it all step, and when one of its ops starts, that op's working set besides
@@ -86,7 +88,6 @@ class _Search:
         extra = np.zeros(graph.num_groups, np.int64)       # an op's working set beyond resident state
         np.maximum.at(extra, graph.group, op_needs(graph, res)[0])
         self.res, self.extra = res.tolist(), extra.tolist()
-        self.order = sorted(range(graph.num_groups), key=lambda g: (-(res[g] + extra[g]), g))
         self.choices = [[int(start[g])] + [d for d in range(k) if d != start[g]] for g in range(graph.num_groups)]
         self.choices = [[d for d in ch if allowed[g, d]] for g, ch in enumerate(self.choices)]
         self.symmetric = _interchangeable(cluster, allowed)
@@ -95,9 +96,26 @@ class _Search:
         self.least = None
         self.dev = np.zeros(graph.num_groups, np.int64)
         self.held, self.peak_extra = [0] * k, [0] * k
+        # A group with one device it may use is placed there before the search, which
+        # then descends only through groups with a choice (at most log2 MAX_PLACEMENTS
+        # of them), however many groups are fixed (one device: every group).
+        self.used, self.fixed_over = 0, 0
+        for g in range(graph.num_groups):
+            if len(self.choices[g]) == 1:
+                d = self.choices[g][0]
+                self.dev[g], self.used = d, self.used | 1 << d
+                self.held[d] += self.res[g]
+                self.peak_extra[d] = max(self.peak_extra[d], self.extra[g])
+        for d in range(k):
+            self.fixed_over = max(self.fixed_over, self.held[d] + self.peak_extra[d] - int(self.cap[d]))
+        self.order = sorted((g for g in range(graph.num_groups) if len(self.choices[g]) > 1),
+                            key=lambda g: (-(res[g] + extra[g]), g))
 
     def run(self) -> Search:
-        found = self._descend(0, 0)
+        if self.fixed_over > 0:                 # the fixed groups alone overflow a device
+            self._note(self.fixed_over)
+            return Search(None, True, 0, int(self.least))
+        found = self._descend(0, self.used)
         complete = found or self.work <= self.limit
         return Search(self.dev.copy() if found else None, bool(complete), self.emulated,
                       int(self.least) if self.least is not None and not found else 0)

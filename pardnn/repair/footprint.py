@@ -11,6 +11,11 @@ summed over a group's members:
   the communication with ancestors *and* descendants on the same pe). Edges inside the
   group are never cut and do not count. The target is not known yet when the cost is
   needed, so an edge costs latency + bytes / bandwidth over the cluster's mean link.
+  On devices of different speeds (the host beside GPUs, pardnn.graph.op_rates) comp(n)
+  is n's time on the slowest device the group may go to: a group the repair might have
+  to send to the host is costed as the host would run it, so that the knapsack offloads
+  variables and their optimizer updates (much memory, little work) before activations
+  and the MatMuls that make them.
 - potential at time t: what leaving the device frees there at t:
   * the buffers of the memory profile (pardnn.emulator.memory) the group frees, as
     rows built by pardnn.repair.chains: an input buffer whose last local consumer
@@ -75,7 +80,7 @@ class GroupLinks:
     """Per colocation group: compute time, resident bytes and the edges crossing its
     boundary (neighbour node and cost over the mean link). Fixed for a graph and cluster."""
 
-    def __init__(self, graph, cluster):
+    def __init__(self, graph, cluster, allowed=None):
         ng = graph.num_groups
         latency, bandwidth = cluster.mean_link()
         ecost = (latency + graph.edge_bytes / bandwidth) if cluster.num_devices > 1 \
@@ -89,6 +94,7 @@ class GroupLinks:
         self.ecost = np.concatenate([ecost[cut], ecost[cut]])[order]
         self.ptr = _csr_ptr(self.owner, ng)
         self.comp = np.bincount(graph.group, graph.comp_us, minlength=ng)
+        self.move_comp = self.comp if cluster.uniform else _slowest_comp(graph, cluster, allowed)
         self.resident = np.bincount(graph.group, resident_bytes(graph), minlength=ng).astype(np.int64)
         self.nodes = graph.num_nodes
         self.reads = _state_reads(graph)        # for Footprints
@@ -99,8 +105,20 @@ class GroupLinks:
         bincount on smaller ones (the same sums, in the same order)."""
         if self.nodes < INTERPRETED_BELOW:
             local = node_dev[self.nbr] == group_dev[self.owner]
-            return self.comp + np.bincount(self.owner[local], self.ecost[local], minlength=len(self.comp))
-        return self.comp + _local_costs.compiled(self.ptr, self.nbr, self.ecost, group_dev, node_dev)
+            return self.move_comp + np.bincount(self.owner[local], self.ecost[local], minlength=len(self.comp))
+        return self.move_comp + _local_costs.compiled(self.ptr, self.nbr, self.ecost, group_dev, node_dev)
+
+
+def _slowest_comp(graph, cluster, allowed=None) -> np.ndarray:
+    """Per group, its compute time on the slowest device it may go to (`allowed`,
+    groups x devices; every device when None), each class of op at that device's rate."""
+    ng, scale = graph.num_groups, cluster.time_scale
+    by_class = np.stack([np.bincount(graph.group, np.where(graph.rate_class == c, graph.comp_us, 0.0),
+                                     minlength=ng) for c in range(scale.shape[0])], axis=1)
+    times = by_class @ scale                                    # groups x devices
+    if allowed is not None:
+        times = np.where(allowed, times, 0.0)
+    return times.max(axis=1)
 
 
 @kernel

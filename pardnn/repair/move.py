@@ -5,9 +5,11 @@ move of a round, tens of thousands per round, so a kernel (pardnn.base.compiled)
 
 Where it goes (pardnn.repair.repair_round's module docstring): the first device, in
 order of preference, that absorbs it. The order: the devices the group's pins allow,
-other than its own, by the communication time between the group and each device's
-nodes (most first; summed edge by edge in edge order, as numpy's bincount sums), then
-the device's compute time, then its index.
+other than its own, the fastest first (`tier`, pardnn.hardware.cluster: the host
+beside GPUs only when no GPU absorbs the group; on alike devices every tier is 0), then
+by the communication time between the group and each device's nodes (most first;
+summed edge by edge in edge order, as numpy's bincount sums), then the device's
+compute time, then its index.
 
 What the group adds on device e: its resident state over the whole step, and the
 buffers it would need there (pardnn.repair.footprint's `need_*` rows): an input whose
@@ -93,6 +95,7 @@ class Round(NamedTuple):
     gone: np.ndarray        # bool per group: moved this round
     group_ptr: np.ndarray
     group_nodes: np.ndarray
+    tier: np.ndarray        # int64 per device: 0 for the fastest (pardnn.hardware.cluster's `tiers`)
 
 
 @kernel
@@ -105,7 +108,7 @@ def move_group(g, d, allowed, resident, links, timelines, needs, rows, state):
     vals, lazy, bmax, n, block, times = timelines
     need_ptr, need_lo, need_hi, need_bytes, need_prod, need_buf, need_ready = needs
     row_ptr, row_i0, row_i1, row_bytes, row_active, row_next, row_group = rows
-    node_dev, busy, cap, copied, gone, group_ptr, group_nodes = state
+    node_dev, busy, cap, copied, gone, group_ptr, group_nodes, tier = state
     k = cap.shape[0]
 
     def row_max(e, lo, hi):
@@ -151,9 +154,10 @@ def move_group(g, d, allowed, resident, links, timelines, needs, rows, state):
         m = 0
         for e in range(k):
             if allowed[e] and e != d:
-                j = m                               # insertion by (-talk, busy, index)
-                while j > 0 and (talk[e] > talk[options[j - 1]]
-                                 or (talk[e] == talk[options[j - 1]] and busy[e] < busy[options[j - 1]])):
+                j = m                               # insertion by (tier, -talk, busy, index)
+                while j > 0 and (tier[e] < tier[options[j - 1]] or (tier[e] == tier[options[j - 1]] and (
+                        talk[e] > talk[options[j - 1]]
+                        or (talk[e] == talk[options[j - 1]] and busy[e] < busy[options[j - 1]])))):
                     options[j] = options[j - 1]
                     j -= 1
                 options[j] = e

@@ -44,7 +44,8 @@ class RepairSetup:
 
     def __init__(self, graph, cluster):
         self.graph, self.cluster = graph, cluster
-        self.links, self.allowed = GroupLinks(graph, cluster), allowed_devices(graph, cluster)
+        self.allowed = allowed_devices(graph, cluster)
+        self.links = GroupLinks(graph, cluster, self.allowed)
         self.hopeless = least_memory(graph, cluster.num_devices).ruled_out(cluster.capacity) is not None
 
 

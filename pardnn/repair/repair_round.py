@@ -17,7 +17,8 @@ lower a whole plateau (docs/repair.md, "Departures").
 Choices the thesis leaves open:
 - The target: among the devices the group's pins allow, those whose timeline can take
   the group's need without passing their capacity at any point ("only to a device whose
-  emulated memory can absorb it"); of those, the one the group communicates with most,
+  emulated memory can absorb it"); of those, the fastest (on a cluster with the host as
+  a device, a GPU before the host), then the one the group communicates with most,
   then the one with the least compute time, then the lowest index. Communication
   first makes a run of moved groups (a slice of the critical path leaving a full
   device) land together, so its edges stay local; weighing communication against
@@ -54,6 +55,7 @@ class RepairRound:
         self.graph, self.links, self.allowed = graph, links, allowed
         self.k = cluster.num_devices
         self.cap = cluster.capacity
+        self.tier = cluster.tiers
         self.node_dev = np.array(device, np.int64)
         self.group_dev = self.node_dev[graph.group_nodes[graph.group_ptr[:-1]]]
         self.cost = links.move_cost(self.group_dev, self.node_dev)
@@ -175,7 +177,7 @@ def _kernel_args(round_, graph, links) -> tuple:
             Needs(fp.need_ptr, fp.need_lo, fp.need_hi, fp.need_bytes, fp.need_prod, fp.need_buf, fp.need_ready),
             Rows(fp.ptr, fp.i0, fp.i1, fp.bytes, fp.active, fp.next, fp.group),
             Round(round_.node_dev, round_.busy, round_.cap, round_.copied, round_.gone,
-                  graph.group_ptr, graph.group_nodes))
+                  graph.group_ptr, graph.group_nodes, round_.tier))
 
 
 def _grid(times):

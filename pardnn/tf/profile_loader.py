@@ -24,7 +24,9 @@ out_bytes is the sum of a node's output slots, leaving out ref-typed slots (they
 alias a variable, not a new allocation); persist_bytes holds the variable itself.
 
 Pinning: an op with no GPU kernel (none registered for "GPU" or "DEFAULT") is pinned
-to "CPU", where TF would run it. This needs a TF build that registers GPU kernels
+to "CPU", where TF would run it; one with no CPU kernel (none for "CPU" or "DEFAULT":
+CudnnRNN, the Nccl ops) is pinned to "GPU", so it never goes to the host device of a
+`PRESET+host` cluster. This needs a TF build that registers GPU kernels
 (the standard pip wheel does, even on machines without a GPU); with a CPU-only build
 nothing is pinned, since nothing can be known. The profile records what the
 profiling build registered (pardnn.tf.op_defs), so loading needs no TensorFlow. Pins matter only when placing on GPUs;
@@ -59,7 +61,7 @@ def load_profile(path):
 
     info: nodes, edges, steps, untimed_nodes (absent from every step's step_stats:
     zero time, static sizes), outside_step_nodes (untimed and feeding no timed
-    node, e.g. initializers: no memory either), unknown_stats_records, dropped_back_edges, pinned_cpu,
+    node, e.g. initializers: no memory either), unknown_stats_records, dropped_back_edges, pinned_cpu, pinned_gpu,
     fusions (pattern -> matches tied into one group, pardnn.tf.fusion),
     fused_timed_nodes (untimed nodes given a share of their fused kernel's time; they
     stay counted in untimed_nodes), stage_seconds and, when present, the profile.json written by `pardnn profile`."""
@@ -80,7 +82,7 @@ def load_profile(path):
     out_bytes = _out_bytes(table, slot_bytes, kind)
     gslot = table.edge_global_slot()
     edge_bytes = np.where(gslot >= 0, slot_bytes[np.maximum(gslot, 0)], 0)
-    pinned = cpu_pins(table.ops, ops.cpu_only)
+    pinned = kernel_pins(table.ops, ops.cpu_only, ops.gpu_only)
     fusions = fusion_ties(table)
     group = colocation_groups(table, fusions.ties).tolist()
     comp_us, fused_timed = spread_fused_times(stats.comp_us, stats.timed, fusions.groups)
@@ -96,7 +98,8 @@ def load_profile(path):
             "outside_step_nodes": int(outside.sum()),
             "unknown_stats_records": stats.unknown_records,
             "dropped_back_edges": table.back_edges,
-            "pinned_cpu": sum(1 for p in pinned if p),
+            "pinned_cpu": sum(1 for p in pinned if p == "CPU"),
+            "pinned_gpu": sum(1 for p in pinned if p == "GPU"),
             "fusions": fusions.counts,
             "fused_timed_nodes": fused_timed,
             "stage_seconds": clock.seconds}
@@ -179,12 +182,12 @@ def _out_bytes(table, slot_bytes, kind):
     return out
 
 
-def cpu_pins(ops, cpu_only) -> list:
-    """"CPU" for nodes whose op is in `cpu_only` (has kernels, none for GPU); "" for
-    the rest, and for all when `cpu_only` is None (unknown)."""
-    if cpu_only is None:
-        return [""] * len(ops)
-    return ["CPU" if op in cpu_only else "" for op in ops]
+def kernel_pins(ops, cpu_only, gpu_only=None) -> list:
+    """"CPU" for nodes whose op is in `cpu_only` (has kernels, none for GPU), "GPU" for
+    those in `gpu_only` (none for CPU); "" for the rest. None for either set: unknown,
+    nothing pinned to that kind."""
+    cpu_only, gpu_only = cpu_only or (), gpu_only or ()
+    return ["CPU" if op in cpu_only else "GPU" if op in gpu_only else "" for op in ops]
 
 
 class _Stages:

@@ -13,7 +13,7 @@ The profile dir (docs/profiles.md), written all or nothing:
   run_metadata_<i>.pb   one serialized RunMetadata per traced step, i = 0..S-1
   profile.json          TF version, devices, date, steps, fetch and feed names, plus
                         what the caller records (model family, knobs, op names),
-                        and `cpu_only_ops` (pardnn.tf.op_defs)
+                        and `cpu_only_ops`, `gpu_only_ops` (pardnn.tf.op_defs)
   op_defs.pb            the OpDefs of graph.pb's op types (pardnn.tf.op_defs), so
                         reading the profile needs no TensorFlow
 """
@@ -65,12 +65,14 @@ def traced_steps(session, fetches, feed_fn, steps: int) -> list:
 
 def write_profile_dir(out_dir, graph, run_metadatas, doc) -> None:
     """graph.pb (of `graph`, a tf.Graph or a GraphDef), run_metadata_<i>.pb,
-    op_defs.pb and profile.json, all or nothing; adds `cpu_only_ops` to `doc`.
+    op_defs.pb and profile.json, all or nothing; adds `cpu_only_ops` and
+    `gpu_only_ops` to `doc`.
 
     The folder is replaced as a whole (pardnn.io.outputs), so run_metadata files of
     an earlier, longer profile never mix with this one's steps."""
     graph_def = graph if isinstance(graph, tf1.GraphDef) else graph.as_graph_def(add_shapes=True)
     op_list, doc["cpu_only_ops"] = op_defs.record(n.op for n in graph_def.node)
+    doc["gpu_only_ops"] = op_defs.gpu_only_ops(n.op for n in graph_def.node)
     with OutputDir(out_dir) as out:
         with open(out.temp("graph.pb"), "wb") as f:
             f.write(graph_def.SerializeToString())
