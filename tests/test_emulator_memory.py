@@ -179,3 +179,22 @@ def test_a_byte_of_scratch_counts_and_a_reference_adds_no_output_to_its_potentia
     ids = g.index()
     assert profile.potential(ids["r"], 3.0) == 11
     assert profile.potential(ids["z"], 3.0) == 0          # the highest id, with no potential
+
+
+def test_the_buffer_kernel_keeps_a_one_byte_output_and_drops_an_empty_copy():
+    """The kernel that large graphs use (`_buffer_columns`, run here as Python) on a
+    graph small enough to know by hand: u's 1-byte output lives until v has read it on
+    device 0; w's tensor of 0 bytes crosses to x on device 1 and holds nothing there."""
+    from pardnn.emulator import memory
+    g = CostGraph.build(names=["u", "v", "w", "x"], comp_us=[1, 1, 1, 1], out_bytes=[1, 0, 0, 0],
+                        edge_src=["u", "w"], edge_dst=["v", "x"], edge_bytes=[1, 0])
+    device = np.array([0, 0, 0, 1])
+    s = simulate(g, parse_devices("cpu:2"), device)
+    assert len(s.transfer_edge) == 1                # the empty tensor is still sent
+    args = (g.kind == NORMAL, g.out_bytes.astype(np.int64), device, s.start, s.finish,
+            memory.Edges(g.edge_src, g.edge_dst, g.edge_slot >= 0, s.edge_transfer),
+            memory.Sent(s.transfer_edge, s.transfer_dst, s.transfer_bytes, s.transfer_arrival))
+    got, expected = memory._buffer_columns.interpreted(*args), memory._buffers_by_numpy(g, device, s)
+    assert [a.tolist() for a in got] == [a.tolist() for a in expected]
+    dev, alloc, free, nbytes, node, owner, ready = got
+    assert node.tolist() == [0] and nbytes.tolist() == [1] and owner.tolist() == [1] and dev.tolist() == [0]

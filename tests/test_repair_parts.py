@@ -193,3 +193,91 @@ def test_levels_on_the_grid_are_those_of_the_latest_event_at_or_before_each_poin
     for d in range(k):
         want = levels[d][np.maximum(np.searchsorted(per_device[d], grid, side="right") - 1, 0)]
         assert np.array_equal(_on_grid(profile, d, at, len(grid)), want)
+
+
+def test_an_edge_crossing_groups_costs_the_mean_latency_plus_its_bytes_over_the_bandwidth():
+    g = CostGraph.build(names=["a", "b", "z"], comp_us=[1, 1, 0], out_bytes=[10, 10, 0],
+                        edge_src=["a", "b"], edge_dst=["b", "z"], edge_bytes=[400, 10])
+    links = GroupLinks(g, parse_devices("cpu:2").with_options(latency=5.0, bandwidth=100.0))
+    # each edge listed under both its groups: 5 us + 400 B / (100 B/us), 5 us + 10 B / (100 B/us)
+    assert links.ecost.tolist() == [9.0, 5.1, 9.0, 5.1]
+    assert GroupLinks(g, parse_devices("cpu:1")).ecost.tolist() == [0.0] * 4     # one device: no transfer
+
+
+def test_a_node_that_computes_nothing_needs_no_working_set():
+    from pardnn.repair.least_memory import group_resident, working_sets
+    g = CostGraph.build(names=["a", "b", "z"], comp_us=[1, 1, 0], out_bytes=[10, 10, 0],
+                        edge_src=["a", "b"], edge_dst=["b", "z"], edge_bytes=[400, 10])
+    # b: its 10 B input (an edge cannot carry more than a's output) and its own 10 B
+    assert working_sets(g, group_resident(g)).tolist() == [10, 20, 0]
+
+
+def variable_read_by(device):
+    """test_moving_a_variable...'s graph (v, r grouped; m reads r; m -> n) placed by `device`."""
+    g = CostGraph.build(names=["v", "r", "m", "n"], comp_us=[0, 0, 5, 5], out_bytes=[0, 0, 10, 10],
+                        persist_bytes=[100, 0, 0, 0], kind=[RESIDUAL, REFERENCE, NORMAL, NORMAL],
+                        group=["w", "w", "m", "n"], edge_src=["v", "r", "m"], edge_dst=["r", "m", "n"],
+                        edge_bytes=[100, 100, 10])
+    return g, footprints(g, np.array(device))
+
+
+def test_the_copy_a_leaving_variable_leaves_behind_is_one_row_ending_its_chain():
+    g, (fp, grid, _, _) = variable_read_by([0, 0, 0, 0])
+    (row,) = [r for r in fp.rows(g.group[0]) if fp.bytes[r] < 0]
+    assert fp.bytes[row] == -100 and fp.active[row] and fp.next[row] == -1
+
+
+def test_a_reader_on_another_device_needs_no_copy_when_the_variable_leaves():
+    # m runs on device 1: it receives v's value as a transfer wherever v is, so moving
+    # the variable's group off device 0 brings nothing back there
+    g, (fp, grid, _, _) = variable_read_by([0, 0, 1, 1])
+    assert [r for r in fp.rows(g.group[0]) if fp.bytes[r] < 0] == []
+    assert freed_at(fp, grid, g.group[0], 0.0) == 0
+
+
+def test_buffer_rows_on_chosen_devices_are_only_those_devices_rows():
+    from pardnn.repair.chains import buffer_rows
+    g = CostGraph.build(names=["a", "b", "c", "d"], comp_us=[1] * 4, out_bytes=[10, 1, 20, 1],
+                        edge_src=["a", "c"], edge_dst=["b", "d"], edge_bytes=[10, 20])
+    fp, grid, s, prof = footprints(g, np.array([0, 0, 1, 1]))
+    every = buffer_rows(g, prof, 2)
+    assert sorted(set(every[1].tolist())) == [0, 1]
+    mine = buffer_rows(g, prof, 2, np.array([True, False]))
+    assert len(mine[1]) and set(mine[1].tolist()) == {0}
+    assert all(np.array_equal(x, y[every[1] == 0]) for x, y in zip(mine[:6], every[:6]))
+
+
+def test_the_consumer_kernel_on_a_chain_has_a_block_per_edge():
+    # every edge a data edge to its own producer's block: as many blocks as edges, the
+    # most a kernel's arrays are sized for
+    from pardnn.repair.chains import _consumer_blocks, _consumers_by_sort
+    g = CostGraph.build(names=list("abc"), comp_us=[1] * 3, out_bytes=[1] * 3,
+                        edge_src=["a", "b"], edge_dst=["b", "c"], edge_bytes=[1, 1])
+    _, _, _, p = footprints(g, np.zeros(3, int), k=1)
+    on = np.ones(1, bool)
+    args = (*g.successor_arrays, np.asarray(g.edge_slot, np.int64), p.node_device,
+            g.group.astype(np.int64), p.node_running[1], on, g.num_groups)
+    got, expected = _consumer_blocks.interpreted(*args), _consumers_by_sort(g, p, 1, on)
+    assert [x.tolist() for x in got] == [x.tolist() for x in expected]
+    assert got[1].tolist() == [0, 1, 2]                 # two blocks of one consumer each
+
+
+def one_node_search(memory, limit):
+    """The complete search on one node of 1,000 B output, two like devices of `memory` B
+    (device 1 is device 0 renamed: the search skips it)."""
+    from pardnn.repair.exhaustive import search
+    g = CostGraph.build(names=["a"], comp_us=[1], out_bytes=[1000], edge_src=[], edge_dst=[], edge_bytes=[])
+    c = parse_devices("cpu:2").with_options(memory=memory, reserve=0.0)
+    return search(g, c, [0], np.ones((1, 2), bool), lambda device: np.zeros(2, np.int64), limit)
+
+
+def test_the_search_may_spend_exactly_its_work_limit():
+    # placing the group costs 1; emulating the placement, nodes + edges + 1 = 2 more
+    found = one_node_search(10_000, 3)
+    assert found.group_device.tolist() == [0] and found.complete and found.emulated == 1
+    short = one_node_search(10_000, 2)
+    assert short.group_device is None and not short.complete and short.emulated == 0
+    # no room: its working set overflows by 900 B, known by the bound alone at a cost of 1
+    proof = one_node_search(100, 1)
+    assert proof.group_device is None and proof.complete and proof.least_overflow == 900
+    assert not one_node_search(100, 0).complete

@@ -11,7 +11,10 @@ node id, then the smaller device index.
 Memory (Baechi's m-ETF): a node may start on a device only if the device still has
 room for its output and, for the first member of a colocation group, for the whole
 group's resident state (persistent bytes and variables, as the emulator counts
-them). A NORMAL node's output is held from the node's start until its last data
+them). A later member of a group already placed is not checked: it can go only to
+its group's device, so it starts there as soon as the device is free, even past the
+capacity (its output is counted all the same: the nodes checked after it see it held).
+A NORMAL node's output is held from the node's start until its last data
 consumer has been scheduled; outputs no data edge consumes are not held. Copies
 received from other devices are not counted: ETF decides in start-time order, not
 on a timeline, so this is an estimate that the emulator then checks. A node that fits nowhere waits
