@@ -474,3 +474,18 @@ def test_workers_close_the_result_pipe_once_they_are_killed(monkeypatch):
     with workers.workers(judging, ["etf"], portfolio._build_and_judge, portfolio._refine_in_worker) as pool:
         assert pool.parallel
     assert len(closed) == 1 and hasattr(closed[0], "_writer")
+
+
+def test_the_earlier_fold_is_kept_where_it_refines_faster():
+    # tools/synth_graph's 1k near-chain (seed 4) at K = 2 and 0.6x the one-device peak:
+    # folded at the busiest op the stages refine to 115.1 ms, folded where the live bytes
+    # peak to 110.1 ms (the placement_snapshot row of every release before issue 40)
+    g = synth_graph(1000, seed=4, shape="chain")
+    peak = int(evaluate(g, parse_devices("cpu:1").with_options(memory=2**50), np.zeros(g.num_nodes, np.int32))
+               .peak_memory_bytes[0])
+    cluster = parse_devices("cpu:2").with_options(memory=int(0.6 * peak), bandwidth=12000.0, latency=25.0)
+    assert not np.array_equal(stages.place(g, cluster), stages.place_at_live_peak(g, cluster))
+    chosen = portfolio.choose(g, cluster, "pardnn")
+    assert chosen.winner == "stages-live"
+    assert chosen.candidates["stages-live"]["refined_makespan_us"] < chosen.candidates["stages"]["refined_makespan_us"]
+    assert evaluate(g, cluster, chosen.judged.device).makespan_us == pytest.approx(110051.5, abs=0.1)

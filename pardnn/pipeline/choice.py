@@ -15,7 +15,10 @@ within memory (pardnn.pipeline.refine_memory); the faster refined one is kept.
 
 from __future__ import annotations
 
+import hashlib
 from typing import NamedTuple
+
+import numpy as np
 
 from pardnn.placers import registry
 
@@ -40,12 +43,14 @@ class Judgement(NamedTuple):
     moved_nodes: int        # nodes the repair moved
     repair_rounds: int      # repair rounds (0: it fit as built)
     fastest_only: bool = True   # it uses the cluster's fastest devices alone (not the host beside GPUs)
+    digest: str = ""            # its placement's fingerprint: two candidates that place alike are one finalist
 
     @classmethod
     def of(cls, judged, cluster=None) -> "Judgement":
         """`judged`'s judgement; with `cluster`, whether it leaves the slower devices out."""
         alone = cluster is None or not cluster.mixed or not cluster.tiers[judged.device].any()
-        return cls(judged.schedule.makespan, int(judged.moved.sum()), judged.rounds, bool(alone))
+        digest = hashlib.sha1(np.ascontiguousarray(judged.device, np.int32).tobytes()).hexdigest()
+        return cls(judged.schedule.makespan, int(judged.moved.sum()), judged.rounds, bool(alone), digest)
 
 
 class Refinements(NamedTuple):
@@ -78,11 +83,23 @@ def finalists(judged: dict, num_nodes: int, order: list) -> list:
     uses the fastest devices alone when one fits there, so that the placement kept uses
     the host only where that makes the refined step faster."""
     few = [n for n, j in judged.items() if j.moved_nodes <= MAX_MOVED_SHARE * num_nodes]
-    ranked = sorted(few or judged, key=lambda n: (judged[n].makespan_us, order.index(n)))
+    ranked = _distinct(sorted(few or judged, key=lambda n: (judged[n].makespan_us, order.index(n))), judged)
     alone = [n for n in ranked if judged[n].fastest_only]
     if alone and alone[0] not in ranked[:2]:
         return [ranked[0], alone[0]]
     return ranked[:2]
+
+
+def _distinct(ranked, judged) -> list:
+    """`ranked` without the names whose placement an earlier one has (the stage partition's
+    two folds often cut alike): refining one placement twice would crowd out another."""
+    seen, kept = set(), []
+    for name in ranked:
+        digest = judged[name].digest
+        if not digest or digest not in seen:
+            kept.append(name)
+            seen.add(digest)
+    return kept
 
 
 def refinable(name: str, judgement: Judgement) -> bool:

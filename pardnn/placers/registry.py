@@ -71,6 +71,9 @@ PLACERS = {
     "stages": Placer("pardnn.placers.stages:place",
                      "contiguous stages of the topological order, cut for memory (after RaNNC, Piper)",
                      None, CORE, 5, reads_memory=True),
+    "stages-live": Placer("pardnn.placers.stages:place_at_live_peak",
+                          "the stage partition folded where live tensors peak, the last stage taking "
+                          "the rest when none fit", None, CORE, 5, reads_memory=True),
     "etf": Placer("pardnn.placers.etf:place",
                   "Baechi m-ETF: earliest-task-first list scheduling with memory tracking", "etf", CORE, 8,
                   reads_memory=True, speeds=RATES),

@@ -33,17 +33,32 @@ TURN_POOL = 4 * CHOSEN  # ops whose live tensors are counted to find the turn
 
 
 def place(graph, cluster, timings=None) -> np.ndarray:
-    """Device (int32) per node: the folded order cut into stages that fit."""
+    """Device (int32) per node: the order folded at the busiest op cut into stages that
+    fit, or the K stages whose largest memory is least when none do."""
+    return _staged(graph, cluster, fold_positions, balanced=True)
+
+
+def place_at_live_peak(graph, cluster, timings=None) -> np.ndarray:
+    """The same, folded where the bytes of live tensors peak in id order, the last stage
+    taking the rest when no K stages fit: the stage partition before the busiest-op
+    fold, kept as a second candidate because on some graphs its stages refine to a
+    faster step (a 1k-node near-chain on two devices at 0.6x memory: 110.1 ms against
+    115.1 ms; docs/algorithm.md, "Candidates")."""
+    return _staged(graph, cluster, live_peak_positions, balanced=False)
+
+
+def _staged(graph, cluster, fold, balanced) -> np.ndarray:
+    """Device per node: the order `fold(graph)` gives cut into stages that fit."""
     if graph.num_nodes == 0:
         return np.zeros(0, np.int32)
-    pos, saved = fold_positions(graph)
+    pos, saved = fold(graph)
     seq, rank = _group_sequence(graph, pos)
     held = resident_bytes(graph) + np.where(saved, graph.out_bytes, 0)
     mem = np.concatenate([[0.0], np.cumsum(np.bincount(graph.group, held, graph.num_groups)[seq])])
     cut = _cut_costs(graph, cluster, rank)
     working = 2.0 * float(np.max(graph.out_bytes, initial=0))     # an op's input and output
     cap = STAGE_FILL * float(cluster.capacity.min()) - working
-    bounds = _cheapest_cuts(mem, cut, cap, cluster.num_devices)
+    bounds = _cheapest_cuts(mem, cut, cap, cluster.num_devices, balanced)
     stage_of_rank = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
     group_dev = np.empty(graph.num_groups, np.int32)
     group_dev[seq] = stage_of_rank
@@ -103,6 +118,42 @@ def _inherit(graph, pos, forward, turn):
     pos[:] = p
 
 
+def live_peak_positions(graph):
+    """fold_positions with the turn where the bytes of live tensors peak in id order:
+    a node after it takes the oldest output before the turn it reads, else its later
+    inputs' least position, else the turn's."""
+    n = graph.num_nodes
+    data = (graph.edge_slot >= 0) & (graph.kind[graph.edge_src] == NORMAL)
+    src, dst = graph.edge_src[data].astype(np.int64), graph.edge_dst[data].astype(np.int64)
+    last_use = np.full(n, -1, np.int64)
+    np.maximum.at(last_use, src, dst)
+    turn = _live_peak(graph, last_use)
+    pos = np.arange(n, dtype=np.int64)
+    oldest = np.full(n, n, np.int64)
+    np.minimum.at(oldest, dst, np.where(src <= turn, src, n))
+    after = np.arange(turn + 1, n)
+    pos[after[oldest[after] < n]] = oldest[after][oldest[after] < n]
+    ptr, pred, p = graph.pred_ptr.tolist(), graph.pred_src.tolist(), pos.tolist()
+    for v in after[oldest[after] == n].tolist():
+        ins = [p[u] for u in pred[ptr[v]:ptr[v + 1]] if u > turn]
+        p[v] = min(ins) if ins else turn
+    saved = (np.arange(n) <= turn) & (last_use > turn) & (graph.kind == NORMAL)
+    return np.asarray(p, np.int64), saved
+
+
+def _live_peak(graph, last_use) -> int:
+    """The id where the bytes of outputs still to be read peak (each output live from its
+    producer to its last data consumer), or the last node when none is read."""
+    n = graph.num_nodes
+    live = np.flatnonzero(last_use > np.arange(n))
+    if len(live) == 0:
+        return n - 1
+    diff = np.zeros(n + 1)
+    np.add.at(diff, live, graph.out_bytes[live].astype(float))
+    np.add.at(diff, last_use[live], -graph.out_bytes[live].astype(float))
+    return int(np.argmax(np.cumsum(diff[:-1])))
+
+
 def _group_sequence(graph, pos):
     """(groups in folded order, each group's rank in it)."""
     gpos = np.full(graph.num_groups, -1, np.int64)
@@ -127,10 +178,11 @@ def _cut_costs(graph, cluster, rank) -> np.ndarray:
     return np.cumsum(diff)[:g + 1]
 
 
-def _cheapest_cuts(mem, cut, cap, k) -> np.ndarray:
+def _cheapest_cuts(mem, cut, cap, k, balanced=True) -> np.ndarray:
     """Stage boundaries (ranks, first 0, last G) of at most k stages that each fit `cap`,
     with the least total cut cost; the fewest stages among equals. When no k stages fit,
-    the k stages whose largest memory is least (`_balanced`; the repair follows)."""
+    the k stages whose largest memory is least (`_balanced`), or with `balanced` False
+    the order filled greedily, the last stage taking the rest; the repair follows."""
     g = len(mem) - 1
     lo = np.searchsorted(mem, mem - cap, side="left")      # stage [i, j) fits iff i >= lo[j]
     best = np.full(g + 1, np.inf)
@@ -145,7 +197,7 @@ def _cheapest_cuts(mem, cut, cap, k) -> np.ndarray:
         back.append(np.concatenate([[-1], arg]))
         total.append(best[g])
     if not np.isfinite(min(total)):
-        return _balanced(mem, k)
+        return _balanced(mem, k) if balanced else _greedy(mem, cap, k)
     stages = int(np.argmin(total)) + 1          # first minimum: the fewest stages
     return _walk_back(back[:stages], g)
 
