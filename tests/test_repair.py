@@ -386,3 +386,14 @@ def test_one_device_with_thousands_of_groups_is_searched_without_recursing_throu
     one = parse_devices("cpu:1").with_options(memory=1000, reserve=0.0)
     with pytest.raises(UserError, match="no placement fits: the complete search ruled out every placement"):
         judge(g, one, np.zeros(g.num_nodes, np.int32))
+
+
+def test_the_repairs_stuck_error_survives_a_worker_process():
+    # a worker sends a candidate's error back pickled: Stuck unpickled without its
+    # overflow made every failed candidate of 20k nodes or more read "its worker
+    # process died", and lost the runner-up's refinement with it
+    import pickle
+
+    from pardnn.repair.overflow_repair import Stuck
+    back = pickle.loads(pickle.dumps(Stuck("memory: pardnn found no placement", 123)))
+    assert isinstance(back, Stuck) and str(back) == "memory: pardnn found no placement" and back.overflow == 123

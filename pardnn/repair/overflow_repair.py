@@ -58,6 +58,11 @@ class Stuck(UserError):
         super().__init__(message)
         self.overflow = int(overflow)
 
+    def __reduce__(self):
+        """Pickled with its overflow: a worker process sends it back to the portfolio
+        (an exception pickles only its args, and unpickling without `overflow` fails)."""
+        return Stuck, (str(self), self.overflow)
+
 
 class OverflowRepair:
     """The repair of one placement, round by round; `moved` marks the groups moved so far."""
