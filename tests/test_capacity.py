@@ -136,3 +136,22 @@ def test_first_devices_keeps_their_links():
     c = parse_devices("dgx1-v100")
     sub = first_devices(c, 3)
     assert sub.num_devices == 3 and np.array_equal(sub.bandwidth, c.bandwidth[:3, :3])
+
+
+def test_explain_takes_one_device_more_and_fewer_from_capacity_json(tmp_path, capsys):
+    g = synth_graph(80, seed=2, shape="chain")
+    path, out = write_graph(tmp_path, g), tmp_path / "cap"
+    one = parse_devices("cpu:1").with_options(memory=2**50)
+    memory = str(int(evaluate(g, one, np.zeros(g.num_nodes, np.int32)).peak_memory_bytes[0] * 0.6))
+    assert main(["capacity", path, "--devices", "cpu:4", "--memory", memory, "--reserve", "0.1", "-o", str(out)]) == 0
+    rows = {r["devices"]: r for r in json.loads((out / "capacity.json").read_text())["rows"]}
+    assert rows[3]["fits_at_memory"] and not rows[1]["fits_at_memory"]
+    for k in (2, 3):
+        assert main(["explain", str(out / f"k{k}"), "--json", str(tmp_path / f"e{k}.json")]) == 0
+        what_if = {w["change"]: w for w in json.loads((tmp_path / f"e{k}.json").read_text())["what_if"]}
+        for other in (k - 1, k + 1):
+            row = next(w for change, w in what_if.items() if change.startswith(f"{other} devices"))
+            assert row["how"].startswith("capacity.json")
+            assert row["feasible"] == rows[other]["fits_at_memory"]
+            assert row["makespan_us"] == (rows[other]["step_us_at_memory"] if row["feasible"] else None)
+    capsys.readouterr()
