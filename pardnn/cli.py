@@ -13,8 +13,8 @@ from pardnn.base.errors import UserError
 # The subcommands, in --help order: each module adds its parser (imported by name, so
 # tests/test_layout.py reads these strings as imports).
 COMMANDS = ("pardnn.commands.models", "pardnn.commands.profile", "pardnn.commands.place",
-            "pardnn.commands.emulate", "pardnn.commands.explain", "pardnn.commands.compare",
-            "pardnn.commands.run", "pardnn.commands.links")
+            "pardnn.commands.capacity", "pardnn.commands.emulate", "pardnn.commands.explain",
+            "pardnn.commands.compare", "pardnn.commands.run", "pardnn.commands.links")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -20,6 +20,27 @@ def test_a_candidate_whose_repair_moved_too_much_is_a_finalist_only_if_all_did()
     assert choice.finalists({"stages": J(90, 500, 2), "etf": J(110, 900, 2)}, 1000, ORDER) == ["stages", "etf"]
 
 
+def test_two_candidates_that_place_alike_are_one_finalist():
+    judged = {"stages": J(100, 0, 0, digest="a"), "stages-live": J(100, 0, 0, digest="a"),
+              "metis": J(105, 0, 0, digest="b")}
+    assert choice.finalists(judged, 1000, ["stages", "stages-live", "metis"]) == ["stages", "metis"]
+    judged["stages-live"] = J(100, 0, 0, digest="c")                  # another placement: refined too
+    assert choice.finalists(judged, 1000, ["stages", "stages-live", "metis"]) == ["stages", "metis", "stages-live"]
+
+
+def test_the_two_stage_folds_count_as_one_finalist_and_are_refined_together():
+    order = ["step1", "stages", "stages-live", "etf", "metis"]
+    judged = {"stages": J(100, 0, 0, digest="a"), "stages-live": J(101, 0, 0, digest="b"),
+              "metis": J(102, 0, 0, digest="c"), "etf": J(103, 0, 0, digest="d")}
+    assert choice.finalists(judged, 1000, order) == ["stages", "metis", "stages-live"]
+    judged["metis"] = J(99, 0, 0, digest="c")                           # a fold second: the other fold too
+    assert choice.finalists(judged, 1000, order) == ["metis", "stages", "stages-live"]
+    judged["stages-live"] = J(101, 500, 3, digest="b")                  # its repair moved too much
+    assert choice.finalists(judged, 1000, order) == ["metis", "stages"]
+    no_fold = {"metis": J(99, 0, 0, digest="c"), "etf": J(98, 0, 0, digest="d"), "stages-live": J(150, 0, 0)}
+    assert choice.finalists(no_fold, 1000, order) == ["etf", "metis"]
+
+
 def test_step1_as_it_is_is_not_refined_again_and_drops_the_runner_up_on_large_graphs():
     judged = {"step1": J(100, 0, 0), "etf": J(120, 0, 1)}
     large = choice.refinements(judged, 401, ORDER)

@@ -132,7 +132,8 @@ def test_a_cluster_files_reserve_holds_unless_the_flag_is_given(tmp_path, capsys
     graph = tmp_path / "g.json"
     CostGraph.build(["w"], persist_bytes=[700_000], kind=[RESIDUAL]).to_json(str(graph))
     assert main(["place", str(graph), "--devices", str(path), "-o", str(tmp_path / "a")]) == 2
-    assert "no placement fits" in capsys.readouterr().err     # 700 kB > half of 1 MB
+    err = capsys.readouterr().err     # 700 kB > half of 1 MB: refused before placing (least_memory)
+    assert "488.28 KiB usable per device (memory minus the 50% reserve) is too little for any placement" in err
     assert main(["place", str(graph), "--devices", str(path), "--reserve", "0.1", "-o", str(tmp_path / "b")]) == 0
 
 

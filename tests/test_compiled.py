@@ -771,6 +771,21 @@ def test_memory_tracking_and_the_repair_as_numpy_runs_them(seed, monkeypatch):
     assert all(bitwise_same(a, b) for a, b in zip(got, expected))
 
 
+@pytest.mark.parametrize("seed", range(CASES))
+def test_live_tensor_sweeps(seed):
+    from pardnn.graph.live_tensors import _ancestor_bytes, _ancestors, _descendants, copy_floor
+    g, rng = random_graph(seed)
+    g.edge_slot[rng.random(g.num_edges) < 0.2] = -1
+    ops = np.sort(rng.choice(g.num_nodes, min(63, g.num_nodes), replace=False)).astype(np.int64)
+    out = np.where(g.kind == 0, g.out_bytes, 0).astype(np.int64)
+    args = (*g.successor_arrays, g.edge_slot >= 0, copy_floor(g), out, ops)
+    assert_same(_ancestor_bytes.compiled(*args), _ancestor_bytes.interpreted(*args))
+    v = np.int64(rng.integers(0, g.num_nodes))
+    preds = (g.pred_ptr.astype(np.int64), g.pred_src.astype(np.int64), v)
+    assert_same([_ancestors.compiled(*preds)], [_ancestors.interpreted(*preds)])
+    assert_same([_descendants.compiled(*g.successor_arrays, v)], [_descendants.interpreted(*g.successor_arrays, v)])
+
+
 def test_the_compiled_path_is_numbas():
     """`.compiled` is numba's machine code, not the function itself, and an emulation of
     a graph of INTERPRETED_BELOW nodes runs it: every hot loop would otherwise run

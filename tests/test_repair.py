@@ -15,9 +15,9 @@ from pardnn.graph.constraints import violations
 from pardnn.pipeline.report import evaluate
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
-from pardnn.repair import exhaustive
+from pardnn.repair import exhaustive, local_search
 from pardnn.repair import repair_round as repair_module
-from pardnn.pipeline.judge import judge
+from pardnn.pipeline.judge import Judging, judge
 from pardnn.repair.least_memory import least_memory
 from pardnn.base.errors import UserError
 from pardnn.graph import NORMAL, REFERENCE, RESIDUAL, CostGraph
@@ -137,8 +137,8 @@ def test_an_impossible_limit_names_device_time_overflow_and_least_memory():
     # b1 needs its 1 B input and its 100 B output at once: no 100 B device can run it.
     # On one device the peak is 160 B at t=52, when x2 starts (x1's and x2's 30 B,
     # b1's 100 B waiting for b2)
-    assert least_memory(g, 2) == {"largest colocation group": 0, "total resident / K": 0,
-                                  "largest op working set": 101}
+    need = least_memory(g, 2)
+    assert (need.bytes, need.binding.name, need.binding.what) == (101, "largest op working set", "op 'b1'")
     with pytest.raises(UserError) as err:
         judge(g, cluster(2, 100), np.zeros(g.num_nodes, int))
     msg = str(err.value)
@@ -166,7 +166,7 @@ def lone_group_graph():
 
 def test_a_group_that_alone_overflows_every_device_is_named():
     g = lone_group_graph()
-    assert max(least_memory(g, 2).values()) == 91
+    assert least_memory(g, 2).bytes == 91
     with pytest.raises(UserError, match=r"no placement fits: .* at least 21 bytes \(none fits below 131 B per "
                                         r"device\); .* overflows by 21 bytes .* at t=101.0 us .* the colocation "
                                         r"group of 'v' \(5 nodes\) holds 131 B there alone, more than any device's "
@@ -178,7 +178,7 @@ def test_resident_state_beyond_all_devices_fails_before_moving_anything(monkeypa
     g = variable_graph()
     monkeypatch.setattr(repair_module, "RepairRound", None)          # must not be reached
     with pytest.raises(UserError, match=r"no placement fits: this graph needs at least 160 B per device "
-                                        r"\(largest colocation group 100 B.* overflows by 121 bytes"):
+                                        r"\(largest op working set: op 'a'\).* overflows by 121 bytes"):
         judge(g, cluster(2, 99), np.zeros(g.num_nodes, int))
 
 
@@ -186,13 +186,20 @@ def test_impossible_limit_through_the_cli_exits_2_with_the_numbers(tmp_path, cap
     path = tmp_path / "g.json"
     branch_graph().to_json(path)
     out = tmp_path / "out"
+    # below the least memory: refused before any placement, naming the bound
     argv = ["place", str(path), "--devices", "cpu:2", "--memory", "100", "--reserve", "0",
             "--algorithm", "single", "-o", str(out)]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
+    assert err == ("pardnn place: error: --memory: 100 B usable per device (memory minus the 0% reserve) is "
+                   "too little for any placement, which needs at least 101 B per device (largest op working "
+                   "set: op 'b1')")
+    # above it, but no placement fits: the repair says where it overflows
+    argv = ["place", str(path), "--devices", "cpu:1", "--memory", "150", "--reserve", "0", "-o", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("pardnn place: error: memory:")
-    assert "device:CPU:0 overflows by 60 bytes" in err and "at t=52.0 us" in err
-    assert "101 B per device" in err
+    assert "device:CPU:0 overflows by 10 bytes" in err and "at t=52.0 us" in err
     assert not out.exists()
 
 
@@ -241,7 +248,7 @@ def test_repair_fits_or_explains_and_never_moves_a_node_twice(reached):
         k = max(k, 2)
         start = start % k
         peak = max(evaluate(g, cluster(k, 10**9), start).peak_memory_bytes)
-        least = max(least_memory(g, k).values())
+        least = least_memory(g, k).bytes
         c = cluster(k, max(int(least + frac * (peak - least)), 1))
         seen = []
         real = repair_module.RepairRound.run
@@ -321,12 +328,25 @@ def exact_fit_case():
     return g, cluster(2, 191)
 
 
-def test_without_the_complete_search_the_error_says_found_none_and_gives_the_bound(monkeypatch):
+def test_without_the_complete_search_the_local_search_finds_the_fit(monkeypatch):
     g, c = exact_fit_case()
     monkeypatch.setattr(exhaustive, "MAX_PLACEMENTS", 0)         # as for a large graph
+    with pytest.raises(UserError):                                # the greedy rounds alone are stuck
+        judge(g, c, np.zeros(6, np.int32))
+    r = judge(g, c, np.zeros(6, np.int32), judging=Judging(g, c, search=True))
+    assert np.all(r.profile.peak_bytes <= 191) and violations(g, c, r.device) == []
+    # the portfolio asks for the search when no candidate fits without it
+    _, report = placer.place(g, c, "single")
+    assert max(report.peak_memory_bytes) <= 191 and report.feasible
+
+
+def test_without_either_search_the_error_says_found_none_and_gives_the_bound(monkeypatch):
+    g, c = exact_fit_case()
+    monkeypatch.setattr(exhaustive, "MAX_PLACEMENTS", 0)         # as for a large graph
+    monkeypatch.setattr(local_search, "WORK_LIMIT", 0)           # and the local search stopped at once
     with pytest.raises(UserError, match=r"memory: pardnn found no placement within 191 B per device; the "
-                                        r"bound below which none exists is 152 B \(largest colocation group "
-                                        r"110 B.*overflows by"):
+                                        r"bound below which none exists is 191 B per device \(groups packed: 2 of "
+                                        r"the 3 largest colocation groups on one device\).*overflows by"):
         judge(g, c, np.zeros(6, np.int32))
     monkeypatch.setattr(exhaustive, "MAX_PLACEMENTS", 10**6)
     monkeypatch.setattr(exhaustive, "WORK_LIMIT", 5)              # the search stopped by its limit
@@ -366,3 +386,14 @@ def test_one_device_with_thousands_of_groups_is_searched_without_recursing_throu
     one = parse_devices("cpu:1").with_options(memory=1000, reserve=0.0)
     with pytest.raises(UserError, match="no placement fits: the complete search ruled out every placement"):
         judge(g, one, np.zeros(g.num_nodes, np.int32))
+
+
+def test_the_repairs_stuck_error_survives_a_worker_process():
+    # a worker sends a candidate's error back pickled: Stuck unpickled without its
+    # overflow made every failed candidate of 20k nodes or more read "its worker
+    # process died", and lost the runner-up's refinement with it
+    import pickle
+
+    from pardnn.repair.overflow_repair import Stuck
+    back = pickle.loads(pickle.dumps(Stuck("memory: pardnn found no placement", 123)))
+    assert isinstance(back, Stuck) and str(back) == "memory: pardnn found no placement" and back.overflow == 123

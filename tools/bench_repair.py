@@ -8,7 +8,7 @@ emulated peaks against TensorFlow's own estimate.
 quality: for each built-in family (profiled once with `pardnn profile FAMILY [--size SIZE]`
 into --profiles, reused when already there; default knobs unless --size) and a 20k-node synthetic graph
 (tools/synth_graph.py), capacity = 0.6 x the single-device peak at K=4 and 0.3 x at
-K=8 (memory = capacity / (1 - reserve)); where pardnn.repair.overflow_repair.least_memory
+K=8 (memory = capacity / (1 - reserve)); where pardnn.repair.least_memory.least_memory
 shows that some single requirement (one op's working set, one colocation group) needs
 more than 1/1.1 of that, capacity is 1.1 x that bound instead and the row is starred. Prints, per algorithm: single-device peak,
 peaks before and after repair (in units of capacity), feasibility, moved nodes (%:
@@ -49,7 +49,7 @@ from pardnn.pipeline import place as placer
 from pardnn.hardware import parse_devices
 from pardnn.pipeline.report import evaluate
 from pardnn.pipeline.judge import judge
-from pardnn.repair.overflow_repair import least_memory
+from pardnn.repair.least_memory import least_memory
 from pardnn.base.units import format_size
 from tools.commit_line import print_commit
 
@@ -72,7 +72,7 @@ def quality_row(name, graph, k, frac, algorithm):
     peak = single_peak(graph)
     free = parse_devices(f"cpu:{k}").with_options(memory=UNLIMITED)
     loose = placer.place(graph, free, algorithm)[1].to_json()
-    least = max(least_memory(graph, k).values())
+    least = least_memory(graph, k).bytes
     if 1.1 * least > frac * peak:   # (nearly) no placement could fit: 1.1 x the bound
         name, frac = f"{name}*", 1.1 * least / peak
     cluster = sized_cluster(k, frac * peak)

@@ -4,7 +4,8 @@ import os
 
 from pardnn.base.errors import UserError
 from pardnn.hardware import cluster_from_flags
-from pardnn.base.units import MAX_TIME_US, parse_time
+from pardnn.base.units import MAX_TIME_US, format_size, parse_time
+from pardnn.repair.least_memory import least_memory
 
 
 def add_cluster_args(parser, required=True):
@@ -53,6 +54,19 @@ def _plain_number(text):
 def cluster_from_args(args):
     return cluster_from_flags(args.devices, args.memory, args.reserve, args.bandwidth, args.latency,
                               args.host_memory)
+
+
+def refuse_below_least_memory(graph, cluster, args) -> None:
+    """UserError, before any placement, when the devices' usable memory (memory minus
+    the reserve) is below what every placement needs (pardnn.repair.least_memory),
+    naming the flag, the bound and what binds it."""
+    need = least_memory(graph, cluster.num_devices)
+    why = need.shortfall(cluster.capacity)
+    if why:
+        flag = "--memory" if args.memory is not None else "--devices"
+        usable = format_size(int(cluster.capacity.max()))
+        raise UserError(f"{flag}: {usable} usable per device (memory minus the {cluster.reserve:.0%} "
+                        f"reserve) is too little for any placement, which needs {why}")
 
 
 def cluster_inputs(args) -> list:

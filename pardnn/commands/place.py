@@ -9,7 +9,8 @@ OUT_DIR` can emulate the same step again. `--explain` prints that explanation at
 The flow is pardnn.pipeline.place_dir's, which pardnn.keras.plan runs in-process.
 """
 
-from pardnn.commands.common import add_budget_arg, add_cluster_args, budget_from_args, cluster_from_args, cluster_inputs
+from pardnn.commands.common import (add_budget_arg, add_cluster_args, budget_from_args, cluster_from_args,
+                                   cluster_inputs, refuse_below_least_memory)
 from pardnn.io.outputs import OutputDir, check_output_dir
 from pardnn.io.summary import print_summary
 from pardnn.pipeline import replicas
@@ -40,7 +41,8 @@ def run(args):
     algorithms.candidates(args.algorithm)   # reject a bad name before loading anything
     budget_s = budget_from_args(args)
     check_output_dir(args.out, inputs=[args.profile, *cluster_inputs(args)])
-    placed = place_profile(args.profile, cluster, args.algorithm, budget_s, args.replicas, args.devices)
+    placed = place_profile(args.profile, cluster, args.algorithm, budget_s, args.replicas, args.devices,
+                           check=lambda graph, placed_on: refuse_below_least_memory(graph, placed_on, args))
     with stage(f"writing {args.out}"), OutputDir(args.out) as out:
         report = write_place_dir(out, placed, placed_inputs(args)).to_json()
     print_summary(report, out_dir=args.out)
@@ -55,7 +57,9 @@ def run(args):
     return 0
 
 
-def placed_inputs(args) -> dict:
-    """inputs.json of this command's flags (pardnn.pipeline.place_dir.place_inputs)."""
-    return place_inputs(args.profile, args.devices, args.memory, args.reserve, args.bandwidth, args.latency,
-                        args.algorithm, args.time_budget, args.replicas, host_memory=args.host_memory)
+def placed_inputs(args, devices=None, memory=None) -> dict:
+    """inputs.json of this command's flags (pardnn.pipeline.place_dir.place_inputs);
+    `devices`, `memory`: other values than the flags' (`pardnn capacity`'s counts)."""
+    return place_inputs(args.profile, devices or args.devices, memory or args.memory, args.reserve, args.bandwidth,
+                        args.latency, args.algorithm, getattr(args, "time_budget", None),
+                        getattr(args, "replicas", None), host_memory=args.host_memory)

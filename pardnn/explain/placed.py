@@ -28,6 +28,7 @@ from pardnn.pipeline.load import load_cost_graph
 
 INPUTS = "inputs.json"
 INPUTS_FORMAT = "pardnn-place-inputs"
+CAPACITY, CAPACITY_FORMAT = "capacity.json", "pardnn-capacity"
 CLUSTER_FLAGS = ("devices", "memory", "reserve", "bandwidth", "latency", "host_memory")
 
 
@@ -43,6 +44,7 @@ class Placed:
     report: dict                # report.json
     inputs: dict                # inputs.json
     profile_json: dict | None   # the profile's profile.json, if it has one
+    capacity: dict | None = None    # the `pardnn capacity` run it is a kN/ of (capacity_of)
 
 
 def read_inputs(folder) -> dict:
@@ -92,7 +94,26 @@ def open_placed(folder, inputs, cluster, profile=None) -> Placed:
     if profile_json is None and os.path.isfile(os.path.join(folder, "profile.json")):
         profile_json = read_json(os.path.join(folder, "profile.json"), prefix="PLACED_DIR: ")
     return Placed(graph, cluster, np.asarray(device, np.int64), schedule, memory, report, inputs,
-                  profile_json if isinstance(profile_json, dict) else None)
+                  profile_json if isinstance(profile_json, dict) else None, capacity_of(folder))
+
+
+def capacity_of(folder) -> dict | None:
+    """{"memory_bytes", "rows": {device count: row}} of the `pardnn capacity` run whose
+    placed dir `folder` is (DIR/kN/, named by DIR/capacity.json: docs/capacity.md), when
+    it was placed at that run's memory, so that the rows of one device more or fewer
+    answer the same question; else None."""
+    path = os.path.join(os.path.dirname(os.path.abspath(folder)), CAPACITY)
+    if not os.path.isfile(path):
+        return None
+    doc = read_json(path, prefix="PLACED_DIR: ")
+    if not isinstance(doc, dict) or doc.get("format") != CAPACITY_FORMAT or not isinstance(doc.get("rows"), list):
+        return None
+    rows = {row["devices"]: row for row in doc["rows"] if isinstance(row, dict) and isinstance(row.get("devices"), int)}
+    name = os.path.basename(os.path.abspath(folder))
+    mine = [row.get("placement") or {} for row in rows.values() if (row.get("placement") or {}).get("dir") == name]
+    if not mine or mine[0].get("memory_bytes") != doc.get("memory_bytes"):
+        return None
+    return {"memory_bytes": doc["memory_bytes"], "rows": rows}
 
 
 def _check_same_step(folder, profile, report, schedule, memory) -> None:

@@ -27,6 +27,7 @@ from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
 from pardnn.emulator.trial import emulate
 from pardnn.base.errors import UserError
+from pardnn.base.units import format_size
 from pardnn.graph.constraints import allowed_devices
 from pardnn.io.trace_events import short_names
 from pardnn.pipeline.judge import judge
@@ -118,6 +119,8 @@ def device_count(placed, delta, allowed_to_place, budget_s=None) -> dict:
     cluster, graph = placed.cluster, placed.graph
     k = cluster.num_devices + delta
     label = f"{k} devices ({'one more' if delta > 0 else 'one fewer'})"
+    if placed.capacity is not None and k in placed.capacity["rows"]:
+        return _from_capacity(label, placed, placed.capacity["rows"][k], placed.capacity["memory_bytes"])
     if cluster.num_devices < 2:
         return _row(label, placed, None, None, "a one-device cluster has no link to copy for a second device")
     if not allowed_to_place:
@@ -131,6 +134,17 @@ def device_count(placed, delta, allowed_to_place, budget_s=None) -> dict:
         return _row(label, placed, None, False, f"{algorithm} placed again: {exc}")
     return _row(label, placed, report.makespan_us, report.feasible,
                 f"{algorithm} placed again on {k} devices, repaired and emulated")
+
+
+def _from_capacity(label, placed, row, memory) -> dict:
+    """The what-if of one device count from the capacity.json row `pardnn capacity` wrote
+    for it (the same graph placed, repaired and emulated on that many devices)."""
+    how = (f"capacity.json: pardnn capacity placed the graph on {row['devices']} devices at "
+           f"{format_size(memory)} per device")
+    if row.get("fits_at_memory"):
+        return _row(label, placed, row["step_us_at_memory"], True, how)
+    return _row(label, placed, None, False, f"{how}: it does not fit there (it fits from "
+                                            f"{format_size(row['least_memory_bytes'])} per device)")
 
 
 def resized(cluster, k):

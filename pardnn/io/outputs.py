@@ -74,9 +74,21 @@ class OutputDir:
         return self
 
     def temp(self, name) -> str:
-        """Where to write output file `name`; it lands in the output folder on success."""
+        """Where to write output file `name` (a path inside the folder: its subfolders
+        are made); it lands in the output folder on success."""
         self.names.append(name)
-        return os.path.join(self.staging, name)
+        path = os.path.join(self.staging, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return path
+
+    def mark(self, folder) -> None:
+        """Make subfolder `folder` (a path ending in /) an output folder of its own: a
+        manifest of the files written under it so far, so that commands reading a
+        pardnn output folder (`pardnn explain`, `pardnn run`) take it."""
+        names = sorted(n[len(folder):] for n in self.names if n.startswith(folder))
+        with open(self.temp(folder + MANIFEST), "w") as f:
+            json.dump({"files": names}, f)
+            f.write("\n")
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is not None:

@@ -32,6 +32,10 @@ def print_summary(report, out_dir=None, file=None):
     if "feasible" in report:
         lines.append(f"  memory: {'fits' if report['feasible'] else 'DOES NOT FIT'} "
                      f"(reserve {report['reserve']:.0%})")
+    if "least_memory" in report:
+        least = report["least_memory"]
+        lines.append(f"  least memory: {format_size(least['bytes'])} per device usable, for any placement "
+                     f"({least['binding']}: {least['what']})")
     if report.get("repaired_devices"):
         lines.append(f"  memory repair: {len(report['repaired_devices'])} device(s) overflowed; moved "
                      f"{report['moved_nodes']} nodes ({report['moved_nodes'] / report['num_nodes']:.1%})")

@@ -15,7 +15,10 @@ within memory (pardnn.pipeline.refine_memory); the faster refined one is kept.
 
 from __future__ import annotations
 
+import hashlib
 from typing import NamedTuple
+
+import numpy as np
 
 from pardnn.placers import registry
 
@@ -33,6 +36,13 @@ class Roles(NamedTuple):
     extra: list     # built after all, if none of the others fits
 
 
+# The stage partition's two folds (pardnn/placers/stages.py): which refines to the faster
+# step varies by graph (docs/algorithm.md, "Candidates"), and the two often judge within
+# 0.1% of each other, so they take one finalist's place and, when one is a finalist, the
+# other is refined beside it: one refinement more, for a step no slower than either's.
+FOLDS = ("stages", "stages-live")
+
+
 class Judgement(NamedTuple):
     """What the rules read of one judged candidate (pardnn.pipeline.judge.Judged)."""
 
@@ -40,12 +50,14 @@ class Judgement(NamedTuple):
     moved_nodes: int        # nodes the repair moved
     repair_rounds: int      # repair rounds (0: it fit as built)
     fastest_only: bool = True   # it uses the cluster's fastest devices alone (not the host beside GPUs)
+    digest: str = ""            # its placement's fingerprint: two candidates that place alike are one finalist
 
     @classmethod
     def of(cls, judged, cluster=None) -> "Judgement":
         """`judged`'s judgement; with `cluster`, whether it leaves the slower devices out."""
         alone = cluster is None or not cluster.mixed or not cluster.tiers[judged.device].any()
-        return cls(judged.schedule.makespan, int(judged.moved.sum()), judged.rounds, bool(alone))
+        digest = hashlib.sha1(np.ascontiguousarray(judged.device, np.int32).tobytes()).hexdigest()
+        return cls(judged.schedule.makespan, int(judged.moved.sum()), judged.rounds, bool(alone), digest)
 
 
 class Refinements(NamedTuple):
@@ -73,16 +85,42 @@ def roles(algorithm: str, graph, cluster) -> Roles:
 
 def finalists(judged: dict, num_nodes: int, order: list) -> list:
     """The two fastest of `judged` ({name: Judgement}; the earlier in `order` on ties),
-    among those whose repair moved at most MAX_MOVED_SHARE of the nodes when there are any.
-    On devices of different speeds (the host beside GPUs), the second is the fastest that
-    uses the fastest devices alone when one fits there, so that the placement kept uses
-    the host only where that makes the refined step faster."""
+    among those whose repair moved at most MAX_MOVED_SHARE of the nodes when there are any,
+    the stage partition's two FOLDS counting as one; when a fold is a finalist, the other
+    fold too, if it is among them. On devices of different speeds (the host beside GPUs),
+    the second is the fastest that uses the fastest devices alone when one fits there, so
+    that the placement kept uses the host only where that makes the refined step faster."""
     few = [n for n, j in judged.items() if j.moved_nodes <= MAX_MOVED_SHARE * num_nodes]
-    ranked = sorted(few or judged, key=lambda n: (judged[n].makespan_us, order.index(n)))
+    ranked = _distinct(sorted(few or judged, key=lambda n: (judged[n].makespan_us, order.index(n))), judged)
+    top = _two_placers(ranked)
     alone = [n for n in ranked if judged[n].fastest_only]
-    if alone and alone[0] not in ranked[:2]:
-        return [ranked[0], alone[0]]
-    return ranked[:2]
+    if alone and alone[0] not in top:
+        top = [top[0], alone[0]]
+    other_fold = [n for n in ranked if n in FOLDS and n not in top]
+    return top + other_fold[:1] if any(n in FOLDS for n in top) else top
+
+
+def _two_placers(ranked) -> list:
+    """The first two of `ranked`, a second fold of the stage partition skipped."""
+    top = []
+    for name in ranked:
+        if len(top) == 2:
+            break
+        if not (name in FOLDS and any(n in FOLDS for n in top)):
+            top.append(name)
+    return top
+
+
+def _distinct(ranked, judged) -> list:
+    """`ranked` without the names whose placement an earlier one has (the stage partition's
+    two folds often cut alike): refining one placement twice would crowd out another."""
+    seen, kept = set(), []
+    for name in ranked:
+        digest = judged[name].digest
+        if not digest or digest not in seen:
+            kept.append(name)
+            seen.add(digest)
+    return kept
 
 
 def refinable(name: str, judgement: Judgement) -> bool:

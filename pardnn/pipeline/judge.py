@@ -35,10 +35,12 @@ class Judged:
 class Judging:
     """What judging many placements of `graph` on `cluster` shares, each part built when
     first needed (so a forked worker builds its own): `fits_surely`'s test and the
-    repair's fixed part (pardnn.repair.overflow_repair.RepairSetup)."""
+    repair's fixed part (pardnn.repair.overflow_repair.RepairSetup). `search`: the
+    repair may end with its local search (pardnn.repair.local_search), which the
+    portfolio asks for only when no candidate fits without it."""
 
-    def __init__(self, graph, cluster):
-        self.graph, self.cluster = graph, cluster
+    def __init__(self, graph, cluster, search=False):
+        self.graph, self.cluster, self.search = graph, cluster, search
         self._fits = self._setup = None
 
     def fits(self, device) -> bool:
@@ -68,7 +70,8 @@ def judge(graph, cluster, device, schedule=None, judging=None) -> Judged:
     while np.any(profile.peak_bytes > cluster.capacity):
         if repair is None:
             setup = RepairSetup(graph, cluster) if judging is None else judging.setup()
-            repair = OverflowRepair(setup, profile, lambda trial: _emulate(graph, cluster, trial)[1].peak_bytes)
+            repair = OverflowRepair(setup, profile, lambda trial: _emulate(graph, cluster, trial),
+                                    search=judging is not None and judging.search)
         device = repair.round(device, schedule, profile)
         schedule, profile = _emulate(graph, cluster, device)
         rounds += 1

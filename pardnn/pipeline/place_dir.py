@@ -50,10 +50,11 @@ class PlacedProfile:
 
 
 def place_profile(profile, cluster, algorithm="pardnn", budget_s=None, replicas=None,
-                  devices="") -> PlacedProfile:
+                  devices="", check=None) -> PlacedProfile:
     """Load `profile` (a profile dir or cost graph JSON) and place it on `cluster` with
     `algorithm` (pipeline.place.run_placement; `budget_s` caps the portfolio); with
-    `replicas`, on the first host's devices, replicated on R hosts (docs/multihost.md)."""
+    `replicas`, on the first host's devices, replicated on R hosts (docs/multihost.md).
+    `check(graph, cluster placed on)`, when given, runs before placing (it may refuse)."""
     one_replica = cluster if replicas is None else replica_cluster(cluster, replicas)
     t0 = time.perf_counter()
     with stage(f"loading {profile}"):
@@ -61,6 +62,8 @@ def place_profile(profile, cluster, algorithm="pardnn", budget_s=None, replicas=
     load_s = time.perf_counter() - t0
     if replicas is not None:
         check_averaged(graph, profile)
+    if check is not None:
+        check(graph, one_replica)
     with stage(f"placing {graph.num_nodes} nodes with {algorithm} on {cluster.num_devices} devices"):
         placed = placer.run_placement(graph, one_replica, algorithm, budget_s)
     loader = {key: info[key] for key in LOADER_FIELDS if key in info}
@@ -83,42 +86,50 @@ def write_place_dir(out, placed: PlacedProfile, inputs: dict):
     """The place outputs into `out`, an entered pardnn.io.outputs.OutputDir:
     placement.csv, placed_graph.pb and profile.json (profile dirs only), trace.json,
     tensorboard/, inputs.json (`inputs`), then report.json; returns the Report."""
-    graph, info, placement = placed.graph, placed.info, placed.placement
     t1 = time.perf_counter()
-    placement.write_csv(graph, out.temp("placement.csv"))
-    placed_pb = None
-    if info.get("profile_dir"):
-        placed_pb = out.temp("placed_graph.pb")
-        if placed.replicas is None:
-            from pardnn.tf.placed_graph import write_placed_graph
-            write_placed_graph(info["profile_dir"], graph, placement, placed_pb)
-        else:
-            from pardnn.tf.replicate import write_replicated_graph
-            write_replicated_graph(info["profile_dir"], graph, placement, placed.cluster, placed.replicas,
-                                   info.get("profile", {}), placed_pb)
-        if "profile" in info:       # lets `pardnn run OUT_DIR` rebuild the model's feeds
-            write_json(info["profile"], out.temp("profile.json"))
-    _write_views(placed, placed_pb, out)
+    write_placed_files(out, placed.graph, placed.info, placed.placement, placed.cluster, placed.algorithm,
+                       placed.devices, placed.replicas)
     write_json(inputs, out.temp("inputs.json"))
-    report = placement_report(graph, placed.placed, placed.loader,
+    report = placement_report(placed.graph, placed.placed, placed.loader,
                               None if placed.replicas is None else (placed.cluster, placed.replicas),
                               {"load": placed.load_s, "write": time.perf_counter() - t1})
     write_json(report.to_json(), out.temp("report.json"))
     return report
 
 
-def _write_views(placed, placed_graph, out):
+def write_placed_files(out, graph, info, placement, cluster, algorithm, devices, replicas=None, prefix="",
+                       views=True):
+    """A placed dir's files under `prefix` in the OutputDir `out`: placement.csv,
+    placed_graph.pb and profile.json (profile dirs only: what `pardnn run` reads), and
+    with `views` trace.json and tensorboard/ (`pardnn capacity` writes one per count)."""
+    placement.write_csv(graph, out.temp(prefix + "placement.csv"))
+    placed_pb = None
+    if info.get("profile_dir"):
+        placed_pb = out.temp(prefix + "placed_graph.pb")
+        if replicas is None:
+            from pardnn.tf.placed_graph import write_placed_graph
+            write_placed_graph(info["profile_dir"], graph, placement, placed_pb)
+        else:
+            from pardnn.tf.replicate import write_replicated_graph
+            write_replicated_graph(info["profile_dir"], graph, placement, cluster, replicas,
+                                   info.get("profile", {}), placed_pb)
+        if "profile" in info:       # lets `pardnn run OUT_DIR` rebuild the model's feeds
+            write_json(info["profile"], out.temp(prefix + "profile.json"))
+    if views:
+        _write_views(graph, placement, algorithm, devices, placed_pb, out, prefix)
+
+
+def _write_views(graph, placement, algorithm, devices, placed_graph, out, prefix=""):
     """trace.json, the emulated step the report judged (placement.schedule and .profile),
     and tensorboard/ with `placed_graph` (a placed_graph.pb) or, without one, a GraphDef
     made from the cost graph."""
-    graph, placement = placed.graph, placed.placement
     cluster, device = placement.cluster, placement.device
-    write_trace(out.temp("trace.json"), emulated_step(graph, cluster, device, placement.schedule,
-                                                      placement.profile),
-                {"pardnn": "emulated step", "algorithm": placed.algorithm, "devices": placed.devices})
+    write_trace(out.temp(prefix + "trace.json"), emulated_step(graph, cluster, device, placement.schedule,
+                                                               placement.profile),
+                {"pardnn": "emulated step", "algorithm": algorithm, "devices": str(devices)})
     if placed_graph is None:
         graph_def = graph_def_bytes(graph, cluster.names, device)
     else:
         with open(placed_graph, "rb") as f:
             graph_def = f.read()
-    write_graph_logdir(out.temp("tensorboard"), graph_def)
+    write_graph_logdir(out.temp(prefix + "tensorboard"), graph_def)

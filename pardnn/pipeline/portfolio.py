@@ -42,9 +42,11 @@ from pardnn.pipeline import choice
 from pardnn.pipeline.judge import Judging, judge, with_memory, without_profile
 from pardnn.pipeline.refine_memory import refine_within_memory
 from pardnn.pipeline.workers import Inline, peaks_of, ready, workers
+from pardnn.repair.overflow_repair import Stuck
 from pardnn.placers import registry, step1
 
 REFINE_GRACE_S = 60.0       # how long past a budget a worker's refinement may finish its batch
+SEARCHED = 2                # candidates the repair's local search tries, when none fits without it
 
 
 class Candidate(NamedTuple):
@@ -123,7 +125,29 @@ def _collect_all(run, roles, results, pending) -> dict:
         inline = _inline(run.judging)
         found.update({name: _collect(inline.submit(name), run.deadline)
                       for name in roles.extra if name not in results and name not in found})
+    if all(r.judged is None for r in {**results, **found}.values()):      # still nothing: search
+        found.update(_searched(run.judging, {**results, **found}))
     return found
+
+
+def _searched(judging, results) -> dict:
+    """What the portfolio tries last, when no candidate fits without it: the SEARCHED
+    candidates whose repair stopped the fewest bytes over capacity (the earlier on ties)
+    judged again with the repair's local search (docs/repair.md), until one fits."""
+    searching = Judging(judging.graph, judging.cluster, search=True)
+    found = {}
+    for name in closest_stuck({name: r.error for name, r in results.items() if r.device is not None}):
+        found[name] = _judge_candidate(searching, results[name].device, results[name].build_s)
+        if found[name].judged is not None:
+            break
+    return found
+
+
+def closest_stuck(errors) -> list:
+    """The SEARCHED names of `errors` ({name: the repair's error}, in order) whose repair
+    stopped the fewest bytes over capacity (overflow_repair.Stuck), the earlier on ties."""
+    stuck = [(e.overflow, i, name) for i, (name, e) in enumerate(errors.items()) if isinstance(e, Stuck)]
+    return [name for _, _, name in sorted(stuck)[:SEARCHED]]
 
 
 def _inline(judging) -> Inline:

@@ -21,6 +21,7 @@ from pardnn.emulator.scheduler import simulate
 from pardnn.graph.edge_costs import comm_bytes
 from pardnn.pipeline import replicas as replicated
 from pardnn.pipeline.bounds import step_lower_bound_us
+from pardnn.repair.least_memory import least_memory
 
 # Sections of the report, in the order docs/report.md lists them.
 SECTIONS = {
@@ -56,6 +57,10 @@ class Report:
         "emulation", "no placement's emulated step is shorter: the largest of the critical path, work / K, "
         "a path with its forced transfers, the interval bound (small graphs) and the exact model's proven "
         "bound (small graphs; docs/bounds.md)")
+    least_memory: dict | None = _field(
+        "emulation", "no placement fits in less usable memory per device (memory minus the reserve) on these "
+        "K devices: `bytes`, the bound that gives it (`binding`) and what binds it (`what`), and `bounds`, "
+        "each bound per device (docs/bounds.md, \"Least memory\")")
     busy_us: list | None = _field("emulation", "compute time per device")
     peak_memory_bytes: list | None = _field("emulation", "emulated memory peak per device")
     peak_time_us: list | None = _field("emulation", "when each device first reaches its peak")
@@ -100,6 +105,7 @@ def emulation_report(graph, cluster, device, schedule, profile, algorithm, bound
         comm_bytes=comm_bytes(graph, device),
         makespan_us=schedule.makespan, single_device_us=graph.total_work_us(),
         lower_bound_us=step_lower_bound_us(graph, cluster) if bound_us is None else bound_us,
+        least_memory=least_memory(graph, cluster.num_devices).fields(),
         busy_us=[float(x) for x in schedule.busy_us],
         peak_memory_bytes=[int(x) for x in profile.peak_bytes],
         peak_time_us=[float(x) for x in profile.peak_time_us],

@@ -58,6 +58,8 @@ class Placer(NamedTuple):
     emulates: bool = False      # takes the emulator as `emulate`
     applies: str | None = None  # "module:function" (graph, cluster) -> bool: whether it runs
     #                             there as a candidate (None: everywhere its role runs)
+    reads_memory: bool = False  # its placement depends on the devices' memory (else the same
+    #                             at any memory: `pardnn capacity` builds it once per count)
     speeds: str | None = FASTEST    # RATES, FASTEST or None: on devices of different speeds
 
 
@@ -68,29 +70,33 @@ PLACERS = {
                     None, FIRST, emulates=True),
     "stages": Placer("pardnn.placers.stages:place",
                      "contiguous stages of the topological order, cut for memory (after RaNNC, Piper)",
-                     None, CORE, 5),
+                     None, CORE, 5, reads_memory=True),
+    "stages-live": Placer("pardnn.placers.stages:place_at_live_peak",
+                          "the stage partition folded where live tensors peak, the last stage taking "
+                          "the rest when none fit", None, CORE, 5, reads_memory=True),
     "etf": Placer("pardnn.placers.etf:place",
                   "Baechi m-ETF: earliest-task-first list scheduling with memory tracking", "etf", CORE, 8,
-                  speeds=RATES),
+                  reads_memory=True, speeds=RATES),
     "heft": Placer("pardnn.placers.heft:place",
                    "HEFT: upward rank, earliest finish time with insertion", "heft", CORE, 7, speeds=RATES),
     "etf-fastest": Placer("pardnn.placers.etf:place", "m-ETF on the fastest devices alone (devices of "
                           "different speeds only: the host left to the repair)", None, CORE, 8,
-                          applies="pardnn.placers.registry:speeds_differ"),
+                          applies="pardnn.placers.registry:speeds_differ", reads_memory=True),
     "heft-fastest": Placer("pardnn.placers.heft:place", "HEFT on the fastest devices alone (devices of "
                            "different speeds only)", None, CORE, 7, applies="pardnn.placers.registry:speeds_differ"),
     "metis": Placer("pardnn.placers.metis_cut:place",
                     "METIS balanced min-cut of the undirected graph (pymetis)", "metis", CORE, 4),
     "hier": Placer("pardnn.placers.hierarchical:place",
                    "hosts first, then ParDNN within each host (or one host alone, if faster)",
-                   "pardnn-hier", HOSTS, 9, emulates=True),
+                   "pardnn-hier", HOSTS, 9, emulates=True, reads_memory=True),
     "exact": Placer("pardnn.placers.exact:place",
                     "CP-SAT model of placement and schedule together, on small graphs (docs/bounds.md)",
                     None, CORE, 10, applies="pardnn.placers.exact:applies", speeds=None),
     "linear": Placer("pardnn.placers.linear:place",
                      "linear clustering + Guided Load Balancing (thesis 6.4.2)", "linear", EXTRA, 6),
     "topo": Placer("pardnn.placers.topo:place",
-                   "Baechi m-TOPO: fill devices in topological order up to a memory share", "topo", EXTRA, 3),
+                   "Baechi m-TOPO: fill devices in topological order up to a memory share", "topo", EXTRA, 3,
+                   reads_memory=True),
     "round-robin": Placer("pardnn.placers.round_robin:place",
                           "colocation groups dealt to devices in topological order", "round-robin", EXTRA, 2),
     "single": Placer("pardnn.placers.single:place",

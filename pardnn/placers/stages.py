@@ -25,21 +25,40 @@ import numpy as np
 
 from pardnn.graph import NORMAL
 from pardnn.graph.constraints import allowed_devices
+from pardnn.graph.live_tensors import CHOSEN, ancestors, busiest_ops
 from pardnn.graph.node_memory import resident_bytes
 
 STAGE_FILL = 0.9     # a stage may fill this share of a device's capacity (the estimate is rough)
+TURN_POOL = 4 * CHOSEN  # ops whose live tensors are counted to find the turn
 
 
 def place(graph, cluster, timings=None) -> np.ndarray:
-    """Device (int32) per node: the folded order cut into stages that fit."""
-    pos, saved = fold_positions(graph)
+    """Device (int32) per node: the order folded at the busiest op cut into stages that
+    fit, or the K stages whose largest memory is least when none do."""
+    return _staged(graph, cluster, fold_positions, balanced=True)
+
+
+def place_at_live_peak(graph, cluster, timings=None) -> np.ndarray:
+    """The same, folded where the bytes of live tensors peak in id order, the last stage
+    taking the rest when no K stages fit: the stage partition before the busiest-op
+    fold, kept as a second candidate because on some graphs its stages refine to a
+    faster step (a 1k-node near-chain on two devices at 0.6x memory: 110.1 ms against
+    115.1 ms; docs/algorithm.md, "Candidates")."""
+    return _staged(graph, cluster, live_peak_positions, balanced=False)
+
+
+def _staged(graph, cluster, fold, balanced) -> np.ndarray:
+    """Device per node: the order `fold(graph)` gives cut into stages that fit."""
+    if graph.num_nodes == 0:
+        return np.zeros(0, np.int32)
+    pos, saved = fold(graph)
     seq, rank = _group_sequence(graph, pos)
     held = resident_bytes(graph) + np.where(saved, graph.out_bytes, 0)
     mem = np.concatenate([[0.0], np.cumsum(np.bincount(graph.group, held, graph.num_groups)[seq])])
     cut = _cut_costs(graph, cluster, rank)
     working = 2.0 * float(np.max(graph.out_bytes, initial=0))     # an op's input and output
     cap = STAGE_FILL * float(cluster.capacity.min()) - working
-    bounds = _cheapest_cuts(mem, cut, cap, cluster.num_devices)
+    bounds = _cheapest_cuts(mem, cut, cap, cluster.num_devices, balanced)
     stage_of_rank = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
     group_dev = np.empty(graph.num_groups, np.int32)
     group_dev[seq] = stage_of_rank
@@ -51,45 +70,88 @@ def place(graph, cluster, timings=None) -> np.ndarray:
 
 def fold_positions(graph):
     """(position in the folded order, saved: the node's output is live across the turn)
-    per node (see the module docstring)."""
+    per node (see the module docstring). The turn is the busiest op (the most bytes
+    its ancestors produce for it and its descendants: the loss of a training step);
+    the forward part is the turn and its ancestors, in id order; every other node takes
+    the oldest forward output it reads, else its inputs' least position, else (a
+    source such as an optimizer slot's variable, or a constant) its readers' least
+    position."""
+    n = graph.num_nodes
+    turn = _turning_point(graph)
+    forward = ancestors(graph, turn)
+    forward[turn] = True
+    data = (graph.edge_slot >= 0) & (graph.kind[graph.edge_src] == NORMAL)
+    src, dst = graph.edge_src[data].astype(np.int64), graph.edge_dst[data].astype(np.int64)
+    pos = np.where(forward, np.arange(n), -1).astype(np.int64)
+    oldest = np.full(n, n, np.int64)
+    np.minimum.at(oldest, dst, np.where(forward[src], src, n))
+    direct = ~forward & (oldest < n)
+    pos[direct] = oldest[direct]
+    _inherit(graph, pos, forward, turn)
+    saved = forward & (graph.kind == NORMAL)
+    read_after = np.zeros(n, bool)
+    read_after[src[~forward[dst]]] = True
+    return pos, saved & read_after
+
+
+def _turning_point(graph) -> int:
+    """The busiest op (pardnn.graph.live_tensors.busiest_ops), or the last node when no
+    op takes time."""
+    top = busiest_ops(graph, 1, TURN_POOL)
+    return int(top[0]) if len(top) else graph.num_nodes - 1
+
+
+def _inherit(graph, pos, forward, turn):
+    """Nodes without a position (-1) take their inputs' least position, preferring
+    inputs outside the forward part, in id order; those still without one take their
+    readers' least position, in reverse id order; the rest, the turn's."""
+    ptr, pred = graph.pred_ptr.tolist(), graph.pred_src.tolist()
+    p, fwd = pos.tolist(), forward.tolist()
+    for v in np.flatnonzero(pos < 0).tolist():
+        ins = [p[u] for u in pred[ptr[v]:ptr[v + 1]] if p[u] >= 0]
+        later = [p[u] for u in pred[ptr[v]:ptr[v + 1]] if p[u] >= 0 and not fwd[u]]
+        p[v] = min(later) if later else min(ins) if ins else -1
+    sptr, succ = graph.succ_ptr.tolist(), graph.edge_dst.tolist()
+    for v in reversed(np.flatnonzero(np.asarray(p) < 0).tolist()):
+        outs = [p[w] for w in succ[sptr[v]:sptr[v + 1]] if p[w] >= 0]
+        p[v] = min(outs) if outs else turn
+    pos[:] = p
+
+
+def live_peak_positions(graph):
+    """fold_positions with the turn where the bytes of live tensors peak in id order:
+    a node after it takes the oldest output before the turn it reads, else its later
+    inputs' least position, else the turn's."""
     n = graph.num_nodes
     data = (graph.edge_slot >= 0) & (graph.kind[graph.edge_src] == NORMAL)
     src, dst = graph.edge_src[data].astype(np.int64), graph.edge_dst[data].astype(np.int64)
-    turn, last_use = _turning_point(graph, src, dst)
+    last_use = np.full(n, -1, np.int64)
+    np.maximum.at(last_use, src, dst)
+    turn = _live_peak(graph, last_use)
     pos = np.arange(n, dtype=np.int64)
     oldest = np.full(n, n, np.int64)
     np.minimum.at(oldest, dst, np.where(src <= turn, src, n))
     after = np.arange(turn + 1, n)
-    direct = after[oldest[after] < n]
-    pos[direct] = oldest[direct]
-    _inherit(graph, pos, after[oldest[after] == n], turn)
+    pos[after[oldest[after] < n]] = oldest[after][oldest[after] < n]
+    ptr, pred, p = graph.pred_ptr.tolist(), graph.pred_src.tolist(), pos.tolist()
+    for v in after[oldest[after] == n].tolist():
+        ins = [p[u] for u in pred[ptr[v]:ptr[v + 1]] if u > turn]
+        p[v] = min(ins) if ins else turn
     saved = (np.arange(n) <= turn) & (last_use > turn) & (graph.kind == NORMAL)
-    return pos, saved
+    return np.asarray(p, np.int64), saved
 
 
-def _turning_point(graph, src, dst):
-    """(the position where the bytes of live tensors peak: the loss of a training step,
-    each node's last data consumer or -1)."""
+def _live_peak(graph, last_use) -> int:
+    """The id where the bytes of outputs still to be read peak (each output live from its
+    producer to its last data consumer), or the last node when none is read."""
     n = graph.num_nodes
-    last_use = np.full(n, -1, np.int64)
-    if len(src) == 0:
-        return n - 1, last_use
-    np.maximum.at(last_use, src, dst)
     live = np.flatnonzero(last_use > np.arange(n))
+    if len(live) == 0:
+        return n - 1
     diff = np.zeros(n + 1)
     np.add.at(diff, live, graph.out_bytes[live].astype(float))
     np.add.at(diff, last_use[live], -graph.out_bytes[live].astype(float))
-    return int(np.argmax(np.cumsum(diff[:-1]))), last_use
-
-
-def _inherit(graph, pos, nodes, turn):
-    """Nodes after the turn that read no forward tensor take their inputs' least position."""
-    ptr, pred = graph.pred_ptr.tolist(), graph.pred_src.tolist()
-    p = pos.tolist()
-    for v in nodes.tolist():
-        ins = [p[u] for u in pred[ptr[v]:ptr[v + 1]] if u > turn]
-        p[v] = min(ins) if ins else turn
-    pos[nodes] = np.asarray(p, np.int64)[nodes]
+    return int(np.argmax(np.cumsum(diff[:-1])))
 
 
 def _group_sequence(graph, pos):
@@ -116,10 +178,11 @@ def _cut_costs(graph, cluster, rank) -> np.ndarray:
     return np.cumsum(diff)[:g + 1]
 
 
-def _cheapest_cuts(mem, cut, cap, k) -> np.ndarray:
+def _cheapest_cuts(mem, cut, cap, k, balanced=True) -> np.ndarray:
     """Stage boundaries (ranks, first 0, last G) of at most k stages that each fit `cap`,
     with the least total cut cost; the fewest stages among equals. When no k stages fit,
-    the order is filled greedily and the last stage takes the rest (the repair follows)."""
+    the k stages whose largest memory is least (`_balanced`), or with `balanced` False
+    the order filled greedily, the last stage taking the rest; the repair follows."""
     g = len(mem) - 1
     lo = np.searchsorted(mem, mem - cap, side="left")      # stage [i, j) fits iff i >= lo[j]
     best = np.full(g + 1, np.inf)
@@ -134,7 +197,7 @@ def _cheapest_cuts(mem, cut, cap, k) -> np.ndarray:
         back.append(np.concatenate([[-1], arg]))
         total.append(best[g])
     if not np.isfinite(min(total)):
-        return _greedy(mem, cap, k)
+        return _balanced(mem, k) if balanced else _greedy(mem, cap, k)
     stages = int(np.argmin(total)) + 1          # first minimum: the fewest stages
     return _walk_back(back[:stages], g)
 
@@ -169,6 +232,20 @@ def _walk_back(back, g) -> np.ndarray:
             break
         bounds.append(int(arg[bounds[-1]]))
     return np.asarray(bounds[::-1], np.int64)
+
+
+def _balanced(mem, k) -> np.ndarray:
+    """Boundaries of at most k contiguous stages whose largest memory is least: the
+    least cap (bisected over the bytes) at which filling stages greedily in order
+    needs at most k of them."""
+    lo, hi = max(float(np.max(np.diff(mem), initial=0.0)), 0.0), float(mem[-1])
+    while hi - lo > max(1.0, 1e-9 * hi):
+        mid = (lo + hi) / 2
+        if len(_greedy(mem, mid, len(mem))) - 1 <= k:
+            hi = mid
+        else:
+            lo = mid
+    return _greedy(mem, hi, k)
 
 
 def _greedy(mem, cap, k) -> np.ndarray:

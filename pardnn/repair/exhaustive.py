@@ -10,7 +10,7 @@ search and is no level of it, so the depth is that of the groups with a choice.
 Two rules cut the tree without losing a fitting placement:
 - a bound that holds whatever the schedule: a device holds the resident state of every
   group on it all step, and when one of its ops starts, that op's working set besides
-  (pardnn.repair.least_memory.working_sets); a partial placement whose bound already
+  (pardnn.repair.working_sets.op_needs: what it holds beyond resident state); a partial placement whose bound already
   exceeds a device's capacity is dropped with everything below it;
 - when the devices are interchangeable (same capacity, kind and links, no pins), the
   emulator's answer does not depend on their names, so of the devices no group uses yet
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pardnn.repair.least_memory import group_resident, working_sets
+from pardnn.repair.working_sets import group_resident, op_needs
 
 WORK_LIMIT = 1_000_000      # nodes + edges emulated, plus one per partial placement checked
 MAX_PLACEMENTS = 1_000_000  # larger spaces are not searched: the limit would stop it near the start
@@ -85,8 +85,8 @@ class _Search:
         self.peaks = peaks
         k = cluster.num_devices
         res = group_resident(graph)
-        extra = np.zeros(graph.num_groups, np.int64)       # an op's working set beyond its group's state
-        np.maximum.at(extra, graph.group, np.maximum(working_sets(graph, res) - res[graph.group], 0))
+        extra = np.zeros(graph.num_groups, np.int64)       # an op's working set beyond resident state
+        np.maximum.at(extra, graph.group, op_needs(graph, res)[0])
         self.res, self.extra = res.tolist(), extra.tolist()
         self.choices = [[int(start[g])] + [d for d in range(k) if d != start[g]] for g in range(graph.num_groups)]
         self.choices = [[d for d in ch if allowed[g, d]] for g, ch in enumerate(self.choices)]

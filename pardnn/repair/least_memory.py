@@ -1,47 +1,240 @@
-"""Lower bounds on the memory a device needs under the emulator's model, whatever the
-placement (docs/repair.md): what the repair's messages cite, and what the complete
-search (pardnn.repair.exhaustive) prunes with."""
+"""Least memory: lower bounds on the memory per device that any placement needs under
+the emulator's model (pardnn.emulator.memory), each proved in docs/bounds.md ("Least
+memory"). What `pardnn place` and `pardnn capacity` print and report.json holds
+(`least_memory`), what the repair's messages cite and its complete search
+(pardnn.repair.exhaustive) prunes with.
+
+Two kinds of bound, so that devices of unequal memory are covered too:
+- *one device*: some device must hold this much at some instant, so the largest
+  capacity must be at least it: the largest colocation group's resident state; the
+  largest op's working set (pardnn.repair.working_sets); the pigeonhole packing of
+  the groups with the most resident state (of any j K + 1 of them, some device holds
+  j + 1, with the transient the one updated there needs);
+- *all devices together*: at some instant the devices hold this much between them,
+  so the sum of the capacities must be at least it: the total resident state, and the
+  resident state plus the tensors alive at once at the start of an op
+  (pardnn.repair.live_at_once) plus that op's own needs.
+
+For K devices of one memory, the least memory is the largest one-device bound and
+each all-devices bound over K, rounded up. `LeastMemory.ruled_out(capacities)` tests
+any list of capacities. Computed once per graph and device count (CostGraph.memo).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
 
 import numpy as np
 
-from pardnn.graph import NORMAL
-from pardnn.graph.node_memory import resident_bytes
-from pardnn.repair.footprint import distinct
+from pardnn.repair.live_at_once import held_at_once
+from pardnn.repair.working_sets import group_resident, op_needs, working_sets
+from pardnn.base.units import format_size
+
+PIGEONHOLE_WORK = 200_000   # heap operations the pigeonhole packing may take (a few seconds at most)
+PACKING_WORK = 100_000      # partial packings the exhaustive packing may try before it gives up
+PACKING_MAX_GROUPS = 64     # more groups with state or transients: no exhaustive packing
 
 
-def least_memory(graph, k: int) -> dict:
-    """Lower bounds (bytes) on the memory some device needs under the emulator's model,
-    whatever the placement: the largest colocation group's resident state; the total
-    resident state shared over k devices; the largest working set of one op, held at
-    the instant it starts: its group's resident state, its own output and scratch, and each input
-    from a NORMAL producer (the smaller of the producer's output and the bytes sent,
-    as the input is either that output or a received copy). Ops that take no time are
-    left out (their buffers may live for zero time), as are inputs from variables and
-    references (they alias resident state another group may already count)."""
-    group_res = group_resident(graph)
-    return {"largest colocation group": int(group_res.max(initial=0)),
-            "total resident / K": int(-(-int(group_res.sum()) // k)),
-            "largest op working set": int(working_sets(graph, group_res).max(initial=0))}
+@dataclass(frozen=True)
+class Bound:
+    """One proven bound: `bytes` held by one device (`alone`) or all together."""
+
+    name: str       # what it is, e.g. "live tensors at once"
+    bytes: int
+    alone: bool     # True: one device holds it; False: the devices together
+    what: str       # what binds it: the group, op or instant, in words
 
 
-def working_sets(graph, group_res):
-    """Bytes per node held on its device at the instant it starts (0 for ops that take
-    no time), its group's resident state included: see `least_memory`."""
-    src, dst = graph.edge_src, graph.edge_dst
-    data = np.flatnonzero((graph.edge_slot >= 0) & (graph.kind[src] == NORMAL))
-    pair = src[data].astype(np.int64) * graph.num_nodes + dst[data]
-    order = np.argsort(pair, kind="stable")
-    data, pair = data[order], pair[order]
-    starts = np.flatnonzero(distinct(pair))
-    inputs = np.zeros(graph.num_nodes, np.int64)
-    if len(starts):
-        sent = np.add.reduceat(graph.edge_bytes[data], starts)
-        first = data[starts]
-        np.add.at(inputs, dst[first], np.minimum(sent, graph.out_bytes[src[first]]))
-    own = np.where(graph.kind == NORMAL, graph.out_bytes, 0) + graph.temp_bytes
-    return np.where(graph.comp_us > 0, group_res[graph.group] + inputs + own, 0)
+@dataclass(frozen=True)
+class LeastMemory:
+    """The bounds for `k` devices; `bytes` is the least memory per device of K equal
+    devices, `binding` the bound that gives it."""
+
+    k: int
+    bounds: tuple
+
+    def per_device(self, bound: Bound) -> int:
+        return bound.bytes if bound.alone else -(-bound.bytes // max(self.k, 1))
+
+    @property
+    def binding(self) -> Bound:
+        return max(self.bounds, key=self.per_device)
+
+    @property
+    def bytes(self) -> int:
+        return self.per_device(self.binding) if self.bounds else 0
+
+    def fields(self) -> dict | None:
+        """report.json's `least_memory`: bytes, binding bound, every bound per device;
+        None when no bound applies (a graph that holds nothing, e.g. no nodes)."""
+        if not self.bounds:
+            return None
+        b = self.binding
+        return {"bytes": self.bytes, "binding": b.name, "what": b.what,
+                "bounds": {x.name: self.per_device(x) for x in self.bounds}}
+
+    def describe(self) -> str:
+        """One line: the bound and what binds it."""
+        b = self.binding
+        per = "" if b.alone else f" over {self.k} devices"
+        return f"{format_size(self.bytes)} per device ({b.name}{per}: {b.what})"
+
+    def shortfall(self, capacity) -> str:
+        """What devices of these capacities lack, naming the bound that rules them out
+        ("" when none does): for equal capacities, "at least" the least memory per
+        device and what binds it."""
+        b = self.ruled_out(capacity)
+        if b is None:
+            return ""
+        if len(set(np.asarray(capacity).tolist())) == 1:
+            return f"at least {self.describe()}"
+        where = "on one device, more than the largest holds" if b.alone else "on all devices together, more than they hold"
+        return f"{format_size(b.bytes)} {where} ({b.name}: {b.what})"
+
+    def ruled_out(self, capacity):
+        """The bound that no placement on devices of these capacities (bytes each) can
+        meet, or None: a one-device bound above the largest, or an all-devices bound
+        above their sum."""
+        capacity = np.asarray(capacity, np.int64)
+        if len(capacity) == 0:
+            return None
+        for b in sorted(self.bounds, key=lambda x: -self.per_device(x)):
+            if b.bytes > (int(capacity.max()) if b.alone else int(capacity.sum())):
+                return b
+        return None
 
 
-def group_resident(graph):
-    """Resident bytes per colocation group (held all step wherever it goes)."""
-    return np.bincount(graph.group, resident_bytes(graph), minlength=graph.num_groups).astype(np.int64)
+def least_memory(graph, k: int) -> LeastMemory:
+    """The bounds for `k` devices (module docstring), kept in the graph's memo."""
+    return graph.memoized(("least_memory", int(k)), lambda: _bounds(graph, int(k)))
+
+
+def _bounds(graph, k) -> LeastMemory:
+    res = group_resident(graph)
+    needs = op_needs(graph, res)
+    extra, work = needs[0], working_sets(graph, res, needs)
+    bounds = []
+    if graph.num_groups:
+        g = int(np.argmax(res))
+        bounds.append(Bound("largest colocation group", int(res[g]), True, _group_name(graph, g)))
+        bounds.append(Bound("total resident", int(res.sum()), False, f"{graph.num_groups} colocation groups"))
+    if graph.num_nodes and work.max() > 0:
+        n = int(np.argmax(work))
+        bounds.append(Bound("largest op working set", int(work[n]), True, f"op {graph.names[n]!r}"))
+    group_extra = np.zeros(graph.num_groups, np.int64)
+    np.maximum.at(group_extra, graph.group, extra)
+    exact = packed_exactly(res, group_extra, k)
+    packed = pigeonhole(res, group_extra, k)
+    if exact is not None and (packed is None or exact[0] > packed[0]):
+        bounds.append(Bound("groups packed", exact[0], True,
+                            f"the best packing of the {exact[1]} colocation groups with state or transients, "
+                            f"every one tried"))
+    elif packed is not None:
+        bounds.append(Bound("groups packed", packed[0], True,
+                            f"{packed[1]} of the {packed[2]} largest colocation groups on one device"))
+    op, held = graph.memoized("held_at_once", lambda: held_at_once(graph))
+    if op >= 0:
+        bounds.append(Bound("live at once", int(res.sum()) + held, False,
+                            f"at the start of op {graph.names[op]!r}"))
+    return LeastMemory(k, tuple(bounds))
+
+
+def _group_name(graph, g) -> str:
+    members = graph.group_members(g)
+    from pardnn.graph.node_memory import resident_bytes
+    name = graph.names[members[np.argmax(resident_bytes(graph)[members])]]
+    return f"the colocation group of {name!r} ({len(members)} nodes)"
+
+
+def pigeonhole(res, extra, k):
+    """(bytes, j + 1, j k + 1) of the best pigeonhole packing bound, or None: among the
+    j k + 1 groups with the most resident state, some device holds j + 1, and so at
+    least the least, over sets S of j + 1 of them, of res(S) + max extra(S)."""
+    order = np.lexsort((np.arange(len(res)), -res))
+    best = None
+    j = 1
+    while j * k + 1 <= len(res) and (j * k + 1) * j <= PIGEONHOLE_WORK:
+        top = order[:j * k + 1]
+        value = _least_set(res[top], extra[top], j + 1)
+        if best is None or value > best[0]:
+            best = (value, j + 1, j * k + 1)
+        j += 1
+    return best
+
+
+def _least_set(res, extra, size) -> int:
+    """min over sets S of `size` items of res(S) + max extra(S): for each item i as the
+    one with the largest extra, the size - 1 smallest res among items before it in
+    increasing extra."""
+    order = np.lexsort((res, extra))
+    res, extra = res[order].tolist(), extra[order].tolist()
+    heap, total, best = [], 0, None      # max-heap (negated) of the size - 1 smallest res so far
+    for i in range(len(res)):
+        if len(heap) == size - 1:
+            value = total + res[i] + extra[i]
+            best = value if best is None else min(best, value)
+        if size - 1 == 0:
+            continue
+        if len(heap) < size - 1:
+            heapq.heappush(heap, -res[i])
+            total += res[i]
+        elif res[i] < -heap[0]:
+            total += res[i] + heapq.heappushpop(heap, -res[i])
+    return int(best)
+
+
+def packed_exactly(res, extra, k, limit=PACKING_WORK):
+    """(bytes, groups) of the least, over every assignment of the groups to k devices,
+    of the largest res(S) + max extra(S) over the devices (each device's groups S), or
+    None when the search needs more than `limit` partial assignments or there are more
+    than PACKING_MAX_GROUPS groups. Depth-first,
+    largest groups first; devices are interchangeable here, so of the empty ones only
+    the first is tried; a branch stops once its largest need reaches the best found."""
+    some = np.flatnonzero((np.asarray(res) != 0) | (np.asarray(extra) != 0))
+    if len(some) == 0 or k < 1 or len(some) > PACKING_MAX_GROUPS:     # before a Python list of them
+        return None
+    items = sorted(((int(res[i]), int(extra[i])) for i in some), key=lambda x: (-(x[0] + x[1]), x))
+    if len(items) <= k:
+        return max(r + e for r, e in items), len(items)
+    held, peak = [0] * k, [0] * k
+    best = [_greedy_packing(items, k)]
+    work = [0]
+
+    def descend(i, worst):
+        if worst >= best[0]:
+            return True
+        if i == len(items):
+            best[0] = worst
+            return True
+        r, e = items[i]
+        tried_empty = False
+        for d in range(k):
+            empty = held[d] == 0 and peak[d] == 0
+            if empty and tried_empty:
+                continue
+            tried_empty |= empty
+            work[0] += 1
+            if work[0] > limit:
+                return False
+            saved = peak[d]
+            held[d] += r
+            peak[d] = max(saved, e)
+            done = descend(i + 1, max(worst, held[d] + peak[d]))
+            held[d] -= r
+            peak[d] = saved
+            if not done:
+                return False
+        return True
+
+    return (best[0], len(items)) if descend(0, 0) else None
+
+
+def _greedy_packing(items, k) -> int:
+    """The largest need of the greedy packing (each group where the need grows least)."""
+    held, peak = [0] * k, [0] * k
+    for r, e in items:
+        d = min(range(k), key=lambda i: (held[i] + r + max(peak[i], e), i))
+        held[d] += r
+        peak[d] = max(peak[d], e)
+    return max(h + p for h, p in zip(held, peak))

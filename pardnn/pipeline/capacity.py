@@ -1,0 +1,234 @@
+"""How many devices a graph needs and how much memory each: `pardnn capacity`
+(docs/capacity.md).
+
+For each device count k (the first k devices of the cluster), the least memory per
+device at which `algorithm` fits the graph is bisected between the least-memory bound
+(pardnn.repair.least_memory: nothing fits below it) and a memory at which it was seen
+to fit, until the bracket is within TOLERANCE of its top. Each memory tried asks what
+decides whether `pardnn place --memory M` succeeds (`Feasibility`: some candidate of
+the portfolio fits after its repair), without refining; the least memory found is then
+placed exactly as `pardnn place --memory M` would (pardnn.pipeline.place.place), as is
+the cluster's own memory (the step the user gets there). The search counts memories
+tried, not seconds: the same inputs give the same answer on any machine.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from pardnn.emulator.memory import track_memory
+from pardnn.emulator.scheduler import simulate
+from pardnn.base.errors import UserError
+from pardnn.graph.node_memory import resident_bytes
+from pardnn.pipeline.judge import Judging, judge
+from pardnn.pipeline.place import place
+from pardnn.pipeline import choice
+from pardnn.pipeline.portfolio import build, closest_stuck
+from pardnn.placers import registry
+from pardnn.base.progress import stage
+from pardnn.repair.least_memory import least_memory
+from pardnn.repair.working_sets import group_resident
+from pardnn.base.units import format_size
+
+TOLERANCE = 0.01        # the bisection stops when its bracket is within this share of its top,
+NEAR_BOUND = 0.02       # or its top within this share of the bound
+
+
+@dataclass
+class Fit:
+    """One placement that fits, and the memory per device it was placed with."""
+
+    memory: int                 # bytes per device, the reserve included (as --memory)
+    placement: object           # pardnn.io.placement.Placement
+    report: object              # its report.json (pardnn.pipeline.report.Report)
+
+
+@dataclass
+class Row:
+    """One device count: the least memory pardnn fits in, and the step at the cluster's memory."""
+
+    devices: int
+    bound: object               # repair.least_memory.LeastMemory for this count
+    least: Fit                  # the placement at the least memory found
+    at_memory: Fit | None       # the placement at the cluster's own memory, None when none fits
+    placements: int             # placements run for this row, as pardnn place runs them
+    checks: int                 # memories tried by the bisection (Feasibility.fits)
+
+    def fields(self, one_device_us) -> dict:
+        """capacity.json's entry for this row (docs/capacity.md)."""
+        doc = {"devices": self.devices,
+               "least_memory_bytes": self.least.memory,
+               "least_memory_bound_bytes": _memory(self.bound.bytes, self.least.placement.cluster.reserve),
+               "bound": self.bound.fields(),
+               "step_us_at_least_memory": self.least.report.makespan_us,
+               "fits_at_memory": self.at_memory is not None,
+               "placements": self.placements, "memories_tried": self.checks}
+        if self.at_memory is not None:
+            step = self.at_memory.report.makespan_us
+            doc.update({"step_us_at_memory": step, "speedup_at_memory": one_device_us / step if step else None})
+        return doc
+
+
+def first_devices(cluster, k):
+    """The cluster of the first k devices of `cluster` (their links and hosts)."""
+    hosts = cluster.hosts[:max(d.host for d in cluster.devices[:k]) + 1]
+    return replace(cluster, devices=cluster.devices[:k], latency_us=cluster.latency_us[:k, :k].copy(),
+                   bandwidth=cluster.bandwidth[:k, :k].copy(), hosts=hosts)
+
+
+def check_devices(cluster, flag="--devices") -> None:
+    """UserError for a cluster of one device: there are no counts to compare."""
+    if cluster.num_devices < 2:
+        raise UserError(f"{flag}: capacity compares device counts, and this cluster has one device; "
+                        f"name a preset or cluster of several (e.g. dgx-h100 or gpu:8)")
+
+
+def check_groups(graph, cluster, flag="--devices") -> None:
+    """UserError when a colocation group holds more than every device's usable memory:
+    no count fits it."""
+    res = group_resident(graph)
+    if len(res) and int(res.max()) > int(cluster.capacity.max()):
+        g = int(np.argmax(res))
+        members = graph.group_members(g)
+        name = graph.names[members[np.argmax(resident_bytes(graph)[members])]]
+        raise UserError(f"{flag}: the colocation group of {name!r} ({len(members)} nodes) holds "
+                        f"{format_size(int(res[g]))}, more than the largest device's "
+                        f"{format_size(int(cluster.capacity.max()))} usable (memory minus the reserve)")
+
+
+def capacity(graph, cluster, counts, algorithm="pardnn") -> list:
+    """A Row per device count in `counts` (each at most the cluster's device count)."""
+    return [count_row(graph, first_devices(cluster, k), algorithm) for k in counts]
+
+
+def count_row(graph, cluster, algorithm) -> Row:
+    """The Row of `cluster` (all its devices): the least memory bisected with
+    `Feasibility`, then placed as `pardnn place --memory` would; and the placement at
+    the cluster's own memory."""
+    k, reserve = cluster.num_devices, cluster.reserve
+    bound = least_memory(graph, k)
+    memory = int(cluster.memory.max())
+    feasible = Feasibility(graph, cluster, algorithm)
+    placed = [0]
+
+    def full(m):
+        placed[0] += 1
+        with stage(f"placing on {k} devices with {format_size(m)} each"):
+            try:
+                placement, report = place(graph, cluster.with_options(memory=m), algorithm)
+            except UserError:
+                return None
+        return Fit(m, placement, report)
+
+    if k == 1:                                      # one placement: its peak is the answer
+        least = full(_memory(_one_device_peak(graph, cluster), reserve))
+        return Row(k, bound, least, full(memory) if memory >= least.memory else None, placed[0], 0)
+    low = _memory(bound.bytes, reserve)             # nothing fits below it
+    at_memory = full(memory) if memory >= low else None
+    top = _fitting_top(graph, cluster, at_memory, low, feasible)
+    least_memory_found = _bisect(low, top, feasible.fits)
+    least = at_memory if at_memory is not None and least_memory_found == memory else full(least_memory_found)
+    if least is None:
+        raise RuntimeError(f"{algorithm} found a fit at {format_size(least_memory_found)} on {k} devices "
+                           f"and then did not place there")
+    return Row(k, bound, least, at_memory, placed[0], feasible.checks)
+
+
+class Feasibility:
+    """Whether `algorithm` fits at a memory per device, as `pardnn place` decides it
+    from the candidates it builds from the start (pardnn.pipeline.choice.roles: the
+    first and those beside it): some of them, built and repaired, fits; when none does,
+    the two that came closest, with the repair's local search, as the portfolio does
+    last (portfolio.closest_stuck).
+    Refinement within memory keeps a fit, so it is left out; so are the EXTRA
+    candidates that `pardnn place` tries on large graphs (choice.EXTRAS_MAX_NODES nodes
+    or more) only when none fits (each a long repair that rarely fits there): a fit
+    found here is one `pardnn place` finds too. Placers that read no memory (registry.Placer.reads_memory) are built
+    once; the candidate that fitted last is tried first."""
+
+    def __init__(self, graph, cluster, algorithm):
+        self.graph, self.cluster = graph, cluster
+        roles = choice.roles(algorithm, graph, cluster)
+        self.names = [n for n in roles.order if n == roles.first or n in roles.beside]
+        self.built, self.last, self.checks = {}, None, 0
+
+    def fits(self, memory) -> bool:
+        self.checks += 1
+        cluster = self.cluster.with_options(memory=memory)
+        with stage(f"trying {format_size(memory)} per device on {cluster.num_devices} devices"):
+            judging, errors = Judging(self.graph, cluster), {}
+            for name in sorted(self.names, key=lambda n: n != self.last):
+                errors[name] = self._error(name, cluster, judging)
+                if errors[name] is None:
+                    self.last = name
+                    return True
+            searching = Judging(self.graph, cluster, search=True)
+            for name in closest_stuck({n: errors[n] for n in self.names}):
+                if self._error(name, cluster, searching) is None:
+                    self.last = name
+                    return True
+        return False
+
+    def _error(self, name, cluster, judging):
+        """None when candidate `name` fits after its repair, else the repair's error."""
+        device = self.built.get(name)
+        if device is None:
+            device = build(self.graph, cluster, name)
+            if not registry.PLACERS[name].reads_memory:
+                self.built[name] = device
+        try:
+            judge(self.graph, cluster, device, judging=judging)
+        except UserError as exc:
+            return exc
+        return None
+
+
+def _fitting_top(graph, cluster, at_memory, low, feasible) -> int:
+    """A memory at which the algorithm fits, to start the bisection from: the peak of
+    the placement at the cluster's memory, if it fits there, else the cluster's memory;
+    without a fit at the cluster's memory, the one-device peak of the whole step
+    (everything on one device fits there, and the portfolio tries that)."""
+    if at_memory is not None:
+        peak = max(_memory(max(at_memory.report.peak_memory_bytes), cluster.reserve), low)
+        return peak if peak < at_memory.memory and feasible.fits(peak) else at_memory.memory
+    one = max(_memory(_one_device_peak(graph, cluster), cluster.reserve), low)
+    if not feasible.fits(one):
+        raise RuntimeError(f"no placement fits at the one-device peak ({format_size(one)} per device)")
+    return one
+
+
+def _bisect(low, top, fits) -> int:
+    """The least memory found to fit between `low` (the bound: nothing fits below it)
+    and `top` (fits), bisecting until the bracket is within TOLERANCE of its top, or
+    the top within NEAR_BOUND of the bound (no placement can do much better). From the
+    top down: a memory that fits is quick to show (the first candidate tried fits), one
+    that does not takes every candidate's repair."""
+    lo, best = low - 1, top
+    while best - lo > max(1, math.floor(TOLERANCE * best)) and best > (1 + NEAR_BOUND) * low:
+        mid = (lo + best) // 2
+        if fits(mid):
+            best = mid
+        else:
+            lo = mid
+    return best
+
+
+def _memory(capacity, reserve) -> int:
+    """The least memory per device whose usable part (memory minus the reserve, as
+    Cluster.capacity floors it) holds `capacity` bytes."""
+    m = int(math.ceil(capacity / (1.0 - reserve))) if reserve else int(capacity)
+    while math.floor(m * (1.0 - reserve)) < capacity:
+        m += 1
+    while m > 0 and math.floor((m - 1) * (1.0 - reserve)) >= capacity:
+        m -= 1
+    return m
+
+
+def _one_device_peak(graph, cluster) -> int:
+    """The emulated peak of the whole step on the first device of `cluster`."""
+    one = first_devices(cluster, 1)
+    device = np.zeros(graph.num_nodes, np.int32)
+    return int(track_memory(graph, one, device, simulate(graph, one, device)).peak_bytes.max())

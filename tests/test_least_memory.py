@@ -1,0 +1,204 @@
+"""The least-memory bound (pardnn.repair.least_memory, docs/bounds.md "Least memory")
+never exceeds what a placement needs: on random graphs and placements the emulated
+peaks are at least every bound (one-device bounds: the highest peak; all-devices
+bounds: the sum of the peaks), on small graphs the least highest peak over every
+placement is at least the bound, and no placer ever fits below it. Hand-made graphs
+check what each bound proves."""
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pardnn.emulator.memory import track_memory
+from pardnn.emulator.scheduler import simulate
+from pardnn.base.errors import UserError
+from pardnn.graph import NORMAL, RESIDUAL, CostGraph
+from pardnn.hardware import parse_devices
+from pardnn.pipeline import place as placer
+from pardnn.placers import registry
+from pardnn.repair.least_memory import least_memory, pigeonhole
+from pardnn.graph.live_tensors import ancestor_bytes
+from pardnn.repair.live_at_once import held_at_once
+from pardnn.repair.working_sets import working_sets
+
+
+def cluster(k, memory=2**40, latency=1.0, bandwidth=100.0):
+    return parse_devices(f"cpu:{k}").with_options(memory=int(memory), reserve=0.0, latency=latency,
+                                                  bandwidth=bandwidth)
+
+
+def peaks(graph, c, device):
+    device = np.asarray(device, np.int64)
+    return track_memory(graph, c, device, simulate(graph, c, device)).peak_bytes
+
+
+@st.composite
+def graphs(draw, max_nodes=14):
+    """Random DAGs with every memory feature the emulator models: kinds, resident and
+    scratch bytes, colocation groups, multi-output producers whose tensors differ in
+    size from edge to edge, tensors read twice, control edges, ops that take no time."""
+    n = draw(st.integers(2, max_nodes))
+    pairs = [(u, v) for v in range(n) for u in range(v)]
+    edges = draw(st.lists(st.sampled_from(pairs), min_size=1, max_size=3 * n))
+    m = len(edges)
+    small = st.sampled_from([0, 8, 40, 200])
+    g = CostGraph.build(
+        names=[f"n{i}" for i in range(n)],
+        comp_us=draw(st.lists(st.sampled_from([0.0, 1.0, 3.0, 10.0]), min_size=n, max_size=n)),
+        out_bytes=draw(st.lists(small, min_size=n, max_size=n)),
+        persist_bytes=draw(st.lists(st.sampled_from([0, 0, 16, 120]), min_size=n, max_size=n)),
+        temp_bytes=draw(st.lists(st.sampled_from([0, 0, 30]), min_size=n, max_size=n)),
+        kind=draw(st.lists(st.sampled_from([0, 0, 0, 1, 2]), min_size=n, max_size=n)),
+        group=draw(st.lists(st.integers(0, n - 1), min_size=n, max_size=n)) if draw(st.booleans()) else None,
+        edge_src=[u for u, _ in edges], edge_dst=[v for _, v in edges],
+        edge_slot=draw(st.lists(st.integers(-1, 2), min_size=m, max_size=m)),
+        edge_bytes=draw(st.lists(small, min_size=m, max_size=m)))
+    return g
+
+
+def check_placement(graph, k, device, latency=1.0, bandwidth=100.0):
+    c = cluster(k, latency=latency, bandwidth=bandwidth)
+    peak = peaks(graph, c, device)
+    need = least_memory(graph, k)
+    assert int(peak.max()) >= need.bytes
+    for b in need.bounds:
+        assert (int(peak.max()) if b.alone else int(peak.sum())) >= b.bytes, b
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs(), st.integers(1, 4), st.data())
+def test_no_emulated_placement_holds_less_than_any_bound(graph, k, data):
+    group_device = np.asarray(data.draw(st.lists(st.integers(0, k - 1), min_size=graph.num_groups,
+                                                 max_size=graph.num_groups)))
+    latency = data.draw(st.sampled_from([0.0, 1.0, 50.0]))
+    check_placement(graph, k, group_device[graph.group], latency=latency)
+
+
+def every_placement(graph, k):
+    for rest in itertools.product(range(k), repeat=graph.num_groups - 1):
+        yield np.asarray((0, *rest))[graph.group]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs(max_nodes=7), st.integers(2, 3))
+def test_the_best_placement_of_small_graphs_needs_at_least_the_bound(graph, k):
+    c = cluster(k)
+    least = min(int(peaks(graph, c, d).max()) for d in every_placement(graph, k))
+    assert least >= least_memory(graph, k).bytes
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs(max_nodes=10), st.integers(2, 3), st.sampled_from(registry.names()))
+def test_no_placer_fits_below_the_bound(graph, k, algorithm):
+    need = least_memory(graph, k).bytes
+    for memory in (need, 2 * need + 64):
+        try:
+            _, report = placer.place(graph, cluster(k, memory), algorithm)
+        except UserError:
+            continue
+        assert max(report.peak_memory_bytes) >= need
+
+
+def chain_with_saved_activations():
+    """A training step in miniature: forward f1 -> f2 -> loss, backward b2 -> b1, each
+    backward op reading the activation its forward op saved."""
+    names = ["f1", "f2", "loss", "b2", "b1"]
+    edges = [("f1", "f2"), ("f2", "loss"), ("loss", "b2"), ("b2", "b1"), ("f1", "b1"), ("f2", "b2")]
+    return CostGraph.build(names=names, comp_us=[1] * 5, out_bytes=[100, 100, 4, 100, 100],
+                           edge_src=[u for u, _ in edges], edge_dst=[v for _, v in edges],
+                           edge_bytes=[100, 100, 4, 100, 100, 100])
+
+
+def test_the_activations_saved_for_the_backward_pass_are_held_at_once():
+    g = chain_with_saved_activations()
+    # at the start of b2: f1's output (read by b1), f2's (read by b2), loss's (read by
+    # b2) are alive, and b2's own output: 304 bytes over the devices
+    op, held = held_at_once(g)
+    assert held == 304 and g.names[op] == "b2"
+    assert ancestor_bytes(g, [g.index()["b2"]]).tolist() == [204]
+    assert least_memory(g, 1).binding.name == "live at once" and least_memory(g, 1).bytes == 304
+    need = least_memory(g, 2)           # b1 alone holds 300: f1's, b2's and its own output
+    assert need.fields()["bounds"]["live at once"] == 152 and need.bytes == 300
+    for device in itertools.product(range(2), repeat=5):
+        assert peaks(g, cluster(2), device).sum() >= 304
+
+
+def test_a_cut_may_finish_an_incomparable_op_early_or_late():
+    # a -> big (a 1000-byte output read by join) and a -> x -> join: at x's start either
+    # big has run (its 1000 bytes are alive) or not (a's 10 bytes are, for big): the
+    # bound takes the cheaper, 10, plus x's own 10 and a's 10 read by x
+    names = ["a", "big", "x", "join"]
+    edges = [("a", "big"), ("a", "x"), ("big", "join"), ("x", "join")]
+    g = CostGraph.build(names=names, comp_us=[1, 1, 1, 1], out_bytes=[10, 1000, 10, 10],
+                        edge_src=[u for u, _ in edges], edge_dst=[v for _, v in edges],
+                        edge_bytes=[10, 10, 1000, 10])
+    from pardnn.repair.live_at_once import CutNetwork
+    assert CutNetwork(g).cut(g.index()["x"]) == 10
+    assert held_at_once(g) == (g.index()["join"], 1000 + 10 + 10)     # big's, x's, join's own
+    assert least_memory(g, 1).bytes <= min(peaks(g, cluster(1), [0] * 4))
+
+
+def test_an_op_working_set_counts_a_foreign_variable_once_as_the_smaller_of_state_and_copy():
+    # w (a variable, 1000 bytes, group of its own) read by m, which also reads x
+    g = CostGraph.build(names=["w", "x", "m"], comp_us=[0, 1, 1], out_bytes=[1000, 50, 20],
+                        kind=[RESIDUAL, NORMAL, NORMAL], edge_src=["w", "x"], edge_dst=["m", "m"],
+                        edge_bytes=[1000, 50])
+    work = working_sets(g)
+    assert work[g.index()["m"]] == 20 + 50 + 1000      # own output, x's, and w (here or as a copy)
+    check_placement(g, 2, [0, 0, 1])
+    check_placement(g, 2, [0, 1, 0])
+
+
+def test_a_copy_is_sized_by_the_tensor_not_the_producers_whole_output():
+    # p has two outputs, 8 bytes read by c over slot 0 and 400 bytes over slot 1 read by d:
+    # c on another device receives only the 8 bytes, and the bound counts no more
+    g = CostGraph.build(names=["p", "c", "d"], comp_us=[1, 1, 1], out_bytes=[408, 0, 0],
+                        edge_src=["p", "p", "p"], edge_dst=["c", "c", "d"], edge_slot=[0, 0, 1],
+                        edge_bytes=[8, 8, 400])
+    assert working_sets(g)[g.index()["c"]] == 8
+    for device in itertools.product(range(2), repeat=3):
+        check_placement(g, 2, device)
+
+
+def test_pigeonhole_packs_the_largest_groups_with_the_transient_of_one():
+    # five groups of 12 on 4 devices: two share one, with the smaller of their transients
+    res = np.array([12, 12, 12, 12, 12, 1])
+    extra = np.array([4, 4, 4, 4, 2, 0])
+    assert pigeonhole(res, extra, 4) == (12 + 12 + 4, 2, 5)
+    assert pigeonhole(res, extra, 8) is None
+
+
+def test_ruled_out_reads_unequal_capacities():
+    g = chain_with_saved_activations()
+    need = least_memory(g, 2)
+    assert need.ruled_out([300, 4]) is None
+    assert need.ruled_out([4, 300]) is None                         # the larger holds b1's 300
+    assert need.ruled_out([300, 3]).name == "live at once"          # 303 in all, 304 needed
+    assert need.ruled_out([299, 100]).name == "largest op working set"
+    assert need.fields()["bytes"] == 300
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_the_least_memory_of_every_placement_of_the_chain(k):
+    g = chain_with_saved_activations()
+    best = min(int(peaks(g, cluster(k), d).max()) for d in every_placement(g, k))
+    assert least_memory(g, k).bytes <= best
+
+
+def test_the_exhaustive_packing_tries_every_assignment_of_the_groups():
+    from pardnn.repair.least_memory import packed_exactly
+    # three groups of 10 with transients 5, 5, 1 on two devices: two share one, and
+    # every pair has a transient of 5: 10 + 10 + 5 = 25; on three devices 10 + 5 each
+    assert packed_exactly(np.array([10, 10, 10]), np.array([5, 5, 1]), 2) == (25, 3)
+    assert packed_exactly(np.array([10, 10, 10]), np.array([5, 5, 1]), 3) == (15, 3)
+    assert packed_exactly(np.array([10] * 30), np.array([1] * 30), 4, limit=50) is None
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        res, extra, k = rng.integers(0, 50, 6), rng.integers(0, 30, 6), int(rng.integers(2, 4))
+        best = min(max(res[[g for g in range(6) if a[g] == d]].sum()
+                       + max([extra[g] for g in range(6) if a[g] == d], default=0) for d in range(k))
+                   for a in itertools.product(range(k), repeat=6))
+        assert packed_exactly(res, extra, k)[0] == best

@@ -1,0 +1,115 @@
+"""How close placements come to the least-memory bound (issue 40, item 3).
+
+    python -m tools.bench_least_memory --profiles DIR [--families mlp,wrn] [--keras]
+        [--k 2,4,8] [--algorithms pardnn,etf,topo] [--csv FILE]
+
+For each graph and K (cpu:K, no reserve), the least memory per device at which each
+algorithm fits, bisected as `pardnn capacity` does (pardnn.pipeline.capacity.count_row,
+to within 1%), over `least_memory` (pardnn.repair.least_memory: nothing fits below
+it). Graphs: the built-in families at `--size tiny` (profiled on this CPU into
+DIR/FAMILY when missing: `pardnn profile FAMILY --size tiny --devices cpu:1`), and
+with --keras two Keras models of tools/keras_models.py profiled with pardnn.tf on
+this CPU (DIR/keras-resnet: a residual CNN with BatchNormalization; DIR/keras-encoder:
+a stack of four transformer blocks). Prints one row per graph and K, then the largest
+ratio and the geometric mean per algorithm; --csv writes the rows under the commit line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import subprocess
+import sys
+import time
+
+from tools.commit_line import csv_comment, print_commit
+
+FAMILIES = ("mlp", "word-rnn", "char-crn", "wrn", "transformer", "e3d")
+KERAS = {
+    "keras-resnet": ("residual_cnn(blocks=3, width=16, image=32)", "[8, 32, 32, 3]", "float32"),
+    "keras-encoder": ("encoder_stack(layers=4, d=64, heads=4, seq=32)", "[8, 32, 64]", "float32"),
+}
+KERAS_CHILD = """
+import sys, tensorflow as tf
+sys.path.insert(0, {root!r})
+from tools.keras_models import plan, residual_cnn, encoder_stack
+specs = (tf.TensorSpec({shape}, tf.{dtype}), tf.TensorSpec([{batch}], tf.int32))
+plan(lambda: {make}, specs, {out!r}, steps=3)
+"""
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def profile_dir(root, name) -> str:
+    """DIR/name, profiled first when it holds no profile."""
+    out = os.path.join(root, name)
+    if os.path.exists(os.path.join(out, "profile.json")):
+        return out
+    if name in KERAS:
+        make, shape, dtype = KERAS[name]
+        code = KERAS_CHILD.format(root=ROOT, shape=shape, dtype=dtype, batch=shape[1:shape.index(",")],
+                                  make=make, out=out)
+        cmd = [sys.executable, "-c", code]
+    else:
+        cmd = [sys.executable, "-m", "pardnn", "profile", name, "--size", "tiny", "--devices", "cpu:1", "-o", out]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode:
+        sys.exit(f"profiling {name} failed:\n{proc.stderr[-3000:]}")
+    return out
+
+
+def measure(graph, k, algorithms):
+    """(bound, {algorithm: least memory fitting}) for cpu:k, no reserve."""
+    from pardnn.hardware import parse_devices
+    from pardnn.pipeline.capacity import count_row
+    from pardnn.repair.least_memory import least_memory
+    from tools.placement_snapshot import one_device_peak
+    peak = one_device_peak(graph)
+    cluster = parse_devices(f"cpu:{k}").with_options(memory=peak, reserve=0.0)
+    bound = least_memory(graph, k)
+    return bound, {a: count_row(graph, cluster, a).least.memory for a in algorithms}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profiles", required=True, metavar="DIR", help="profile dirs (made when missing)")
+    ap.add_argument("--families", default=",".join(FAMILIES))
+    ap.add_argument("--keras", action="store_true", help="also the two Keras models")
+    ap.add_argument("--k", default="2,4,8")
+    ap.add_argument("--algorithms", default="pardnn,etf,topo")
+    ap.add_argument("--csv", metavar="FILE")
+    args = ap.parse_args(argv)
+    print_commit()
+    from pardnn.pipeline.load import load_cost_graph
+    names = [f for f in args.families.split(",") if f] + (list(KERAS) if args.keras else [])
+    algorithms = args.algorithms.split(",")
+    rows, ratios = [], {a: [] for a in algorithms}
+    print("graph nodes K bound binding " + " ".join(f"{a} {a}/bound" for a in algorithms) + " seconds")
+    for name in names:
+        graph, _ = load_cost_graph(profile_dir(args.profiles, name))
+        for k in [int(x) for x in args.k.split(",")]:
+            t0 = time.perf_counter()
+            bound, least = measure(graph, k, algorithms)
+            row = {"graph": name, "nodes": graph.num_nodes, "k": k, "bound_bytes": bound.bytes,
+                   "binding": bound.binding.name}
+            for a in algorithms:
+                row[a] = least[a]
+                ratios[a].append(least[a] / bound.bytes)
+            rows.append(row)
+            print(name, graph.num_nodes, k, bound.bytes, repr(bound.binding.name),
+                  " ".join(f"{least[a]} {least[a] / bound.bytes:.3f}" for a in algorithms),
+                  f"{time.perf_counter() - t0:.1f}", flush=True)
+    for a in algorithms:
+        geo = math.exp(sum(math.log(r) for r in ratios[a]) / len(ratios[a]))
+        print(f"{a}: largest ratio {max(ratios[a]):.3f}, geometric mean {geo:.3f} over {len(ratios[a])} rows")
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            f.write(csv_comment())
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()
