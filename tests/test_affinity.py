@@ -1,12 +1,14 @@
 """Affinity placement (pardnn.placers.step1_phases.affinity) on small hand-made graphs."""
 
 import numpy as np
+import pytest
 
 from pardnn.hardware import parse_devices
 from pardnn.graph.constraints import allowed_devices
 from pardnn.emulator.scheduler import simulate
 from pardnn.graph import CostGraph
-from pardnn.placers.step1_phases.affinity import affinity_candidates
+from pardnn.placers.step1_phases.affinity import (WINDOWS, _queued, _queued_by_numpy,
+                                                  affinity_candidates, affinity_labels)
 from pardnn.emulator.trial import emulate
 from pardnn.placers.step1 import partition
 
@@ -114,3 +116,42 @@ def test_pipeline_candidate_splits_labels_that_run_at_the_same_time():
     assert len(device_of(g, pipeline, ["ma0", "mb0"])) == 2
     assert simulate(g, c, pipeline).makespan < simulate(g, c, together).makespan
     assert partition(g, c, emulate=emulate).makespan_us <= simulate(g, c, pipeline).makespan
+
+
+def test_a_group_with_two_heavy_edges_anchors_a_label():
+    # each layer's variable group {v, r0, r1} sends exactly MIN_HEAVY = 2 heavy weights
+    g, c = two_layers(steps=2), parse_devices("gpu:2")
+    label = affinity_labels(g, c, allowed_devices(g, c))
+    assert label is not None
+    assert label[[g.index()[n] for n in ("va", "ra0", "ra1", "ma0", "ma1")]].tolist() == [0] * 5
+    assert label[[g.index()[n] for n in ("vb", "rb0", "rb1", "mb0", "mb1")]].tolist() == [1] * 5
+
+
+def test_a_node_no_anchor_reaches_gets_label_0():
+    names, comp, group, edges = [], [], [], []
+    for layer in "ab":
+        layer_steps(layer, 2, names, comp, group, edges)
+    names.append("lone")
+    comp.append(1.0)
+    group.append("lone")
+    src, dst, nbytes = zip(*edges)
+    g = CostGraph.build(names=names, comp_us=comp, group=group, edge_src=list(src),
+                        edge_dst=list(dst), edge_bytes=list(nbytes))
+    c = parse_devices("gpu:2")
+    label = affinity_labels(g, c, allowed_devices(g, c))
+    assert label[g.index()["lone"]] == 0 and label[g.index()["vb"]] == 1
+
+
+@pytest.mark.parametrize("per_window", [0.1, 0.3, 3.0, 1e9])
+def test_queue_kernel_is_its_numpy_definition(per_window):
+    rng = np.random.default_rng(0)
+    work = rng.random((12, WINDOWS)) * (rng.random((12, WINDOWS)) < 0.5)
+    order = rng.permutation(12)
+    got = _queued.interpreted(order, work, 3, per_window)
+    assert got.tolist() == _queued_by_numpy(order, work, 3, per_window).tolist()
+    if per_window == 1e9:        # no backlog anywhere: least work first, as numpy sums it
+        load = np.zeros((3, WINDOWS))
+        for lab in order:
+            d = int(np.argmin(load.sum(axis=1)))
+            assert got[lab] == d
+            load[d] += work[lab]
