@@ -231,7 +231,7 @@ def run_mutants(by_file: dict, tests: list) -> dict:
         # see the mutant without a compilation per mutant
         os.environ.update(PYTHONDONTWRITEBYTECODE="1", NUMBA_CACHE_DIR=str(scratch / ".numba"),
                           NUMBA_DISABLE_JIT="1")
-        args = ["-x", "-q", "-p", "no:cacheprovider"]
+        args = ["-x", "-q", "-p", "no:cacheprovider", "-n", "0"]    # in this process: coverage maps it
         t0 = time.perf_counter()
         rc = run_tests(scratch, args + tests, None, verbose=True, measure=[scratch / p for p in by_file])
         baseline = time.perf_counter() - t0
