@@ -35,34 +35,51 @@ def test_sum_plan_adds_in_numpys_order():
             assert stack == [np.add.reduce(terms)]
 
 
-def expected_first_swap(graph, slices, mapping):
-    """The first candidate with a partner, and its best partner if the swap gains (the
-    rule of the module docstring, costed with the mapping's numpy objects)."""
-    links, work, span = mapping.links, mapping.work, mapping.span
-    level, comp = mapping.level, graph.comp_us
+class Eq42:
+    """Eq. 4.2 costed with the mapping's own numpy objects (the module docstring): the
+    LALB clusters by start level, and the gain of swapping a cluster with a partner."""
 
-    def work_in(x, lo, hi):
-        return sum(comp[n] for n in links.members[x] if lo <= level[n] < hi)
+    def __init__(self, graph, slices, mapping):
+        self.graph, self.mapping = graph, mapping
+        lalb = np.setdiff1d(np.arange(slices.num_primary, slices.num_clusters), mapping.merged)
+        self.lalb = lalb
+        self.by_start = lalb[np.argsort(mapping.level[slices.head[lalb]], kind="stable")]
+        self.starts = np.sort(mapping.level[slices.head[lalb]])
 
-    lalb = np.setdiff1d(np.arange(slices.num_primary, slices.num_clusters), mapping.merged)
-    by_start = lalb[np.argsort(mapping.level[slices.head[lalb]], kind="stable")]
-    starts = np.sort(mapping.level[slices.head[lalb]])
-    for c, b in zip(*_unbalanced(mapping, lalb)):
-        a = links.cdev[c]
-        lo, hi = np.searchsorted(starts, span[c])
-        partners = [p for p in by_start[lo:min(hi, lo + SCAN)]
-                    if links.cdev[p] == b and mapping.weight[p] < mapping.weight[c] and mapping.allowed[p, a]]
+    def _work_in(self, x, lo, hi):
+        level, comp = self.mapping.level, self.graph.comp_us
+        return sum(comp[n] for n in self.mapping.links.members[x] if lo <= level[n] < hi)
+
+    def best(self, c, b, excluded=()):
+        """(gain, partner) of the best swap of cluster c with a lighter cluster on device
+        b starting within its span (at most SCAN), or None when it has no partner."""
+        m = self.mapping
+        links, work, span, a = m.links, m.work, m.span, m.links.cdev[c]
+        lo, hi = np.searchsorted(self.starts, span[c])
+        partners = [p for p in self.by_start[lo:min(hi, lo + SCAN)] if links.cdev[p] == b and p not in excluded
+                    and m.weight[p] < m.weight[c] and m.allowed[p, a]]
         if not partners:
-            continue
+            return None
         load, comm = work.range_sum(*span[c]), links.comm_cost(c)
         gains = []
         for p in partners:
             load2, comm2 = work.range_sum(*span[p]), links.comm_cost(p)
-            before = load[a] - work_in(c, *span[c]) + comm[a] + load2[b] - work_in(p, *span[p]) + comm2[b]
-            after = load[b] - work_in(p, *span[c]) + comm[b] + load2[a] - work_in(c, *span[p]) + comm2[a]
+            before = (load[a] - self._work_in(c, *span[c]) + comm[a]
+                      + load2[b] - self._work_in(p, *span[p]) + comm2[b])
+            after = (load[b] - self._work_in(p, *span[c]) + comm[b]
+                     + load2[a] - self._work_in(c, *span[p]) + comm2[a])
             gains.append((before - after, -p))
         gain, p = max(gains)
-        return c, (-p if gain > 0.0 else None)
+        return gain, -p
+
+
+def expected_first_swap(graph, slices, mapping):
+    """The first candidate with a partner, and its best partner if the swap gains."""
+    eq = Eq42(graph, slices, mapping)
+    for c, b in zip(*_unbalanced(mapping, eq.lalb)):
+        found = eq.best(c, b)
+        if found is not None:
+            return c, (found[1] if found[0] > 0.0 else None)
     return None, None
 
 
@@ -86,41 +103,21 @@ def test_first_decision_is_eq_4_2_with_the_mappings_own_costs(seed):
 
 def expected_swaps(graph, slices, mapping):
     """The whole swap loop of the module docstring, costed with the mapping's numpy
-    objects (updated in place as it swaps): the final device of every cluster."""
-    links, work, span = mapping.links, mapping.work, mapping.span
+    objects (updated in place as it swaps): the number of swaps."""
+    eq, links, work = Eq42(graph, slices, mapping), mapping.links, mapping.work
     level, comp = mapping.level, graph.comp_us
-
-    def work_in(x, lo, hi):
-        return sum(comp[n] for n in links.members[x] if lo <= level[n] < hi)
-
-    lalb = np.setdiff1d(np.arange(slices.num_primary, slices.num_clusters), mapping.merged)
-    by_start = lalb[np.argsort(mapping.level[slices.head[lalb]], kind="stable")]
-    starts = np.sort(mapping.level[slices.head[lalb]])
     swapped = set()
-    for c, b in zip(*_unbalanced(mapping, lalb)):
-        if c in swapped:
+    for c, b in zip(*_unbalanced(mapping, eq.lalb)):
+        found = None if c in swapped else eq.best(c, b, swapped)
+        if found is None or found[0] <= 0.0:
             continue
-        a = links.cdev[c]
-        lo, hi = np.searchsorted(starts, span[c])
-        partners = [p for p in by_start[lo:min(hi, lo + SCAN)] if links.cdev[p] == b and p not in swapped
-                    and mapping.weight[p] < mapping.weight[c] and mapping.allowed[p, a]]
-        if not partners:
-            continue
-        load, comm = work.range_sum(*span[c]), links.comm_cost(c)
-        gains = []
-        for p in partners:
-            load2, comm2 = work.range_sum(*span[p]), links.comm_cost(p)
-            before = load[a] - work_in(c, *span[c]) + comm[a] + load2[b] - work_in(p, *span[p]) + comm2[b]
-            after = load[b] - work_in(p, *span[c]) + comm[b] + load2[a] - work_in(c, *span[p]) + comm2[a]
-            gains.append((before - after, -p))
-        gain, p = max(gains)
-        if gain > 0.0:
-            for x, old, new in ((c, a, b), (-p, b, a)):
-                nodes = links.members[x]
-                work.add(level[nodes], old, -comp[nodes])
-                work.add(level[nodes], new, comp[nodes])
-                links.assign(x, new)
-            swapped |= {c, -p}
+        a, p = links.cdev[c], found[1]
+        for x, old, new in ((c, a, b), (p, b, a)):
+            nodes = links.members[x]
+            work.add(level[nodes], old, -comp[nodes])
+            work.add(level[nodes], new, comp[nodes])
+            links.assign(x, new)
+        swapped |= {c, p}
     return len(swapped) // 2
 
 
