@@ -83,13 +83,22 @@ def expected_first_swap(graph, slices, mapping):
     return None, None
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_first_decision_is_eq_4_2_with_the_mappings_own_costs(seed):
-    g = synth_graph(3000 if seed % 2 else 600, seed=seed, shape="chain" if seed % 3 == 2 else "dag")
+def mapped(seed, large):
+    """(graph, slices, mapping, a function mapping it again) of seed's synthetic graph:
+    `large` nodes on odd seeds, 600 on even ones, over three clusters in turn."""
+    g = synth_graph(large if seed % 2 else 600, seed=seed, shape="chain" if seed % 3 == 2 else "dag")
     cluster = parse_devices(["gpu:4", "dgx1-v100:8", "2xdgx-h100:4"][seed % 3])
     allowed, cost = allowed_devices(g, cluster), mean_edge_costs(g, cluster)
     slices = slice_graph(g, cluster.num_devices, cost, allowed)
-    mapping = map_clusters(g, cluster, slices, cost, allowed)
+
+    def remap():
+        return map_clusters(g, cluster, slices, cost, allowed)
+    return g, slices, remap(), remap
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_first_decision_is_eq_4_2_with_the_mappings_own_costs(seed):
+    g, slices, mapping, _ = mapped(seed, 3000)
     c, partner = expected_first_swap(g, slices, mapping)
     assert c is not None
     before = mapping.links.cdev.copy()
@@ -123,12 +132,8 @@ def expected_swaps(graph, slices, mapping):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_every_swap_is_eq_4_2_with_the_mappings_own_costs(seed):
-    g = synth_graph(1500 if seed % 2 else 600, seed=seed, shape="chain" if seed % 3 == 2 else "dag")
-    cluster = parse_devices(["gpu:4", "dgx1-v100:8", "2xdgx-h100:4"][seed % 3])
-    allowed, cost = allowed_devices(g, cluster), mean_edge_costs(g, cluster)
-    slices = slice_graph(g, cluster.num_devices, cost, allowed)
-    mapping = map_clusters(g, cluster, slices, cost, allowed)
-    reference = map_clusters(g, cluster, slices, cost, allowed)     # its own copy to update
+    g, slices, mapping, remap = mapped(seed, 1500)
+    reference = remap()                                              # its own copy to update
     want = expected_swaps(g, slices, reference)
     assert swap_clusters(g, slices, mapping) == want
     assert mapping.links.cdev.tolist() == reference.links.cdev.tolist()
