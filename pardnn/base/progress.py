@@ -16,3 +16,9 @@ def stage(message: str):
     """Show `message` with a spinner while the body runs."""
     with _console.status(message, spinner="dots"):
         yield
+
+
+def quiet() -> None:
+    """No spinner from here on: for a process working beside one that shows its own
+    (pardnn.pipeline.lanes)."""
+    _console.quiet = True

@@ -24,6 +24,7 @@ from pardnn.emulator.scheduler import simulate
 from pardnn.base.errors import UserError
 from pardnn.graph.node_memory import resident_bytes
 from pardnn.pipeline.judge import Judging, judge
+from pardnn.pipeline.lanes import in_lanes
 from pardnn.pipeline.place import place
 from pardnn.pipeline import choice
 from pardnn.pipeline.portfolio import build, closest_stuck
@@ -100,8 +101,11 @@ def check_groups(graph, cluster, flag="--devices") -> None:
 
 
 def capacity(graph, cluster, counts, algorithm="pardnn") -> list:
-    """A Row per device count in `counts` (each at most the cluster's device count)."""
-    return [count_row(graph, first_devices(cluster, k), algorithm) for k in counts]
+    """A Row per device count in `counts` (each at most the cluster's device count): on
+    large graphs, counts side by side (pardnn.pipeline.lanes), the largest first."""
+    largest_first = sorted(range(len(counts)), key=lambda i: -counts[i])
+    return in_lanes(lambda k: count_row(graph, first_devices(cluster, k), algorithm), list(counts),
+                    graph.num_nodes, largest_first, f"finding the least memory on {len(counts)} device counts")
 
 
 def count_row(graph, cluster, algorithm) -> Row:
