@@ -341,7 +341,7 @@ def random_timelines(rng, rows, n):
 
 def move_args(g, d, tl, times, node_dev, busy, allowed=None, talk=(), resident=0, cap=None, need=(),
               copied=None, rows=(), own_rows=None, gone=None, members=None, tier=None):
-    """move_group's arguments for group g (of 2) leaving device d: its edges `talk`
+    """The arguments of one move (`move_one`) of group g (of 2) leaving device d: its edges `talk`
     (node, cost), need rows (lo, hi, bytes, producer, buffer, ready) and footprint rows
     (i0, i1, bytes, active, next, group), the first `own_rows` of them group g's (all
     by default), the rest the other group's; `members`, its nodes."""
@@ -365,6 +365,21 @@ def move_args(g, d, tl, times, node_dev, busy, allowed=None, talk=(), resident=0
                   np.zeros(k, np.int64) if tier is None else tier))
 
 
+def move_one(run, g, d, allowed, resident, links, timelines, needs, rows, state):
+    """Group g (`allowed`: its devices, `resident`: its bytes held all step) moved off
+    device d by `run` (pardnn.repair.move's `cover`, compiled or interpreted) as a
+    knapsack of one candidate: the device it went to, or -1."""
+    groups = len(state.group_ptr) - 1
+    every, held = np.ones((groups, len(allowed)), bool), np.zeros(groups, np.int64)
+    every[g], held[g] = allowed, resident
+    taken, moves = np.zeros(groups, bool), np.empty((1, 2), np.int64)
+    one = np.zeros(1, np.int64)
+    left, done = run(d, 1, np.array([g]), np.ones(1, np.int64), np.zeros(1), one, one, taken, every, held, moves,
+                     links, timelines, needs, rows, state)
+    assert taken[g] and left == (0 if done else 1) and (not done or moves[0, 0] == g)
+    return int(moves[0, 1]) if done else -1
+
+
 @pytest.mark.parametrize("seed", range(CASES))
 def test_absorbing_a_groups_buffers(seed):
     """pardnn.repair.move's test of a target, compiled and interpreted, against its
@@ -372,7 +387,7 @@ def test_absorbing_a_groups_buffers(seed):
     this round held only until ready, empty intervals dropped), the grid segments of
     each, and no segment the group adds bytes to passing the capacity; and when it
     fits, exactly those bytes added to the target's levels."""
-    from pardnn.repair.move import move_group
+    from pardnn.repair.move import cover
     rng = np.random.default_rng(seed)
     times = np.unique(rng.integers(0, 12 * BLOCK, int(rng.integers(1, 3 * BLOCK))).astype(float))
     n = len(times)
@@ -396,10 +411,10 @@ def test_absorbing_a_groups_buffers(seed):
     levels, added = tl.levels(1), added[:n]
     fits = (levels.max() + resident <= cap[1] or not resident) and not np.any(
         (added > 0) & (levels + added + resident > cap[1]))
-    for run in (move_group.compiled, move_group.interpreted):
+    for run in (cover.compiled, cover.interpreted):
         moved = copy.deepcopy(tl)
         flags = copied.copy()
-        e = run(*move_args(0, 0, moved, times, node_dev.copy(), np.zeros(2), resident=resident, cap=cap,
+        e = move_one(run, *move_args(0, 0, moved, times, node_dev.copy(), np.zeros(2), resident=resident, cap=cap,
                            need=list(zip(lo, hi, nbytes, prod, buf, ready)), copied=flags))
         assert e == (1 if fits else -1)
         assert np.array_equal(moved.levels(1), levels + (added + resident if fits else 0))
@@ -413,7 +428,7 @@ def test_a_move_frees_its_rows_down_their_chains(seed):
     buffer down its chain: the next row becomes active, and is freed at once if its
     group has left already (pardnn.repair.chains); then its nodes and compute time
     go to the target. Compiled and interpreted, against plain arrays."""
-    from pardnn.repair.move import move_group
+    from pardnn.repair.move import cover
     rng = np.random.default_rng(seed)
     n, own, rows = int(rng.integers(1, 3 * BLOCK)), int(rng.integers(0, 6)), int(rng.integers(0, 10))
     total = own + rows
@@ -449,10 +464,10 @@ def test_a_move_frees_its_rows_down_their_chains(seed):
     for r in [r for r in range(own) if flags[r]]:
         for h in freed(r):
             expected[max(i0[h], 0):min(i1[h], n)] -= nbytes[h]
-    for run in (move_group.compiled, move_group.interpreted):
+    for run in (cover.compiled, cover.interpreted):
         moved, state = copy.deepcopy(tl), active.copy()
         node_dev, busy, left = np.array([0, 0, 1]), np.array([3.0, 4.0]), gone.copy()
-        e = run(*move_args(0, 0, moved, np.arange(float(n)), node_dev, busy, rows=list(
+        e = move_one(run, *move_args(0, 0, moved, np.arange(float(n)), node_dev, busy, rows=list(
             zip(i0, i1, nbytes, state, nxt, group)), own_rows=own, gone=left, members=[0, 2]))
         assert e == 1 and left[0] and np.array_equal(moved.levels(0), expected)
         assert np.array_equal(moved.levels(1), tl.levels(1))
@@ -466,7 +481,7 @@ def test_target_preference(seed):
     other than its own, of the fastest tier, then the one it communicates with most
     (summed edge by edge), then the least busy, then the lowest index; compiled and
     interpreted alike. Every third case has devices of two or three tiers."""
-    from pardnn.repair.move import move_group
+    from pardnn.repair.move import cover
     rng = np.random.default_rng(seed)
     k, edges = int(rng.integers(1, 9)), int(rng.integers(0, 12))
     node_dev = rng.integers(0, k, 20)
@@ -482,11 +497,11 @@ def test_target_preference(seed):
     options = np.flatnonzero(allowed & (np.arange(k) != d))
     expected = (options[np.lexsort((options, busy[options], -talk[options], tier[options]))][0]
                 if len(options) else -1)
-    for run in (move_group.compiled, move_group.interpreted):
+    for run in (cover.compiled, cover.interpreted):
         tl = RangeMax(np.zeros((k, 3), np.int64), k, 3)
         args = move_args(0, d, tl, np.arange(3.0), node_dev.copy(), busy.copy(), allowed=allowed,
                          talk=list(zip(nbr, ecost)), members=[], tier=tier)
-        assert run(*args) == expected
+        assert move_one(run, *args) == expected
 
 
 @pytest.mark.parametrize("how", ["resident", "buffer", "fits exactly"])
@@ -494,15 +509,15 @@ def test_a_group_goes_on_to_the_next_device_when_the_first_cannot_take_it(how):
     """The preferred device (the one the group talks to most) is one byte short, by its
     resident state or by a buffer: the group goes to the next one; with the byte to
     spare it goes to the preferred one. Compiled and interpreted alike."""
-    from pardnn.repair.move import move_group
+    from pardnn.repair.move import cover
     n, lo, hi, nbytes = 2 * BLOCK + 5, 3.0, float(BLOCK + 9), 100     # a buffer over two blocks
     resident = 50 if how == "resident" else 0
     cap = 1000 + nbytes + resident - (1 if how == "buffer" else 0)
     levels = np.array([[1000] * n, [1000] * n, [900] * n, [1000] * n])
     if how == "resident":
         levels[1, 2 * BLOCK + 1] = cap - resident + 1      # device 1's peak, outside the buffer
-    for run in (move_group.compiled, move_group.interpreted):
-        e = run(*move_args(0, 0, RangeMax(levels, 4, n), np.arange(float(n)), np.array([1, 1, 2, 0]),
+    for run in (cover.compiled, cover.interpreted):
+        e = move_one(run, *move_args(0, 0, RangeMax(levels, 4, n), np.arange(float(n)), np.array([1, 1, 2, 0]),
                            np.zeros(4), talk=[(0, 3.0), (1, 3.0), (2, 1.0)], resident=resident,
                            cap=np.full(4, cap), need=[(lo, hi, nbytes, -1, 0, hi)], members=[3]))
         assert e == (1 if how == "fits exactly" else 2)
@@ -513,20 +528,20 @@ def test_a_spike_anywhere_in_the_range_stops_the_move(where):
     """A buffer over positions 2..3 * BLOCK + 5 (partial blocks at both ends, whole ones
     between, with random offsets) fits a device whose highest level there is a spike at
     `where` only with the spike plus the buffer within the capacity, to the byte."""
-    from pardnn.repair.move import move_group
+    from pardnn.repair.move import cover
     n = 3 * BLOCK + 9
     rng = np.random.default_rng(where)
     levels = rng.integers(0, 500, (2, n))
     levels[1, where] = 900
     levels[1, n - 1] = 2000                                # a higher peak outside the buffer
-    for run in (move_group.compiled, move_group.interpreted):
+    for run in (cover.compiled, cover.interpreted):
         for cap, fits in ((1000, True), (999, False)):
             tl = RangeMax(levels, 2, n)
             shift = rng.integers(-300, 300, tl.lazy.shape[1])
             tl.lazy[1] += shift
             tl.vals[1] -= np.repeat(shift, BLOCK)
             tl.bmax[1] -= shift
-            e = run(*move_args(0, 0, tl, np.arange(float(n)), np.array([0]), np.zeros(2), cap=np.array([0, cap]),
+            e = move_one(run, *move_args(0, 0, tl, np.arange(float(n)), np.array([0]), np.zeros(2), cap=np.array([0, cap]),
                                need=[(2.0, float(3 * BLOCK + 5), 100, -1, 0, 2.0)], members=[0]))
             assert e == (1 if fits else -1)
 

@@ -79,6 +79,62 @@ def test_two_heaps_match_a_rescan_per_pop(reached):
     reached(cases(), check, 80)
 
 
+
+def kernel_pops(run, cost, pot, overflow, movable):
+    """The groups `cover` (compiled or interpreted) moves, in order, as it pops a
+    knapsack of one-node groups j (move cost cost[j], potential pot[j]) off device 0 of
+    two: the groups not `movable` are pinned there, so their pops move nothing."""
+    from pardnn.repair.knapsack import orders
+    from pardnn.repair.move import Needs, Neighbours, Round, Rows, Timelines
+    c = len(cost)
+    none, empty, cut = np.zeros(c + 1, np.int64), np.zeros(0, np.int64), np.zeros(0)
+    tl = RangeMax(np.zeros((2, 1), np.int64), 2, 1)
+    allowed = np.ones((c, 2), bool)
+    allowed[:, 1] = movable
+    taken, moves = np.zeros(c, bool), np.empty((c, 2), np.int64)
+    cost, pot = np.asarray(cost, float), np.asarray(pot, np.int64)
+    left, done = run(0, overflow, np.arange(c), pot, cost, *orders(cost, pot), taken, allowed, np.zeros(c, np.int64),
+                     moves, Neighbours(none, empty, cut, np.zeros(c)), Timelines(tl.vals, tl.lazy, tl.bmax, 1, BLOCK, cut),
+                     Needs(none, cut, cut, empty, empty, empty, cut), Rows(none, empty, empty, empty, empty.astype(bool),
+                                                                           empty, empty),
+                     Round(np.zeros(c, np.int64), np.zeros(2), np.array([10**9, 10**9]), np.zeros((2, 1), bool),
+                           np.zeros(c, bool), np.arange(c + 1), np.arange(c), np.zeros(2, np.int64)))
+    assert np.all(moves[:done, 1] == 1) and left == overflow - pot[moves[:done, 0]].sum()
+    return moves[:done, 0].tolist(), np.flatnonzero(taken).tolist()
+
+
+def test_the_repair_kernel_pops_as_the_two_heaps_do(reached):
+    """pardnn.repair.move's `cover`, compiled and interpreted, pops the candidates
+    TwoHeaps pops, and moves those it can (a pinned one covers nothing); reached when
+    it moves at least two (a choice after a choice)."""
+    from pardnn.repair.move import cover
+
+    def check(case):
+        pairs, overflow = case
+        cost, pot, movable = ([p[i] for p in pairs] for i in range(3))
+        heaps, popped, moved, left = TwoHeaps(cost, pot), [], [], overflow
+        while left > 0:
+            j = heaps.pop(left)
+            if j < 0:
+                break
+            popped.append(j)
+            if movable[j]:
+                moved.append(j)
+                left -= pot[j]
+        for run in (cover.compiled, cover.interpreted):
+            assert kernel_pops(run, cost, pot, overflow, movable) == (moved, sorted(popped))
+        return len(moved) >= 2
+
+    @st.composite
+    def cases(draw):
+        """As for the two heaps' test, one candidate in five pinned."""
+        pairs = draw(st.lists(st.tuples(st.integers(0, 9), st.integers(1, 60), st.integers(0, 4).map(bool)),
+                              min_size=2, max_size=40))
+        low = max(p for _, p, _ in pairs) + 1 if draw(st.integers(0, 3)) else 1
+        return pairs, draw(st.integers(low, sum(p for _, p, _ in pairs) + 60))
+
+    reached(cases(), check, 80)
+
 def test_rangemax_matches_a_plain_array(reached):
     """Each row's levels and the first position of its highest level, as a plain array
     gives them; reached when that position lies past the first block, so that the

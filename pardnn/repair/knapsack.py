@@ -16,6 +16,11 @@ in decreasing order of potential and never leave it early: O(log C) per pop, the
 thesis' logarithmic pick. (The extracted Eq. 4.4 reads "sum a_j x_j <= O"; a
 min-knapsack that must cover the overflow needs ">=", which the text around it
 describes and which we solve.)
+
+A repair round pops thousands of candidates per knapsack, each followed by a move,
+so it pops and moves in one kernel (pardnn.repair.move's `cover`, on the `orders`
+below, with its covering heap in two arrays); `TwoHeaps` is the rule written plainly,
+with heapq, and tests/test_repair_parts.py checks that the kernel pops as it does.
 """
 
 from __future__ import annotations
@@ -25,15 +30,21 @@ import heapq
 import numpy as np
 
 
+def orders(cost, pot) -> tuple:
+    """(by_ratio, by_pot): candidates j (move cost `cost[j]`, potential `pot[j]` > 0)
+    by cost per byte freed, and by potential, most first; ties by index."""
+    cost, pot = np.asarray(cost, float), np.asarray(pot, np.int64)
+    idx = np.arange(len(cost))
+    return np.lexsort((idx, cost / pot)), np.lexsort((idx, -pot))
+
+
 class TwoHeaps:
     """Candidates j with move cost `cost[j]` and potential `pot[j]` > 0, popped greedily."""
 
     def __init__(self, cost, pot):
         self.cost = np.asarray(cost, float)
         pot = np.asarray(pot, np.int64)
-        idx = np.arange(len(self.cost))
-        self.by_ratio = np.lexsort((idx, self.cost / pot))
-        self.by_pot = np.lexsort((idx, -pot))
+        self.by_ratio, self.by_pot = orders(self.cost, pot)
         self.neg_pot = -pot[self.by_pot]            # ascending
         self.left = np.ones(len(self.cost), bool)
         self.covers = []            # heap of (cost, j) over candidates with pot >= overflow

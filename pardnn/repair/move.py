@@ -1,7 +1,9 @@
-"""Moving one colocation group off an overflowing device in a repair round (thesis
-§4.1.2: a node moves "only to a device whose emulated memory can absorb it"): choose
-where it goes, and update the round's memory timelines for the move. Done for every
-move of a round, tens of thousands per round, so a kernel (pardnn.base.compiled).
+"""Moving colocation groups off an overflowing device in a repair round (thesis
+§4.1.2: a node moves "only to a device whose emulated memory can absorb it"): pop the
+knapsack's candidates (pardnn.repair.knapsack), choose where each goes, and update the
+round's memory timelines for the move. Done for every move of a round, tens of
+thousands per round, so one kernel per knapsack (pardnn.base.compiled): a call into
+numba per move cost as much as the move.
 
 Where it goes (pardnn.repair.repair_round's module docstring): the first device, in
 order of preference, that absorbs it. The order: the devices the group's pins allow,
@@ -99,11 +101,17 @@ class Round(NamedTuple):
 
 
 @kernel
-def move_group(g, d, allowed, resident, links, timelines, needs, rows, state):
-    """Move group g (`resident` bytes held all step; `allowed`: its devices) off device
-    d to the first device that absorbs it (see the module docstring), updating the
-    Timelines, the Round's `copied`, `gone`, `busy` and `node_dev`, and the Rows'
-    `active`; the device it went to, or -1 (nothing changed) when none can take it."""
+def cover(d, overflow, cand, pot, cost, by_ratio, by_pot, taken, allowed, resident, moves,
+          links, timelines, needs, rows, state):
+    """One knapsack of device d's overflow (pardnn.repair.knapsack's rule, as its
+    TwoHeaps pops): candidates j, groups `cand[j]` freeing `pot[j]` bytes at move cost
+    `cost[j]`, in the two orders `by_ratio` and `by_pot` (knapsack.orders), popped
+    until `overflow` bytes are covered or none is left. Each popped group is marked in
+    `taken` and moved off d to the first device that absorbs it (module docstring;
+    `allowed`: devices per group, `resident`: bytes per group held all step), updating
+    the Timelines, the Round's `copied`, `gone`, `busy` and `node_dev`, and the Rows'
+    `active`; a group no device can take changes nothing else. (overflow left, moves):
+    the first `moves` rows of `moves` are each move's (group, device), in order."""
     ptr, nbr, ecost, comp = links
     vals, lazy, bmax, n, block, times = timelines
     need_ptr, need_lo, need_hi, need_bytes, need_prod, need_buf, need_ready = needs
@@ -145,7 +153,7 @@ def move_group(g, d, allowed, resident, links, timelines, needs, rows, state):
                 a = mid + 1
         return a
 
-    def preference():
+    def preference(g):
         """(options, count): the devices g may go to, best first."""
         talk = np.zeros(k)
         for i in range(ptr[g], ptr[g + 1]):
@@ -153,7 +161,7 @@ def move_group(g, d, allowed, resident, links, timelines, needs, rows, state):
         options = np.empty(k, np.int64)
         m = 0
         for e in range(k):
-            if allowed[e] and e != d:
+            if allowed[g, e] and e != d:
                 j = m                               # insertion by (tier, -talk, busy, index)
                 while j > 0 and (tier[e] < tier[options[j - 1]] or (tier[e] == tier[options[j - 1]] and (
                         talk[e] > talk[options[j - 1]]
@@ -164,7 +172,7 @@ def move_group(g, d, allowed, resident, links, timelines, needs, rows, state):
                 m += 1
         return options, m
 
-    def buffers_on(e):
+    def buffers_on(g, e):
         """(rows, j0, j1): the need rows g would add on device e (offsets from its first)
         and the grid segments each covers."""
         lo_g, count = need_ptr[g], need_ptr[g + 1] - need_ptr[g]
@@ -180,7 +188,7 @@ def move_group(g, d, allowed, resident, links, timelines, needs, rows, state):
             j1[s] = max(first_at_or_after(end[rows[s]], False), j0[s] + 1)
         return rows, j0, j1
 
-    def absorbs(e, rows, j0, j1):
+    def absorbs(g, e, rows, j0, j1):
         """Whether device e stays within its capacity on every segment g adds bytes to."""
         cuts = np.unique(np.concatenate((j0, j1)))
         step = np.zeros(cuts.shape[0], np.int64)
@@ -191,11 +199,11 @@ def move_group(g, d, allowed, resident, links, timelines, needs, rows, state):
         for i in range(cuts.shape[0] - 1):
             level += step[i]
             a, b = max(cuts[i], 0), min(cuts[i + 1], n)
-            if level > 0 and a < b and row_max(e, a, b) + level + resident > cap[e]:
+            if level > 0 and a < b and row_max(e, a, b) + level + resident[g] > cap[e]:
                 return False
         return True
 
-    def move(e, rows, j0, j1):
+    def move(g, e, rows, j0, j1):
         """g's move from d to e, on the timelines and the round's state."""
         gone[g] = True
         for r in range(row_ptr[g], row_ptr[g + 1]):
@@ -214,20 +222,84 @@ def move_group(g, d, allowed, resident, links, timelines, needs, rows, state):
             add(e, j0[s], j1[s], need_bytes[r])
             if need_prod[r] >= 0:
                 copied[e, need_buf[r]] = True
-        add(d, 0, n, -resident)
-        add(e, 0, n, resident)
+        add(d, 0, n, -resident[g])
+        add(e, 0, n, resident[g])
         busy[d] -= comp[g]
         busy[e] += comp[g]
         for i in range(group_ptr[g], group_ptr[g + 1]):
             node_dev[group_nodes[i]] = e
 
-    options, m = preference()
-    for o in range(m):
-        e = options[o]
-        if resident and row_max(e, 0, n) + resident > cap[e]:
-            continue
-        rows, j0, j1 = buffers_on(e)
-        if absorbs(e, rows, j0, j1):
-            move(e, rows, j0, j1)
-            return e
-    return -1
+    def move_group(g):
+        """Move group g off d to the first device that absorbs it: that device, or -1."""
+        options, m = preference(g)
+        for o in range(m):
+            e = options[o]
+            if resident[g] and row_max(e, 0, n) + resident[g] > cap[e]:
+                continue
+            rows, j0, j1 = buffers_on(g, e)
+            if absorbs(g, e, rows, j0, j1):
+                move(g, e, rows, j0, j1)
+                return e
+        return -1
+
+    size = cand.shape[0]
+    left = np.ones(size, np.bool_)
+    heap_cost, heap_j = np.empty(size), np.empty(size, np.int64)   # the covering heap, by (cost, j)
+
+    def before(a, b):
+        """Whether heap entry a comes out before entry b."""
+        return heap_cost[a] < heap_cost[b] or (heap_cost[a] == heap_cost[b] and heap_j[a] < heap_j[b])
+
+    def swap(a, b):
+        heap_cost[a], heap_cost[b] = heap_cost[b], heap_cost[a]
+        heap_j[a], heap_j[b] = heap_j[b], heap_j[a]
+
+    def push(count, j):
+        """Add candidate j to the covering heap of `count` entries; the new count."""
+        heap_cost[count], heap_j[count] = cost[j], j
+        a = count
+        while a > 0 and before(a, (a - 1) // 2):
+            swap(a, (a - 1) // 2)
+            a = (a - 1) // 2
+        return count + 1
+
+    def pop_top(count):
+        """Drop the covering heap's top; the new count."""
+        count -= 1
+        heap_cost[0], heap_j[0] = heap_cost[count], heap_j[count]
+        a = 0
+        while True:
+            least, c = a, 2 * a + 1
+            if c < count and before(c, least):
+                least = c
+            if c + 1 < count and before(c + 1, least):
+                least = c + 1
+            if least == a:
+                return count
+            swap(a, least)
+            a = least
+
+    head = joined = covering = done = 0
+    while overflow > 0:
+        while head < size and not left[by_ratio[head]]:
+            head += 1
+        if head == size:
+            break
+        while joined < size and pot[by_pot[joined]] >= overflow:    # they now cover it: join
+            if left[by_pot[joined]]:
+                covering = push(covering, by_pot[joined])
+            joined += 1
+        while covering > 0 and not left[heap_j[0]]:
+            covering = pop_top(covering)
+        best = by_ratio[head]
+        if covering > 0 and heap_cost[0] <= cost[best]:
+            best = heap_j[0]
+        left[best] = False
+        g = cand[best]
+        taken[g] = True
+        e = move_group(g)
+        if e >= 0:
+            moves[done, 0], moves[done, 1] = g, e
+            done += 1
+            overflow -= pot[best]
+    return overflow, done

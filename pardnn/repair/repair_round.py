@@ -41,8 +41,8 @@ import numpy as np
 
 from pardnn.base.compiled import INTERPRETED_BELOW
 from pardnn.repair.footprint import Footprints, distinct, sum_by_key
-from pardnn.repair.knapsack import TwoHeaps
-from pardnn.repair.move import Needs, Neighbours, Round, Rows, Timelines, move_group
+from pardnn.repair.knapsack import orders
+from pardnn.repair.move import Needs, Neighbours, Round, Rows, Timelines, cover
 from pardnn.repair.rangemax import BLOCK, RangeMax
 
 
@@ -60,7 +60,7 @@ class RepairRound:
         self.group_dev = self.node_dev[graph.group_nodes[graph.group_ptr[:-1]]]
         self.cost = links.move_cost(self.group_dev, self.node_dev)
         self.times, at = _grid(profile.times)
-        self.move_group = move_group.for_size(graph.num_nodes)
+        self.cover = cover.for_size(graph.num_nodes)
         self.fp = Footprints(graph, profile, self.k, self.times, profile.peak_bytes > self.cap, links.reads)
         n = len(self.times)
         self.tl = _timelines(profile, at, n, graph.num_nodes)
@@ -102,20 +102,14 @@ class RepairRound:
         return moved
 
     def _knapsack(self, d, cand, pot, overflow):
-        """Pop candidates off the two heaps and move them until `overflow` is covered;
-        (overflow left, whether anything moved)."""
-        heaps = TwoHeaps(self.cost[cand], pot)
-        moved = False
-        while overflow > 0:
-            j = heaps.pop(overflow)
-            if j < 0:
-                break
-            g = int(cand[j])
-            self.taken[g] = True
-            if self._move(g, d):
-                overflow -= int(pot[j])
-                moved = True
-        return overflow, moved
+        """Pop candidates off the two heaps and move them until `overflow` is covered
+        (pardnn.repair.move's `cover`); (overflow left, whether anything moved)."""
+        moves = np.empty((len(cand), 2), np.int64)
+        cand, pot = np.asarray(cand, np.int64), np.asarray(pot, np.int64)
+        left, done = self.cover(d, int(overflow), cand, pot, self.cost[cand].astype(float), *orders(self.cost[cand], pot),
+                                self.taken, self.allowed, self.links.resident, moves, *self.kernel_args)
+        self.moves.extend(map(tuple, moves[:done].tolist()))
+        return int(left), done > 0
 
     def _potentials(self, i, rows, resident):
         """(groups, bytes) that leaving the device would free at segment i."""
@@ -158,18 +152,9 @@ class RepairRound:
         cand, pot = sum_by_key(np.array(groups, np.int64), np.array(credit, np.int64))
         return cand[pot > 0], pot[pot > 0]
 
-    def _move(self, g, d) -> bool:
-        """Move group g off device d to the best device that can absorb it
-        (pardnn.repair.move)."""
-        e = self.move_group(g, d, self.allowed[g], int(self.links.resident[g]), *self.kernel_args)
-        if e < 0:
-            return False
-        self.moves.append((g, int(e)))
-        return True
-
 
 def _kernel_args(round_, graph, links) -> tuple:
-    """move_group's arrays, by name (pardnn.repair.move): the same arrays the round
+    """cover's arrays, by name (pardnn.repair.move): the same arrays the round
     edits, so the kernel's edits are the round's."""
     fp, tl = round_.fp, round_.tl
     return (Neighbours(links.ptr, links.nbr, links.ecost, links.comp),
