@@ -14,6 +14,8 @@ memory: `pardnn run DIR/kN` trains it), all or nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import time
 
 import numpy as np
@@ -23,7 +25,7 @@ from pardnn.commands.place import placed_inputs
 from pardnn.base.errors import UserError
 from pardnn.io.outputs import OutputDir, check_output_dir
 from pardnn.base.jsonfile import write_json
-from pardnn.pipeline.capacity import capacity, check_devices, check_groups, first_devices
+from pardnn.pipeline.capacity import check_devices, check_groups, count_rows, first_devices
 from pardnn.pipeline.load import load_cost_graph
 from pardnn.pipeline.place_dir import write_placed_files
 from pardnn.placers import registry as algorithms
@@ -76,12 +78,17 @@ def run(args):
     check_groups(graph, cluster, "--memory" if args.memory is not None else "--devices")
     if args.memory is not None:     # a placement on fewer devices is one on more: the largest count binds
         refuse_below_least_memory(graph, first_devices(cluster, counts[-1]), args)
-    rows = capacity(graph, cluster, counts, args.algorithm)
-    doc = document(args, graph, cluster, rows, time.perf_counter() - t0)
-    print_table(doc)
+    with OutputDir(args.out) if args.out is not None else contextlib.nullcontext() as out:
+        # each count's placed dir is written where and as soon as its row is found
+        write = None if out is None else functools.partial(write_count, args, graph, info, out)
+        found = count_rows(graph, cluster, counts, args.algorithm, write)
+        rows = [row for row, _ in found]
+        doc = document(args, graph, cluster, rows, time.perf_counter() - t0)
+        print_table(doc)
+        if out is not None:
+            with stage(f"writing {args.out}"):
+                write_outputs(out, found, doc)
     if args.out is not None:
-        with stage(f"writing {args.out}"):
-            write_outputs(args, graph, info, rows, doc)
         print(f"  wrote {args.out}")
     return 0
 
@@ -122,25 +129,35 @@ def print_table(doc) -> None:
           f"{doc['memories_tried']} memories tried, {doc['placements']} placements, {doc['seconds']:.1f} s")
 
 
-def write_outputs(args, graph, info, rows, doc) -> None:
-    """capacity.json, capacity.png and a placed dir kN/ per count (with inputs.json,
-    for `pardnn explain`, when a --devices spec names the count's devices)."""
+def write_count(args, graph, info, out, row) -> list:
+    """Count `row`'s placed dir kN/ in the OutputDir `out` (with inputs.json, for
+    `pardnn explain`, when a --devices spec names the count's devices): the
+    placement at the cluster's memory when it fits there, else the one at the least
+    memory. The names written, for `out` to adopt (this may run in a lane's process)."""
+    first = len(out.names)
+    fit = row.at_memory or row.least
+    prefix = f"k{row.devices}/"
+    cluster = fit.placement.cluster
+    write_placed_files(out, graph, info, fit.placement, cluster, args.algorithm, args.devices, prefix=prefix,
+                       views=False)
+    spec = count_spec(args, cluster, fit.memory)
+    if spec is not None:
+        write_json(placed_inputs(args, spec, str(fit.memory)), out.temp(prefix + "inputs.json"))
+    write_json(fit.report.to_json(), out.temp(prefix + "report.json"))
+    return out.names[first:]
+
+
+def write_outputs(out, found, doc) -> None:
+    """capacity.json and capacity.png in the OutputDir `out`, beside the placed dirs
+    `write_count` wrote (`found`: (row, the names it wrote) per count)."""
     from pardnn.io.capacity_plot import plot_capacity
-    with OutputDir(args.out) as out:
-        for row, entry in zip(rows, doc["rows"]):
-            fit = row.at_memory or row.least
-            prefix = f"k{row.devices}/"
-            cluster = fit.placement.cluster
-            write_placed_files(out, graph, info, fit.placement, cluster, args.algorithm, args.devices, prefix=prefix,
-                               views=False)
-            spec = count_spec(args, cluster, fit.memory)
-            if spec is not None:
-                write_json(placed_inputs(args, spec, str(fit.memory)), out.temp(prefix + "inputs.json"))
-            write_json(fit.report.to_json(), out.temp(prefix + "report.json"))
-            out.mark(prefix)
-            entry["placement"] = {"dir": f"k{row.devices}", "memory_bytes": fit.memory}
-        write_json(doc, out.temp("capacity.json"))
-        plot_capacity(doc, out.temp("capacity.png"))
+    for (row, names), entry in zip(found, doc["rows"]):
+        fit = row.at_memory or row.least
+        out.adopt(names)
+        out.mark(f"k{row.devices}/")
+        entry["placement"] = {"dir": f"k{row.devices}", "memory_bytes": fit.memory}
+    write_json(doc, out.temp("capacity.json"))
+    plot_capacity(doc, out.temp("capacity.png"))
 
 
 def count_spec(args, cluster, memory):

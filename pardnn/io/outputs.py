@@ -81,6 +81,12 @@ class OutputDir:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         return path
 
+    def adopt(self, names) -> None:
+        """Count files written to `temp(name)` paths by another process (one that
+        forked from this one, whose own record of them stays there) as written."""
+        known = set(self.names)
+        self.names.extend(name for name in names if name not in known)
+
     def mark(self, folder) -> None:
         """Make subfolder `folder` (a path ending in /) an output folder of its own: a
         manifest of the files written under it so far, so that commands reading a

@@ -23,11 +23,11 @@ from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
 from pardnn.base.errors import UserError
 from pardnn.graph.node_memory import resident_bytes
-from pardnn.pipeline.judge import Judging, judge
+from pardnn.pipeline.judge import Judging, fits_with_search, judge
 from pardnn.pipeline.lanes import in_lanes
 from pardnn.pipeline.place import place
 from pardnn.pipeline import choice
-from pardnn.pipeline.portfolio import build, closest_stuck
+from pardnn.pipeline.portfolio import build, closest_stuck, judge_all
 from pardnn.placers import registry
 from pardnn.base.progress import stage
 from pardnn.repair.least_memory import least_memory
@@ -36,6 +36,7 @@ from pardnn.base.units import format_size
 
 TOLERANCE = 0.01        # the bisection stops when its bracket is within this share of its top,
 NEAR_BOUND = 0.02       # or its top within this share of the bound
+ENDGAME = 3             # within this many TOLERANCEs, the next memory is one whose outcome may end it
 
 
 @dataclass
@@ -101,11 +102,21 @@ def check_groups(graph, cluster, flag="--devices") -> None:
 
 
 def capacity(graph, cluster, counts, algorithm="pardnn") -> list:
-    """A Row per device count in `counts` (each at most the cluster's device count): on
-    large graphs, counts side by side (pardnn.pipeline.lanes), the largest first."""
+    """A Row per device count in `counts` (each at most the cluster's device count)."""
+    return [row for row, _ in count_rows(graph, cluster, counts, algorithm)]
+
+
+def count_rows(graph, cluster, counts, algorithm="pardnn", then=None) -> list:
+    """(Row, then(row)) per device count in `counts`: on large graphs, counts side by
+    side (pardnn.pipeline.lanes), the largest first. `then(row)` (None: nothing) runs
+    where and as soon as the row is found (`pardnn capacity -o` writes its placed dir
+    there, while other rows are still being found)."""
+    def row_then(k):
+        row = count_row(graph, first_devices(cluster, k), algorithm)
+        return row, None if then is None else then(row)
     largest_first = sorted(range(len(counts)), key=lambda i: -counts[i])
-    return in_lanes(lambda k: count_row(graph, first_devices(cluster, k), algorithm), list(counts),
-                    graph.num_nodes, largest_first, f"finding the least memory on {len(counts)} device counts")
+    return in_lanes(row_then, list(counts), graph.num_nodes, largest_first,
+                    f"finding the least memory on {len(counts)} device counts")
 
 
 def count_row(graph, cluster, algorithm) -> Row:
@@ -118,11 +129,12 @@ def count_row(graph, cluster, algorithm) -> Row:
     feasible = Feasibility(graph, cluster, algorithm)
     placed = [0]
 
-    def full(m):
+    def full(m, judged=None):
         placed[0] += 1
         with stage(f"placing on {k} devices with {format_size(m)} each"):
             try:
-                placement, report = place(graph, cluster.with_options(memory=m), algorithm)
+                at = cluster.with_options(memory=m) if judged is None else judged.cluster
+                placement, report = place(graph, at, algorithm, judged=judged)
             except UserError:
                 return None
         return Fit(m, placement, report)
@@ -131,10 +143,13 @@ def count_row(graph, cluster, algorithm) -> Row:
         least = full(_memory(_one_device_peak(graph, cluster), reserve))
         return Row(k, bound, least, full(memory) if memory >= least.memory else None, placed[0], 0)
     low = _memory(bound.bytes, reserve)             # nothing fits below it
+    feasible.complete_at_most = _near(low)
     at_memory = full(memory) if memory >= low else None
     top = _fitting_top(graph, cluster, at_memory, low, feasible)
     least_memory_found = _bisect(low, top, feasible.fits)
-    least = at_memory if at_memory is not None and least_memory_found == memory else full(least_memory_found)
+    judged = feasible.judged if feasible.judged is not None and feasible.judged_memory == least_memory_found else None
+    least = (at_memory if at_memory is not None and least_memory_found == memory else
+             full(least_memory_found, judged))
     if least is None:
         raise RuntimeError(f"{algorithm} found a fit at {format_size(least_memory_found)} on {k} devices "
                            f"and then did not place there")
@@ -150,30 +165,64 @@ class Feasibility:
     Refinement within memory keeps a fit, so it is left out; so are the EXTRA
     candidates that `pardnn place` tries on large graphs (choice.EXTRAS_MAX_NODES nodes
     or more) only when none fits (each a long repair that rarely fits there): a fit
-    found here is one `pardnn place` finds too. Placers that read no memory (registry.Placer.reads_memory) are built
-    once; the candidate that fitted last is tried first."""
+    found here is one `pardnn place` finds too.
+
+    Above `complete_at_most` bytes the first candidate that fits ends the check:
+    placers that read no memory (registry.Placer.reads_memory) are built once, the
+    candidate that fitted last is tried first, and those that did not fit at a larger
+    memory last (the order changes only the work, not the answer). At or below it (the bisection stops at
+    the first fit there) every candidate is built and judged as `pardnn place` judges
+    them (portfolio.judge_all, in worker processes on large graphs), and when one fits
+    they are kept (`judged`, at `judged_memory`): the placement there takes them as
+    they are."""
 
     def __init__(self, graph, cluster, algorithm):
-        self.graph, self.cluster = graph, cluster
+        self.graph, self.cluster, self.algorithm = graph, cluster, algorithm
         roles = choice.roles(algorithm, graph, cluster)
         self.names = [n for n in roles.order if n == roles.first or n in roles.beside]
         self.built, self.last, self.checks = {}, None, 0
+        self.failed = {}            # name -> the most memory at which its repair did not fit
+        self.complete_at_most = -1
+        self.judged = self.judged_memory = None
 
     def fits(self, memory) -> bool:
         self.checks += 1
         cluster = self.cluster.with_options(memory=memory)
         with stage(f"trying {format_size(memory)} per device on {cluster.num_devices} devices"):
+            if memory <= self.complete_at_most:
+                return self._all_fit(memory, cluster)
             judging, errors = Judging(self.graph, cluster), {}
-            for name in sorted(self.names, key=lambda n: n != self.last):
+            for name in sorted(self.names, key=lambda n: (n != self.last, self.failed.get(n, -1) > memory)):
                 errors[name] = self._error(name, cluster, judging)
                 if errors[name] is None:
                     self.last = name
                     return True
-            searching = Judging(self.graph, cluster, search=True)
-            for name in closest_stuck({n: errors[n] for n in self.names}):
-                if self._error(name, cluster, searching) is None:
-                    self.last = name
-                    return True
+                self.failed[name] = max(self.failed.get(name, -1), memory)
+            return self._searched(cluster, {n: errors[n] for n in self.names}, self.built.get)
+
+    def _all_fit(self, memory, cluster) -> bool:
+        """`fits` with every candidate judged, kept when one fits."""
+        judged = judge_all(self.graph, cluster, self.algorithm)
+        fitting = [name for name, c in judged.candidates.items() if c.judged is not None]
+        if fitting:
+            self.judged, self.judged_memory, self.last = judged, memory, fitting[0]
+            return True
+        return self._searched(cluster, {n: c.error for n, c in judged.candidates.items()},
+                              lambda name: judged.candidates[name].device)
+
+    def _searched(self, cluster, errors, device) -> bool:
+        """`fits` when no candidate fits without the repair's local search: the two
+        whose repair came closest (portfolio.closest_stuck, from `errors`: name -> the
+        repair's error), each searched from where its rounds stopped (judge.fits_with_search;
+        `device(name)`: its placement, or None to build it again)."""
+        searching = Judging(self.graph, cluster, search=True)
+        for name in closest_stuck(errors):
+            placed = None if errors[name].start is not None else device(name)
+            if placed is None and errors[name].start is None:
+                placed = build(self.graph, cluster, name)
+            if fits_with_search(searching, errors[name], placed):
+                self.last = name
+                return True
         return False
 
     def _error(self, name, cluster, judging):
@@ -207,17 +256,27 @@ def _fitting_top(graph, cluster, at_memory, low, feasible) -> int:
 def _bisect(low, top, fits) -> int:
     """The least memory found to fit between `low` (the bound: nothing fits below it)
     and `top` (fits), bisecting until the bracket is within TOLERANCE of its top, or
-    the top within NEAR_BOUND of the bound (no placement can do much better). From the
-    top down: a memory that fits is quick to show (the first candidate tried fits), one
-    that does not takes every candidate's repair."""
-    lo, best = low - 1, top
-    while best - lo > max(1, math.floor(TOLERANCE * best)) and best > (1 + NEAR_BOUND) * low:
+    the top within NEAR_BOUND of the bound (`_near`: no placement can do much better).
+    From the top down: a memory that fits is quick to show (the first candidate tried
+    fits), one that does not takes every candidate's repair. So once the bracket is
+    within ENDGAME times TOLERANCE of its top, the next memory is not the midpoint but
+    the higher of the top less TOLERANCE (its failure ends the search) and `_near`
+    (its fit ends it): the last steps fail at most once."""
+    lo, best, near = low - 1, top, _near(low)
+    while best - lo > max(1, math.floor(TOLERANCE * best)) and best > near:
         mid = (lo + best) // 2
+        if best - lo < ENDGAME * TOLERANCE * best:
+            mid = max(best - max(1, math.floor(TOLERANCE * best)), near)
         if fits(mid):
             best = mid
         else:
             lo = mid
     return best
+
+
+def _near(low) -> int:
+    """The most memory within NEAR_BOUND of the bound `low`: a fit there ends the search."""
+    return math.floor((1 + NEAR_BOUND) * low)
 
 
 def _memory(capacity, reserve) -> int:

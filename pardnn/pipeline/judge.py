@@ -16,7 +16,9 @@ import numpy as np
 
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
+from pardnn.base.errors import UserError
 from pardnn.graph import NORMAL, REFERENCE, RESIDUAL
+from pardnn.repair import local_search
 from pardnn.repair.overflow_repair import OverflowRepair, RepairSetup
 
 
@@ -77,6 +79,23 @@ def judge(graph, cluster, device, schedule=None, judging=None) -> Judged:
         rounds += 1
     moved = np.zeros(graph.num_nodes, bool) if repair is None else repair.moved[graph.group]
     return Judged(device, moved, before, schedule, profile, rounds)
+
+
+def fits_with_search(judging, stuck, device=None) -> bool:
+    """Whether the placement whose repair at judging's cluster stopped with `stuck`
+    (overflow_repair.Stuck) fits when the repair may end with its local search
+    (`judging`, a Judging with search): its rounds are those that stopped, so the
+    search starts where they did when `stuck` says where; else `device`, the
+    placement, is judged again."""
+    graph, cluster = judging.graph, judging.cluster
+    if stuck.start is not None:
+        return local_search.descend(graph, cluster, stuck.start, judging.setup().allowed,
+                                    lambda trial: _emulate(graph, cluster, trial)) is not None
+    try:
+        judge(graph, cluster, device, judging=judging)
+    except UserError:
+        return False
+    return True
 
 
 def with_memory(graph, cluster, judged) -> Judged:

@@ -31,12 +31,13 @@ class Placed:
     seconds: float              # placement_seconds
 
 
-def run_placement(graph, cluster, algorithm="pardnn", budget_s=None) -> Placed:
+def run_placement(graph, cluster, algorithm="pardnn", budget_s=None, judged=None) -> Placed:
     """Run `algorithm` on graph and cluster. `budget_s` caps the portfolio's work after
-    its first candidate (None: no cap)."""
+    its first candidate (None: no cap). `judged`: its candidates built and judged at
+    this cluster already (portfolio.judge_all), the same placement sooner."""
     start = time.perf_counter()
     timings = {}
-    chosen = choose(graph, cluster, algorithm, timings, budget_s)
+    chosen = choose(graph, cluster, algorithm, timings, budget_s, judged)
     _check_rules(graph, cluster, chosen.raw, f"candidate {chosen.winner!r} of {algorithm!r}")
     kept = chosen.judged
     _check_rules(graph, cluster, kept.device, "the memory repair")
@@ -45,9 +46,9 @@ def run_placement(graph, cluster, algorithm="pardnn", budget_s=None) -> Placed:
     return Placed(placement, chosen, time.perf_counter() - start)
 
 
-def place(graph, cluster, algorithm="pardnn", budget_s=None) -> tuple[Placement, Report]:
+def place(graph, cluster, algorithm="pardnn", budget_s=None, judged=None) -> tuple[Placement, Report]:
     """(Placement, Report): `run_placement` and the report of what it placed."""
-    placed = run_placement(graph, cluster, algorithm, budget_s)
+    placed = run_placement(graph, cluster, algorithm, budget_s, judged)
     return placed.placement, placement_report(graph, placed)
 
 

@@ -95,14 +95,47 @@ def build(graph, cluster, name, timings=None) -> np.ndarray:
     return np.asarray(registry.run(name, graph, cluster, timings, **lent), np.int32)
 
 
-def choose(graph, cluster, algorithm, timings=None, budget_s=None) -> Chosen:
-    """Build and judge `algorithm`'s candidates; refine the finalists; keep the faster."""
-    timings = {} if timings is None else timings
+@dataclass
+class Judgements:
+    """The candidates `choose` builds from the start (choice.roles: the first and those
+    beside it), built and judged at one cluster by `judge_all`: `choose` at that same
+    cluster object takes them as they are instead of building them again
+    (`pardnn capacity` checks a memory with them, then places there: pardnn.pipeline.capacity)."""
+
+    cluster: object
+    candidates: dict             # name -> Candidate
+    step1_output: str | None
+    timings: dict                # the first candidate's stages, as `choose` records them
+
+
+def judge_all(graph, cluster, algorithm) -> Judgements:
+    """`algorithm`'s candidates built and judged as `choose` builds and judges them
+    (the first here, the others in worker processes on large graphs), and no more."""
     roles = choice.roles(algorithm, graph, cluster)
-    judging = Judging(graph, cluster)
+    judging, timings = Judging(graph, cluster), {}
     with workers(judging, roles.beside, _build_and_judge, _refine_in_worker) as pool:
         pending = {name: pool.submit(name) for name in roles.beside}
         results, step1_output = _first(judging, roles.first, timings, alone=len(roles.order) == 1)
+        results.update(_collect_beside(_Run(judging, pool, math.inf, timings), roles, results, pending))
+    return Judgements(cluster, {name: results[name] for name in roles.order if name in results}, step1_output,
+                      timings)
+
+
+def choose(graph, cluster, algorithm, timings=None, budget_s=None, judged=None) -> Chosen:
+    """Build and judge `algorithm`'s candidates; refine the finalists; keep the faster.
+    `judged`: Judgements of this cluster (`judge_all`), taken instead of building them."""
+    timings = {} if timings is None else timings
+    roles = choice.roles(algorithm, graph, cluster)
+    judging = Judging(graph, cluster)
+    if judged is not None and judged.cluster is not cluster:
+        raise ValueError("choose: the Judgements given were made at another cluster")
+    with workers(judging, roles.beside, _build_and_judge, _refine_in_worker) as pool:
+        if judged is None:
+            pending = {name: pool.submit(name) for name in roles.beside}
+            results, step1_output = _first(judging, roles.first, timings, alone=len(roles.order) == 1)
+        else:
+            pending, results, step1_output = {}, dict(judged.candidates), judged.step1_output
+            timings.update(judged.timings)
         deadline = math.inf if budget_s is None else time.perf_counter() + budget_s    # (after Step 1)
         run = _Run(judging, pool, deadline, timings)
         early, bound = _refine_early(run, results, pending, roles.order)
@@ -112,25 +145,32 @@ def choose(graph, cluster, algorithm, timings=None, budget_s=None) -> Chosen:
 
 
 def _collect_all(run, roles, results, pending) -> dict:
-    """Every candidate besides the first: those no worker has started yet built here
-    (the quick ones, last in `beside`), the rest collected from the workers, and, when
-    none fits, the EXTRA ones not built yet."""
-    found = {}
-    for name in reversed(roles.beside):
-        if run.pool.claim(name):
-            found[name] = _collect(_inline(run.judging).submit(name), run.deadline)
-    found.update({name: _collect(pending[name], run.deadline) for name in roles.order
-                  if name in pending and name not in results and name not in found})
+    """Every candidate besides the first (`_collect_beside`), and, when none fits, the
+    EXTRA ones not built yet."""
+    found = _collect_beside(run, roles, results, pending)
     if all(r.judged is None for r in {**results, **found}.values()):      # nothing fits yet: the rest
         inline = _inline(run.judging)
         found.update({name: _collect(inline.submit(name), run.deadline)
                       for name in roles.extra if name not in results and name not in found})
     if all(r.judged is None for r in {**results, **found}.values()):      # still nothing: search
-        found.update(_searched(run.judging, {**results, **found}))
+        found.update(searched(run.judging, {**results, **found}))
     return found
 
 
-def _searched(judging, results) -> dict:
+def _collect_beside(run, roles, results, pending) -> dict:
+    """The candidates beside the first not in `results`: those no worker has started
+    yet built here (the quick ones, last in `beside`), the rest collected from the
+    workers."""
+    found = {}
+    for name in reversed(roles.beside):
+        if name not in results and run.pool.claim(name):
+            found[name] = _collect(_inline(run.judging).submit(name), run.deadline)
+    found.update({name: _collect(pending[name], run.deadline) for name in roles.order
+                  if name in pending and name not in results and name not in found})
+    return found
+
+
+def searched(judging, results) -> dict:
     """What the portfolio tries last, when no candidate fits without it: the SEARCHED
     candidates whose repair stopped the fewest bytes over capacity (the earlier on ties)
     judged again with the repair's local search (docs/repair.md), until one fits."""

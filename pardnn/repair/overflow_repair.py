@@ -52,11 +52,15 @@ class RepairSetup:
 class Stuck(UserError):
     """The repair found no placement that fits: `overflow`, the bytes over capacity where
     the greedy rounds stopped (how close this start came), for choosing where a local
-    search is worth its work."""
+    search is worth its work; `start`, the groups' devices there (int per group) when
+    a repair without the local search stopped and the complete search left it open:
+    a repair with it makes the same rounds and searches from there (None otherwise,
+    and once sent between processes)."""
 
-    def __init__(self, message, overflow):
+    def __init__(self, message, overflow, start=None):
         super().__init__(message)
         self.overflow = int(overflow)
+        self.start = start
 
     def __reduce__(self):
         """Pickled with its overflow: a worker process sends it back to the portfolio
@@ -101,7 +105,8 @@ class OverflowRepair:
             if fit is None and not found.complete and self.search:
                 fit = local_search.descend(graph, self.cluster, group_dev, self.allowed, self.emulate)
             if fit is None:
-                raise Stuck(_message(graph, self.cluster, *step.stuck[0], search=found), step.stuck[0][2])
+                start = group_dev if not found.complete and not self.search else None
+                raise Stuck(_message(graph, self.cluster, *step.stuck[0], search=found), step.stuck[0][2], start)
             self.moved |= fit != group_dev
             group_dev = fit
         return group_dev[graph.group].astype(np.int32)
