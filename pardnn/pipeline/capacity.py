@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -169,8 +170,8 @@ class Feasibility:
 
     Above `complete_at_most` bytes the first candidate that fits ends the check:
     placers that read no memory (registry.Placer.reads_memory) are built once, the
-    candidate that fitted last is tried first, and those that did not fit at a larger
-    memory last (the order changes only the work, not the answer). At or below it (the bisection stops at
+    candidate that fitted last is tried first (`_rank`: the order changes only the
+    work, not the answer). At or below it (the bisection stops at
     the first fit there) every candidate is built and judged as `pardnn place` judges
     them (portfolio.judge_all, in worker processes on large graphs), and when one fits
     they are kept (`judged`, at `judged_memory`): the placement there takes them as
@@ -192,13 +193,27 @@ class Feasibility:
             if memory <= self.complete_at_most:
                 return self._all_fit(memory, cluster)
             judging, errors = Judging(self.graph, cluster), {}
-            for name in sorted(self.names, key=lambda n: (n != self.last, self.failed.get(n, -1) > memory)):
+            for name in self.names:
+                if not registry.PLACERS[name].reads_memory:
+                    self._built(name, cluster)
+            for name in sorted(self.names, key=lambda n: self._rank(n, memory, cluster)):
                 errors[name] = self._error(name, cluster, judging)
                 if errors[name] is None:
                     self.last = name
                     return True
                 self.failed[name] = max(self.failed.get(name, -1), memory)
-            return self._searched(cluster, {n: errors[n] for n in self.names}, self.built.get)
+            return self._searched(cluster, {n: errors[n] for n in self.names},
+                                  lambda n: self.built[n].device if n in self.built else None)
+
+    def _rank(self, name, memory, cluster) -> tuple:
+        """Where candidate `name` comes in a first-fit check at `memory` (the earlier,
+        the likelier to fit): the one that fitted last; then those that did not fail
+        at a larger memory before those that did; among them, those built already
+        (placers that read no memory, built once), the least over capacity before any
+        repair first (the repair has the least to move); the rest as listed."""
+        built = self.built.get(name)
+        over = 0 if built is None else int(np.maximum(built.peaks - cluster.capacity, 0).sum())
+        return name != self.last, self.failed.get(name, -1) > memory, built is None, over
 
     def _all_fit(self, memory, cluster) -> bool:
         """`fits` with every candidate judged, kept when one fits."""
@@ -225,18 +240,35 @@ class Feasibility:
                 return True
         return False
 
+    def _built(self, name, cluster):
+        """Candidate `name` built at `cluster`; for a placer that reads no memory, once
+        (kept in `built`), with its emulated step and peaks, which hold at any memory."""
+        if name in self.built:
+            return self.built[name]
+        device = build(self.graph, cluster, name)
+        if registry.PLACERS[name].reads_memory:
+            return _Built(device, None, None)
+        schedule = simulate(self.graph, cluster, device)
+        self.built[name] = _Built(device, schedule, track_memory(self.graph, cluster, device, schedule).peak_bytes)
+        return self.built[name]
+
     def _error(self, name, cluster, judging):
         """None when candidate `name` fits after its repair, else the repair's error."""
-        device = self.built.get(name)
-        if device is None:
-            device = build(self.graph, cluster, name)
-            if not registry.PLACERS[name].reads_memory:
-                self.built[name] = device
+        built = self._built(name, cluster)
         try:
-            judge(self.graph, cluster, device, judging=judging)
+            judge(self.graph, cluster, built.device, built.schedule, judging=judging)
         except UserError as exc:
             return exc
         return None
+
+
+class _Built(NamedTuple):
+    """A candidate built for a Feasibility check: its placement, and for a placer that
+    reads no memory its emulated step and peaks (the same at any memory), else None."""
+
+    device: np.ndarray
+    schedule: object
+    peaks: np.ndarray
 
 
 def _fitting_top(graph, cluster, at_memory, low, feasible) -> int:

@@ -90,9 +90,40 @@ class _Run:
 
 def build(graph, cluster, name, timings=None) -> np.ndarray:
     """Placer `name`'s placement (int32 per node), lending it the emulator when it
-    judges its own trials (registry.Placer.emulates)."""
+    judges its own trials (registry.Placer.emulates); made once per graph and devices,
+    whatever their memory, for a placer that reads no memory (`_once`)."""
     lent = {"emulate": emulate} if registry.PLACERS[name].emulates else {}
-    return np.asarray(registry.run(name, graph, cluster, timings, **lent), np.int32)
+
+    def made(spent):
+        return np.asarray(registry.run(name, graph, cluster, spent, **lent), np.int32)
+    if registry.PLACERS[name].reads_memory:
+        return made(timings)
+    if name == "step1" and cluster.uniform:     # (registry.run gives partition's device)
+        return _partition(graph, cluster, timings).device.copy()
+    return _once(graph, cluster, ("placement", name), timings, made).copy()
+
+
+def _partition(graph, cluster, timings):
+    """pardnn.placers.step1.partition, made once per graph and devices (`_once`)."""
+    return _once(graph, cluster, "step1 partition", timings,
+                 lambda spent: step1.partition(graph, cluster, spent, emulate=emulate))
+
+
+def _once(graph, cluster, what, timings, make):
+    """make(timings), made once per graph and `what` on devices like `cluster`'s whatever
+    their memory and reserve (the graph's memo): for a placer that reads no memory
+    (registry.Placer.reads_memory), whose placement is the same at any memory, and which
+    `pardnn capacity` asks for at many. The stage timings it recorded when made go into
+    `timings` each time."""
+    def made():
+        spent = {}
+        return make(spent), spent
+    key = (what, tuple(replace(d, memory=0) for d in cluster.devices), cluster.latency_us.tobytes(),
+           cluster.bandwidth.tobytes(), cluster.hosts, cluster.preset)
+    value, spent = graph.memoized(key, made)
+    if timings is not None:
+        timings.update(spent)
+    return value
 
 
 @dataclass
@@ -202,7 +233,7 @@ def _first(judging, name, timings, alone=False):
     graph, cluster = judging.graph, judging.cluster
     if name != "step1" or not cluster.uniform:  # devices with rates: on the fastest ones (registry.run)
         return {name: _build_and_judge(judging, name, timings, keep_profile=alone)}, None
-    first = step1.partition(graph, cluster, timings, emulate=emulate)
+    first = _partition(graph, cluster, timings)
     output = "one-device" if first.one_device else "affinity" if first.affinity else "thesis"
     return {name: _judge_candidate(judging, first.device, 0.0, first.schedule, keep_profile=alone)}, output
 
