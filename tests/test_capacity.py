@@ -3,6 +3,7 @@ memory per device count against the exhaustive optimum on small graphs, what it
 writes, that it is deterministic, and its one-line refusals."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -77,7 +78,7 @@ def write_graph(tmp_path, graph):
     return str(path)
 
 
-def test_capacity_writes_the_table_json_plot_and_a_placement_per_count(tmp_path, capsys):
+def test_capacity_writes_the_table_json_plot_and_a_placement_per_count(tmp_path, capsys, monkeypatch):
     g = synth_graph(80, seed=2, shape="chain")
     path, out = write_graph(tmp_path, g), tmp_path / "cap"
     one = parse_devices("cpu:1").with_options(memory=2**50)
@@ -106,10 +107,17 @@ def test_capacity_writes_the_table_json_plot_and_a_placement_per_count(tmp_path,
             assert r["placement"]["memory_bytes"] == int(memory)
             assert r["speedup_at_memory"] == pytest.approx(doc["single_device_us"] / r["step_us_at_memory"])
     assert doc["rows"][0]["fits_at_memory"] is False and doc["fewest_devices"] == first
-    # the same again: the same answer (seconds aside)
+    manifests = {p.relative_to(out): p.read_text() for p in out.rglob(".pardnn-output.json")}
+    # the same again, the counts side by side, each writing its placed dir in its lane:
+    # the same answer and files (seconds aside)
+    from pardnn.pipeline import lanes
+    monkeypatch.setattr(lanes, "PARALLEL_MIN_NODES", 0)
+    monkeypatch.setattr(lanes, "_shares", lambda jobs: [[cpu] for cpu in sorted(os.sched_getaffinity(0))[:1]] * 2)
     assert main(argv) == 0
     again = json.loads((out / "capacity.json").read_text())
     assert [dict(r, seconds=0) for r in again["rows"]] == [dict(r, seconds=0) for r in doc["rows"]]
+    assert {p.relative_to(out): p.read_text() for p in out.rglob(".pardnn-output.json")} == manifests
+    assert len(manifests) == 4
 
 
 def test_capacity_refuses_one_device_a_group_too_large_and_bad_counts(tmp_path, capsys):
@@ -155,3 +163,118 @@ def test_explain_takes_one_device_more_and_fewer_from_capacity_json(tmp_path, ca
             assert row["feasible"] == rows[other]["fits_at_memory"]
             assert row["makespan_us"] == (rows[other]["step_us_at_memory"] if row["feasible"] else None)
     capsys.readouterr()
+
+
+def synth_cases():
+    """Synthetic steps of a few hundred nodes on 2 to 4 CPUs, with memory to spare."""
+    for seed, shape, k in [(3, "dag", 3), (5, "chain", 2), (8, "dag", 4)]:
+        g = synth_graph(150, seed=seed, shape=shape)
+        yield g, parse_devices(f"cpu:{k}").with_options(memory=2**40, reserve=0.1)
+
+
+def test_the_least_memory_is_placed_as_pardnn_place_places_it(monkeypatch):
+    """Each row's placement at its least memory is the one `pardnn place --memory`
+    gives there, whether it took the candidates a check judged there (a check at the
+    near-bound memory or below judges them all) or built them again; both happen."""
+    real, reused = capacity_module.place, []
+    monkeypatch.setattr(capacity_module, "place", lambda graph, cluster, algorithm, judged=None: (
+        reused.append(judged is not None) or real(graph, cluster, algorithm, judged=judged)))
+    for g, cluster in synth_cases():
+        row = capacity(g, cluster, [cluster.num_devices])[0]
+        placement, report = real(g, cluster.with_options(memory=row.least.memory))
+        assert np.array_equal(placement.device, row.least.placement.device)
+        assert report.makespan_us == row.least.report.makespan_us
+        assert report.peak_memory_bytes == row.least.report.peak_memory_bytes
+    assert any(reused) and not all(reused)
+
+
+def test_choose_takes_the_candidates_judge_all_judged():
+    """portfolio.choose given judge_all's Judgements of the same cluster keeps what it
+    keeps without them; given another cluster's, it refuses them."""
+    from pardnn.pipeline.portfolio import choose, judge_all
+    for g, roomy in synth_cases():
+        cluster = roomy.with_options(memory=int(max(evaluate(g, roomy, build(g, roomy, "step1")).peak_memory_bytes)))
+        judged = judge_all(g, cluster, "pardnn")
+        assert list(judged.candidates) == [n for n in registry.candidates("pardnn") if n in judged.candidates]
+        again, fresh = choose(g, cluster, "pardnn", judged=judged), choose(g, cluster, "pardnn")
+        assert again.winner == fresh.winner and np.array_equal(again.judged.device, fresh.judged.device)
+        assert again.judged.schedule.makespan == fresh.judged.schedule.makespan
+        assert again.step1_output == fresh.step1_output
+        with pytest.raises(ValueError, match="another cluster"):
+            choose(g, cluster.with_options(memory=int(cluster.memory.max())), "pardnn", judged=judged)
+
+
+def test_rows_side_by_side_are_the_rows_one_after_another(monkeypatch):
+    """Counts found in lanes (forked processes, pardnn.pipeline.lanes) are those found
+    here one after another, in the order asked, whatever order they ran in."""
+    from pardnn.pipeline import lanes
+    g, cluster = next(synth_cases())
+    alone = capacity(g, cluster, [1, 3])
+    monkeypatch.setattr(lanes, "PARALLEL_MIN_NODES", 0)
+    monkeypatch.setattr(lanes, "_shares", lambda jobs: [[cpu] for cpu in sorted(os.sched_getaffinity(0))[:1]] * 2)
+    side = capacity(g, cluster, [1, 3])
+    assert [r.fields(1.0) for r in side] == [r.fields(1.0) for r in alone]
+    assert all(np.array_equal(a.least.placement.device, b.least.placement.device) for a, b in zip(side, alone))
+
+
+def test_a_lane_raises_what_its_job_raised(monkeypatch):
+    from pardnn.base.errors import UserError
+    from pardnn.pipeline import lanes
+    monkeypatch.setattr(lanes, "_shares", lambda jobs: [[cpu] for cpu in sorted(os.sched_getaffinity(0))[:1]] * 2)
+
+    def job(x):
+        if x == 3:
+            raise UserError("--counts: three")
+        return x * x
+    assert lanes.in_lanes(job, [1, 2, 4, 5], nodes=10**6, first=[3, 2, 1, 0]) == [1, 4, 16, 25]
+    with pytest.raises(UserError, match="--counts: three"):
+        lanes.in_lanes(job, [1, 2, 3, 4], nodes=10**6)
+
+
+@pytest.mark.parametrize("threshold", [1.0, 1.003, 1.012, 1.025, 1.05, 1.3, 2.9])
+def test_the_search_ends_within_the_tolerance_failing_once_at_the_end(threshold):
+    """_bisect on a memory that fits from `threshold` times the bound up: the answer
+    fits, lies within TOLERANCE of a memory that did not (or NEAR_BOUND of the bound),
+    and once the bracket is within ENDGAME TOLERANCEs at most one memory fails."""
+    tol, low, top = capacity_module.TOLERANCE, 10**9, 3 * 10**9
+    tried, state = [], {"lo": low - 1, "best": top, "late_failures": 0}
+
+    def fits(m):
+        tried.append(m)
+        ok = m >= threshold * low
+        late = state["best"] - state["lo"] < capacity_module.ENDGAME * tol * state["best"]
+        state["late_failures"] += late and not ok
+        state["best" if ok else "lo"] = m
+        return ok
+    best = capacity_module._bisect(low, top, fits)
+    assert best >= threshold * low and len(set(tried)) == len(tried)
+    assert best <= max(capacity_module._near(low), state["lo"] + max(1, int(tol * best)))
+    assert state["late_failures"] <= 1
+    if threshold <= 1 + capacity_module.NEAR_BOUND / 2:      # the first fit at the near-bound memory or below ends it
+        assert best <= capacity_module._near(low) and tried[-1] == best
+        assert all(m > capacity_module._near(low) for m in tried[:-1])
+
+
+def test_the_order_of_a_check_changes_its_work_not_its_answer():
+    """A Feasibility that has checked larger memories (the last fit first, the least
+    over capacity next) answers as a fresh one does at each memory."""
+    g, cluster = next(synth_cases())
+    peak = max(evaluate(g, cluster, build(g, cluster, "step1")).peak_memory_bytes)
+    seen = Feasibility(g, cluster, "pardnn")
+    for share in (1.0, 0.8, 0.6, 0.5, 0.45, 0.4, 0.35):
+        memory = int(peak * share / 0.9)
+        assert seen.fits(memory) == Feasibility(g, cluster, "pardnn").fits(memory), share
+
+
+def test_memory_blind_placements_are_made_once_per_devices(monkeypatch):
+    """portfolio.build makes a placer that reads no memory once per graph and devices
+    (whatever their memory), and a memory-aware one every time."""
+    made = []
+    real = registry.run
+    monkeypatch.setattr(registry, "run", lambda name, *a, **k: made.append(name) or real(name, *a, **k))
+    g = synth_graph(200, seed=4, shape="dag")
+    for memory in (2**40, 2**30, 2**40):
+        for name in ("heft", "metis", "etf"):
+            build(g, parse_devices("cpu:3").with_options(memory=memory), name)
+        build(g, parse_devices("cpu:2").with_options(memory=memory), "heft")
+    assert made.count("heft") == 2 and made.count("metis") == 1 and made.count("etf") == 3

@@ -157,3 +157,22 @@ def test_an_output_folder_with_a_long_name_is_replaced_again(chain_json, tmp_pat
     out = tmp_path / ("a" * 240)
     assert place(chain_json, out) == 0 and place(chain_json, out) == 0
     assert listing(tmp_path) == ["a" * 240, "g.json"]
+
+
+def test_files_another_process_wrote_are_adopted_once(tmp_path):
+    """Files a forked process wrote to temp() paths count once adopted (its own record
+    of them stayed there); names this process wrote already are not listed twice."""
+    import os
+    out = tmp_path / "out"
+    with OutputDir(out) as o:
+        open(o.temp("k1/a.txt"), "w").write("here")
+        pid = os.fork()
+        if pid == 0:                                    # the other process: writes, records, exits
+            open(o.temp("k2/b.txt"), "w").write("there")
+            os._exit(0)
+        os.waitpid(pid, 0)
+        o.adopt(["k2/b.txt", "k1/a.txt"])
+        o.mark("k2/")
+    assert json.loads((out / MANIFEST).read_text()) == {"files": ["k1/a.txt", "k2/.pardnn-output.json", "k2/b.txt"]}
+    assert json.loads((out / "k2" / MANIFEST).read_text()) == {"files": ["b.txt"]}
+    assert (out / "k2" / "b.txt").read_text() == "there"

@@ -340,6 +340,27 @@ def test_without_the_complete_search_the_local_search_finds_the_fit(monkeypatch)
     assert max(report.peak_memory_bytes) <= 191 and report.feasible
 
 
+def test_the_search_resumes_where_the_greedy_rounds_stopped(monkeypatch):
+    """A repair without the local search that gets stuck says where (Stuck.start);
+    judge.fits_with_search searches from there, as a repair with the search would,
+    or, told nowhere (a Stuck sent between processes), judges the placement again."""
+    import pickle
+    from pardnn.pipeline.judge import fits_with_search
+    from pardnn.repair.overflow_repair import Stuck
+    g, c = exact_fit_case()
+    monkeypatch.setattr(exhaustive, "MAX_PLACEMENTS", 0)         # as for a large graph
+    with pytest.raises(Stuck) as stuck:
+        judge(g, c, np.zeros(6, np.int32))
+    assert stuck.value.start is not None
+    sent = pickle.loads(pickle.dumps(stuck.value))
+    assert sent.start is None and sent.overflow == stuck.value.overflow
+    searching = Judging(g, c, search=True)
+    assert fits_with_search(searching, stuck.value) and fits_with_search(searching, sent, np.zeros(6, np.int32))
+    monkeypatch.setattr(local_search, "WORK_LIMIT", 0)           # the search stops at once: neither fits
+    assert not fits_with_search(searching, stuck.value)
+    assert not fits_with_search(searching, sent, np.zeros(6, np.int32))
+
+
 def test_without_either_search_the_error_says_found_none_and_gives_the_bound(monkeypatch):
     g, c = exact_fit_case()
     monkeypatch.setattr(exhaustive, "MAX_PLACEMENTS", 0)         # as for a large graph
