@@ -1,13 +1,15 @@
-"""The gap in the summary, and the helpers of tools/gap_table.py and
-tools/planned_order.py, on hand-made inputs."""
+"""The gap in the summary, and the helpers of tools/gap_table.py,
+tools/planned_order.py and tools/bench_sum_order.py, on hand-made inputs."""
 
 import io
 
 import numpy as np
 
 from tools.gap_table import COLUMNS, best_candidate, render, with_best_of
+from tools.bench_sum_order import with_sum_order
 from tools.planned_order import planned_us, with_device_order
 
+from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
 from pardnn.graph import CostGraph
 from pardnn.hardware import parse_devices
@@ -65,3 +67,45 @@ def test_a_planned_order_makes_the_emulator_run_the_later_ready_op_first():
     ordered, renumbered = with_device_order(g, device, start)
     assert ordered.num_edges == g.num_edges + 2         # a -> b (already there) and b -> c
     assert planned_us(g, c, device, start) == 12
+
+
+def _two_weights_through_time(steps=3):
+    """Backward through time (d2 -> d1 -> d0, 10 us each) making, at each step, a
+    100-byte gradient for each of two weights (1 us each), summed per weight at the
+    end: FIFO runs every gradient when its d is ready, so all six pile up."""
+    names, ops, comp, out, src, dst, size, slot = [], [], [], [], [], [], [], []
+
+    def node(name, op, us, nbytes):
+        names.append(name), ops.append(op), comp.append(us), out.append(nbytes)
+
+    def edge(a, b, nbytes, k):
+        src.append(a), dst.append(b), size.append(nbytes), slot.append(k)
+    for t in reversed(range(steps)):
+        node(f"d{t}", "MatMul", 10, 4)
+        if t < steps - 1:
+            edge(f"d{t + 1}", f"d{t}", 4, 0)
+        for w in "ab":
+            node(f"g{w}{t}", "MatMul", 1, 100)
+            edge(f"d{t}", f"g{w}{t}", 4, 0)
+    for w in "ab":
+        node(f"sum_{w}", "AddN", 1, 100)
+        for t in range(steps):
+            edge(f"g{w}{t}", f"sum_{w}", 100, t)
+    return CostGraph.build(names=names, ops=ops, comp_us=comp, out_bytes=out, edge_src=src,
+                           edge_dst=dst, edge_bytes=size, edge_slot=slot)
+
+
+def test_the_sum_order_runs_one_weights_gradients_after_the_others_sum():
+    g = _two_weights_through_time()
+    one = parse_devices("cpu:1")
+    device = np.zeros(g.num_nodes, np.int32)
+
+    def peak(graph):
+        return int(track_memory(graph, one, device, simulate(graph, one, device)).peak_bytes[0])
+    ordered, added = with_sum_order(g, inputs=3)
+    assert added == 3 and ordered.num_edges == g.num_edges + 3    # sum_a -> gb0, gb1, gb2
+    index = ordered.index()
+    assert all(index["sum_a"] in ordered.predecessors(index[f"gb{t}"]).tolist() for t in range(3))
+    assert peak(g) >= 600                        # six gradients alive before either sum
+    assert peak(ordered) < 500                   # three, their sum, then the other three
+    assert with_sum_order(g, inputs=4)[1] == 0   # no sum has four inputs

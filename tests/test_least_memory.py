@@ -194,7 +194,8 @@ def test_the_exhaustive_packing_tries_every_assignment_of_the_groups():
     # every pair has a transient of 5: 10 + 10 + 5 = 25; on three devices 10 + 5 each
     assert packed_exactly(np.array([10, 10, 10]), np.array([5, 5, 1]), 2) == (25, 3)
     assert packed_exactly(np.array([10, 10, 10]), np.array([5, 5, 1]), 3) == (15, 3)
-    assert packed_exactly(np.array([10] * 30), np.array([1] * 30), 4, limit=50) is None
+    # 30 groups, then 15, need more than 50 partial packings; the 7 largest: 10 + 10 + 1
+    assert packed_exactly(np.array([10] * 30), np.array([1] * 30), 4, limit=50) == (21, 7)
     for seed in range(20):
         rng = np.random.default_rng(seed)
         res, extra, k = rng.integers(0, 50, 6), rng.integers(0, 30, 6), int(rng.integers(2, 4))
@@ -202,3 +203,31 @@ def test_the_exhaustive_packing_tries_every_assignment_of_the_groups():
                        + max([extra[g] for g in range(6) if a[g] == d], default=0) for d in range(k))
                    for a in itertools.product(range(k), repeat=6))
         assert packed_exactly(res, extra, k)[0] == best
+
+
+def test_the_exhaustive_packing_packs_the_largest_groups_of_many():
+    from pardnn.repair.least_memory import PACKING_MAX_GROUPS, packed_exactly
+    # three groups of 100 (transient 10) among 70 of 1: whatever the small ones do,
+    # two of the three share a device: 200 + 10. The 64 largest are packed.
+    res = np.array([1] * 67 + [100] * 3)
+    extra = np.array([0] * 67 + [10] * 3)
+    assert PACKING_MAX_GROUPS == 64
+    assert packed_exactly(res, extra, 2) == (210, 64)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_packing_of_fewer_groups_stays_below_the_best_packing_of_all(seed, monkeypatch):
+    import pardnn.repair.least_memory as lm
+    rng = np.random.default_rng(seed)
+    res, extra, k = rng.integers(0, 50, 7), rng.integers(0, 30, 7), int(rng.integers(2, 4))
+
+    def best(groups):
+        return min(max(res[[g for g, on in zip(groups, a) if on == d]].sum()
+                       + max([extra[g] for g, on in zip(groups, a) if on == d], default=0) for d in range(k))
+                   for a in itertools.product(range(k), repeat=len(groups)))
+    monkeypatch.setattr(lm, "PACKING_MAX_GROUPS", 5)
+    found, count = lm.packed_exactly(res, extra, k)
+    top = sorted(range(7), key=lambda g: (-(res[g] + extra[g]), g))[:count]
+    assert count == 5 and found == best(top) <= best(list(range(7)))
+    few = lm.packed_exactly(res, extra, k, limit=3)        # the search stops: fewer groups
+    assert few is None or few[0] <= found

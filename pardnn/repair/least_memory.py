@@ -9,7 +9,8 @@ Two kinds of bound, so that devices of unequal memory are covered too:
   capacity must be at least it: the largest colocation group's resident state; the
   largest op's working set (pardnn.repair.working_sets); the pigeonhole packing of
   the groups with the most resident state (of any j K + 1 of them, some device holds
-  j + 1, with the transient the one updated there needs);
+  j + 1, with the transient the one updated there needs); the best packing of the
+  groups with the most state and transients, every assignment of them tried;
 - *all devices together*: at some instant the devices hold this much between them,
   so the sum of the capacities must be at least it: the total resident state, and the
   resident state plus the tensors alive at once at the start of an op
@@ -33,7 +34,7 @@ from pardnn.base.units import format_size
 
 PIGEONHOLE_WORK = 200_000   # heap operations the pigeonhole packing may take (a few seconds at most)
 PACKING_WORK = 100_000      # partial packings the exhaustive packing may try before it gives up
-PACKING_MAX_GROUPS = 64     # more groups with state or transients: no exhaustive packing
+PACKING_MAX_GROUPS = 64     # groups the exhaustive packing takes, those with the most state and transients
 
 
 @dataclass(frozen=True)
@@ -128,8 +129,8 @@ def _bounds(graph, k) -> LeastMemory:
     packed = pigeonhole(res, group_extra, k)
     if exact is not None and (packed is None or exact[0] > packed[0]):
         bounds.append(Bound("groups packed", exact[0], True,
-                            f"the best packing of the {exact[1]} colocation groups with state or transients, "
-                            f"every one tried"))
+                            f"the best packing of the {exact[1]} colocation groups with the most state and "
+                            f"transients, every one tried"))
     elif packed is not None:
         bounds.append(Bound("groups packed", packed[0], True,
                             f"{packed[1]} of the {packed[2]} largest colocation groups on one device"))
@@ -185,18 +186,36 @@ def _least_set(res, extra, size) -> int:
 
 
 def packed_exactly(res, extra, k, limit=PACKING_WORK):
-    """(bytes, groups) of the least, over every assignment of the groups to k devices,
+    """(bytes, groups) of the least, over every assignment of some groups to k devices,
     of the largest res(S) + max extra(S) over the devices (each device's groups S), or
-    None when the search needs more than `limit` partial assignments or there are more
-    than PACKING_MAX_GROUPS groups. Depth-first,
-    largest groups first; devices are interchangeable here, so of the empty ones only
-    the first is tried; a branch stops once its largest need reaches the best found."""
-    some = np.flatnonzero((np.asarray(res) != 0) | (np.asarray(extra) != 0))
-    if len(some) == 0 or k < 1 or len(some) > PACKING_MAX_GROUPS:     # before a Python list of them
+    None. The groups packed are the PACKING_MAX_GROUPS with the most res + extra (ties:
+    lower id), or all of them when fewer have any: every placement of the whole graph
+    places these, so their best packing is a bound too. When the search needs more than
+    `limit` partial assignments, the half of them with the most is packed instead,
+    down to k + 1 groups (None below that: one group per device proves no more than
+    the largest group)."""
+    res, extra = np.asarray(res, np.int64), np.asarray(extra, np.int64)
+    some = np.flatnonzero((res != 0) | (extra != 0))
+    if len(some) == 0 or k < 1:
         return None
-    items = sorted(((int(res[i]), int(extra[i])) for i in some), key=lambda x: (-(x[0] + x[1]), x))
-    if len(items) <= k:
-        return max(r + e for r, e in items), len(items)
+    some = some[np.lexsort((some, -(res[some] + extra[some])))]
+    if len(some) <= k:
+        return int((res[some] + extra[some]).max()), len(some)
+    count = min(len(some), PACKING_MAX_GROUPS)
+    while count > k:
+        items = [(int(res[i]), int(extra[i])) for i in some[:count]]
+        found = _best_packing(sorted(items, key=lambda x: (-(x[0] + x[1]), x)), k, limit)
+        if found is not None:
+            return found, count
+        count //= 2
+    return None
+
+
+def _best_packing(items, k, limit):
+    """The least largest need over every assignment of `items` ((res, extra), largest
+    first) to k devices, or None when the search needs more than `limit` partial
+    assignments. Depth-first; devices are interchangeable here, so of the empty ones
+    only the first is tried; a branch stops once its largest need reaches the best found."""
     held, peak = [0] * k, [0] * k
     best = [_greedy_packing(items, k)]
     work = [0]
@@ -227,7 +246,7 @@ def packed_exactly(res, extra, k, limit=PACKING_WORK):
                 return False
         return True
 
-    return (best[0], len(items)) if descend(0, 0) else None
+    return best[0] if descend(0, 0) else None
 
 
 def _greedy_packing(items, k) -> int:
