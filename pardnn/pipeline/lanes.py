@@ -22,7 +22,7 @@ import multiprocessing
 import os
 from multiprocessing.connection import wait
 
-from pardnn.base import progress
+from pardnn.base.progress import quiet, stage
 from pardnn.pipeline.workers import PARALLEL_MIN_NODES
 
 
@@ -41,7 +41,7 @@ def in_lanes(job, items, nodes, first=None, message="working") -> list:
     shares = _shares(len(items))
     if nodes < PARALLEL_MIN_NODES or len(shares) < 2:
         return [job(item) for item in items]
-    with progress.stage(message):
+    with stage(message):
         return _run(job, items, order, shares)
 
 
@@ -86,7 +86,7 @@ def _lane(job, item, share, writer):
     parent's), it sends back (True, answer) or (False, the error raised)."""
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, share)
-    progress.quiet()
+    quiet()
     try:
         message = (True, job(item))
     except BaseException as exc:        # any error goes back to be raised there
