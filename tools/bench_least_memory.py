@@ -17,14 +17,13 @@ ratio and the geometric mean per algorithm; --csv writes the rows under the comm
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import os
 import subprocess
 import sys
 import time
 
-from tools.commit_line import csv_comment, print_commit
+from tools.commit_line import print_commit, write_rows
 
 FAMILIES = ("mlp", "word-rnn", "char-crn", "wrn", "transformer", "e3d")
 KERAS = {
@@ -104,11 +103,7 @@ def main(argv=None):
         geo = math.exp(sum(math.log(r) for r in ratios[a]) / len(ratios[a]))
         print(f"{a}: largest ratio {max(ratios[a]):.3f}, geometric mean {geo:.3f} over {len(ratios[a])} rows")
     if args.csv:
-        with open(args.csv, "w", newline="") as f:
-            f.write(csv_comment())
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        write_rows(args.csv, rows)
 
 
 if __name__ == "__main__":

@@ -26,12 +26,11 @@ Profiles are made in DIR as tools/bench_least_memory.py makes them.
 from __future__ import annotations
 
 import argparse
-import csv
 
 import numpy as np
 
 from tools.bench_least_memory import profile_dir
-from tools.commit_line import csv_comment, print_commit
+from tools.commit_line import print_commit, write_rows
 
 SUMS = ("AddN", "AccumulateNV2")
 
@@ -95,11 +94,7 @@ def main(argv=None):
             print(name, k, bound, fifo, f"{fifo / bound:.3f}", order, f"{order / bound:.3f}",
                   f"{fifo_us:.1f}", f"{order_us:.1f}", added, flush=True)
     if args.csv and rows:
-        with open(args.csv, "w", newline="") as f:
-            f.write(csv_comment())
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        write_rows(args.csv, rows)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The first line every benchmark prints: the git commit it ran on, and whether the
 work tree had uncommitted changes, so each table in docs/ can be traced to its code."""
 
+import csv
 import functools
 import os
 import shlex
@@ -37,3 +38,12 @@ def csv_comment() -> str:
     name = os.path.splitext(script)[0].replace(os.sep, ".")
     argv = ["-m", name, *sys.argv[1:]] if name.startswith("tools.") else [script, *sys.argv[1:]]
     return f"# {commit_line()}: python {' '.join(shlex.quote(a) for a in argv)}\n"
+
+
+def write_rows(path, rows) -> None:
+    """A benchmark's rows (dicts with the same keys) as CSV under its `csv_comment`."""
+    with open(path, "w", newline="") as f:
+        f.write(csv_comment())
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
