@@ -232,9 +232,11 @@ class Feasibility:
         `device(name)`: its placement, or None to build it again)."""
         searching = Judging(self.graph, cluster, search=True)
         for name in closest_stuck(errors):
-            placed = None if errors[name].start is not None else device(name)
-            if placed is None and errors[name].start is None:
-                placed = build(self.graph, cluster, name)
+            placed = None                   # resumed from where the rounds stopped
+            if errors[name].start is None:      # else searched from its placement
+                placed = device(name)
+                if placed is None:
+                    placed = build(self.graph, cluster, name)
             if fits_with_search(searching, errors[name], placed):
                 self.last = name
                 return True
