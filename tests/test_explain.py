@@ -15,7 +15,7 @@ from pardnn.emulator.scheduler import simulate
 from pardnn.explain import explain, what_if
 from pardnn.explain.layers import TOP_LEVEL, find_layers
 from pardnn.explain.memory_at_peak import CATEGORIES
-from pardnn.explain.placed import Placed
+from pardnn.explain.placed import Emulated
 from pardnn.graph import CostGraph, NORMAL, REFERENCE, RESIDUAL
 from pardnn.hardware import parse_devices
 from pardnn.hardware.cluster import Cluster, Device
@@ -24,12 +24,12 @@ from pardnn.pipeline.report import evaluate
 
 
 def placed_of(graph, cluster, device, report=None, profile_json=None):
-    """A Placed of `device`, emulated here, with report.json's emulation fields."""
+    """An Emulated of `device`, run through the emulator here, with report.json's emulation fields."""
     device = np.asarray(device, np.int64)
     schedule = simulate(graph, cluster, device)
     memory = track_memory(graph, cluster, device, schedule)
     report = {**evaluate(graph, cluster, device).to_json(), "algorithm": "test", **(report or {})}
-    return Placed(graph, cluster, device, schedule, memory, report, {}, profile_json)
+    return Emulated(graph, cluster, device, schedule, memory, report, {}, profile_json)
 
 
 def layer_of(layers, graph):

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from pardnn.commands.common import budget_from_args, check_output_files, write_all_or_nothing
 from pardnn.base.errors import UserError
 from pardnn.explain import explain
-from pardnn.explain.placed import Placed, open_placed, placed_cluster, read_inputs
+from pardnn.explain.placed import Emulated, open_placed, placed_cluster, read_inputs
 from pardnn.explain.terminal import print_explanation
 from pardnn.base.jsonfile import write_json
 from pardnn.base.progress import stage
@@ -60,7 +60,7 @@ def run(args):
 def explain_placement(out_dir, graph, info, placement, report, inputs, top=5):
     """`pardnn place --explain`: the explanation of the placement just written to
     `out_dir`, from the emulation its report was made of."""
-    placed = Placed(graph, placement.cluster, placement.device.astype("int64"), placement.schedule,
+    placed = Emulated(graph, placement.cluster, placement.device.astype("int64"), placement.schedule,
                     placement.profile, report, inputs, info.get("profile"))
     with stage("explaining"):
         explanation = explain(placed, top, None, None, _budget(inputs))

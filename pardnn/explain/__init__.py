@@ -21,7 +21,7 @@ FORMAT, VERSION = "pardnn-explanation", 1
 
 
 def explain(placed, top=5, place_again=None, depth=None, budget_s=None) -> dict:
-    """The explanation of `placed` (pardnn.explain.placed.Placed): `top` rows per list,
+    """The explanation of `placed` (pardnn.explain.placed.Emulated): `top` rows per list,
     `place_again` whether the device-count what-ifs may place the graph again (None:
     on graphs of at most what_if.PLACE_AGAIN_MAX_NODES nodes), `depth` a fixed scope
     depth for the layers, `budget_s` the --time-budget those placements get."""

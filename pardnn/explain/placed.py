@@ -33,8 +33,9 @@ CLUSTER_FLAGS = ("devices", "memory", "reserve", "bandwidth", "latency", "host_m
 
 
 @dataclass(frozen=True, eq=False)
-class Placed:
-    """A placement with the emulation report.json was made from."""
+class Emulated:
+    """A place output emulated again: the placement with the emulation report.json was
+    made from (not pardnn.pipeline.place.Placed, what the pipeline returns)."""
 
     graph: object               # pardnn.graph.CostGraph
     cluster: object             # pardnn.hardware.cluster.Cluster (one replica's, with --replicas)
@@ -65,7 +66,7 @@ def read_inputs(folder) -> dict:
     return inputs
 
 
-def open_placed(folder, inputs, cluster, profile=None) -> Placed:
+def open_placed(folder, inputs, cluster, profile=None) -> Emulated:
     """Place output `folder` with its `inputs` (read_inputs) and `cluster` (built from
     them), emulated again from `profile` (default: the one inputs.json names) and
     checked against its report.json (module docstring)."""
@@ -93,7 +94,7 @@ def open_placed(folder, inputs, cluster, profile=None) -> Placed:
     profile_json = info.get("profile")
     if profile_json is None and os.path.isfile(os.path.join(folder, "profile.json")):
         profile_json = read_json(os.path.join(folder, "profile.json"), prefix="PLACED_DIR: ")
-    return Placed(graph, cluster, np.asarray(device, np.int64), schedule, memory, report, inputs,
+    return Emulated(graph, cluster, np.asarray(device, np.int64), schedule, memory, report, inputs,
                   profile_json if isinstance(profile_json, dict) else None, capacity_of(folder))
 
 
