@@ -78,6 +78,21 @@ def test_presets():
     assert parse_devices("3").devices[0].kind == "GPU"
 
 
+def test_a_new_preset_needs_only_its_entry(monkeypatch):
+    """docs/architecture.md "Add a machine or a device kind": one PRESETS entry, and
+    `--devices` accepts it and names it among its choices."""
+    from pardnn.hardware import presets
+
+    monkeypatch.setitem(presets.PRESETS, "dgx-test", presets.Preset(
+        2, lambda k: presets.PRESETS["dgx-h100"].build(k), presets.PRESETS["dgx-h100"].gpu))
+    assert "dgx-test" in presets.preset_names() and parse_devices("dgx-test").num_devices == 2
+    with pytest.raises(UserError, match="dgx-test"):
+        parse_devices("dgx-nope")
+    names = presets.preset_names()
+    assert names[:2] == ["cpu:K", "gpu:K"] and names[-3:] == ["PRESET+host", "NxPRESET", "cluster.json"]
+    assert len(names) == len(presets.PRESETS) + 3
+
+
 def test_capacity_reserve_and_links():
     c = parse_devices("gpu:2").with_options(memory=1000, reserve=0.1, bandwidth=1e3, latency=5)
     assert c.capacity.tolist() == [900, 900]

@@ -47,7 +47,7 @@ KNOWN_KINDS = ("CPU", "GPU", "TPU")
 @dataclass(frozen=True)
 class Device:
     name: str      # full TensorFlow device name
-    kind: str      # "GPU" or "CPU"
+    kind: str      # one of KNOWN_KINDS: "CPU", "GPU" or "TPU"
     memory: int    # bytes
     host: int = 0  # index into Cluster.hosts
     compute_rate: float = 1.0   # compute-bound ops (pardnn.graph.op_rates), relative to the costs' device

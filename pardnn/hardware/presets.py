@@ -98,9 +98,10 @@ def with_host(cluster, preset: Preset, flag: str = "--devices") -> Cluster:
 
 
 def preset_names() -> list:
-    """What `--devices` accepts, for its messages."""
-    return ["cpu:K", "gpu:K", "dgx1-v100", "dgx2", "dgx-a100", "dgx-h100", "PRESET+host", "NxPRESET",
-            "cluster.json"]
+    """What `--devices` accepts, for its messages: the presets of PRESETS (`NAME:K` for
+    those of any size), then the forms that compose them and the cluster file."""
+    return [f"{name}:K" if p.max_devices is None else name for name, p in PRESETS.items()] + [
+        f"PRESET{HOST_SUFFIX}", "NxPRESET", "cluster.json"]
 
 
 def gpu_preset_names() -> list:

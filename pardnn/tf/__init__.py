@@ -1,6 +1,7 @@
 """The TensorFlow side of pardnn: profiling, loading profiles, placed graphs.
 
-This package (and pardnn.models) is the only place TensorFlow is imported.
+TensorFlow is imported here, in the Keras API above it (pardnn.keras) and in the
+model scripts (pardnn.models, pardnn_builtin_models), nowhere else.
 Public API for a user's own TF1-style training script:
 
     pardnn.tf.profile(session, fetches, feed, steps=5, out_dir=...)   profile dir
