@@ -1,69 +1,17 @@
-"""Baseline placers on small hand-made graphs whose right answer is known."""
+"""Baseline placers on small hand-made graphs whose right answer is known. What every
+registered placer keeps (an int device per node, groups whole, pins on their kind, the
+same answer twice, memory or a refusal) is checked over the whole registry in
+tests/test_placer_contract.py."""
 
 import numpy as np
 import pytest
 
-from pardnn.placers import registry as algorithms
 from pardnn.placers import etf, heft, linear, metis_cut, single, topo
-from pardnn.hardware import Cluster, Device, parse_devices
+from pardnn.hardware import parse_devices
 from pardnn.graph.constraints import violations
-from pardnn.graph import REFERENCE, RESIDUAL, CostGraph
+from pardnn.graph import CostGraph
 
-BASELINES = ["single", "topo", "etf", "heft", "linear", "metis"]
-
-
-def mixed_cluster(memory=2**30):
-    """Two GPUs and a CPU, uniform 1 GB/s links with 5 us latency."""
-    devices = (Device("/device:GPU:0", "GPU", memory), Device("/device:GPU:1", "GPU", memory),
-               Device("/device:CPU:0", "CPU", memory))
-    lat = np.full((3, 3), 5.0)
-    bw = np.full((3, 3), 1e3)
-    np.fill_diagonal(lat, 0.0)
-    np.fill_diagonal(bw, np.inf)
-    return Cluster(devices, lat, bw)
-
-
-def training_like():
-    """A small training step: input -> two parallel branches -> loss, one
-    variable group {var, read, apply} spanning the step (contracting it would
-    make a cycle), and a CPU-pinned op whose group also holds its consumer."""
-    names = ["input", "var", "read", "mm", "relu_a", "relu_b", "concat", "loss",
-             "grad", "apply", "log", "log_sink"]
-    comp = [1, 0, 0, 20, 8, 8, 2, 3, 20, 4, 1, 1]
-    edges = [("input", "mm"), ("var", "read"), ("read", "mm"), ("mm", "relu_a"), ("mm", "relu_b"),
-             ("relu_a", "concat"), ("relu_b", "concat"), ("concat", "loss"), ("loss", "grad"),
-             ("read", "grad"), ("grad", "apply"), ("loss", "log"), ("log", "log_sink")]
-    kind = [0] * 12
-    kind[1], kind[2] = RESIDUAL, REFERENCE
-    group = list(range(12))
-    group[2] = group[9] = 1          # read and apply colocate with var
-    group[11] = 10                   # log_sink colocates with log
-    pinned = [""] * 12
-    pinned[10] = "CPU"
-    return CostGraph.build(names=names, comp_us=comp, out_bytes=[1000] * 12,
-                           persist_bytes=[0, 4000] + [0] * 10, kind=kind, group=group, pinned=pinned,
-                           edge_src=[a for a, _ in edges], edge_dst=[b for _, b in edges],
-                           edge_bytes=[1000] * len(edges))
-
-
-@pytest.mark.parametrize("name", BASELINES)
-def test_every_baseline_is_registered_and_keeps_the_rules(name):
-    g, cluster = training_like(), mixed_cluster()
-    device = algorithms.get(name)(g, cluster, {})
-    assert device.dtype == np.int32 and device.shape == (g.num_nodes,)
-    assert violations(g, cluster, device) == []
-    idx = g.index()
-    assert device[idx["read"]] == device[idx["var"]] == device[idx["apply"]]
-    assert device[idx["log"]] == device[idx["log_sink"]] == 2          # the CPU
-
-
-@pytest.mark.parametrize("name", BASELINES)
-def test_every_baseline_handles_one_device_and_an_empty_graph(name):
-    g = training_like()
-    one = parse_devices("cpu:1")
-    assert algorithms.get(name)(g, one, {}).tolist() == [0] * g.num_nodes
-    empty = CostGraph.build(names=[])
-    assert algorithms.get(name)(empty, parse_devices("gpu:2"), {}).shape == (0,)
+from helpers.placer_graphs import mixed_cluster, training_like
 
 
 def test_single_puts_everything_on_device_0_but_pinned_groups():
