@@ -123,3 +123,28 @@ def test_a_tf2_plans_placement_csv_is_read_as_emulate_reads_it(tmp_path, content
     else:
         with pytest.raises(UserError, match=message):
             read_devices(str(path))
+
+
+def test_a_step_calling_a_tf_function_over_a_variable_places_as_profiled(tmp_path):
+    """A step whose inner tf.function reads a variable (Keras' grouped convolution on a
+    CPU calls one, compiled with XLA: ConvNeXt's depthwise convolutions): TF names the
+    handle the call passes on by a process-wide counter, so no later trace had the
+    profile's names (issue 52, item 1). Each trace names it after its scope instead."""
+    w = tf.Variable(tf.ones([4, 2]), name="w")
+
+    @tf.function
+    def step(x):
+        @tf.function
+        def inner():
+            return tf.matmul(x, w)
+        with tf.name_scope("conv"):
+            y = inner()
+        w.assign_sub(0.1 * tf.ones([4, 2]))
+        return tf.reduce_sum(y)
+    profile_function(step, (tf.ones([3, 4]),), steps=1, out_dir=str(tmp_path / "p"))
+    graph = tf.compat.v1.GraphDef.FromString((tmp_path / "p" / "graph.pb").read_bytes())
+    csv = tmp_path / "p" / "placement.csv"
+    csv.write_text("node,device\n" + "".join(f"{n.name},/device:CPU:0\n" for n in graph.node))
+    placed_step = placed(step, str(csv))
+    assert float(placed_step(tf.ones([3, 4]))) == 24.0
+    assert float(placed_step(tf.ones([3, 4]))) == pytest.approx(24.0 - 0.1 * 4 * 3 * 2)

@@ -211,6 +211,21 @@ def test_a_while_loop_reading_a_variable_stays_with_it(tmp_path):
     assert cost.ops[ix["loop"]].endswith("While") and cost.group[ix["loop"]] == cost.group[ix["w"]]
 
 
+def test_a_call_xla_compiles_stays_with_its_variables(tmp_path):
+    """A call XLA must compile (Keras' grouped convolution on a CPU calls one: ConvNeXt's
+    depthwise convolutions) runs as one cluster on one device, and XLA refuses a variable
+    elsewhere: unlike a call the session lowers, it joins its variable's group (issue 52)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [4], name="x")
+        k = tf1.get_variable("k", [4], use_resource=True, initializer=tf1.ones_initializer())
+        out = tf.reduce_sum(tf.function(lambda: x * k.read_value(), jit_compile=True)(), name="out")
+    cost = _profiled(graph, out, tmp_path)
+    ix = cost.index()
+    calls = [i for i, op in enumerate(cost.ops) if op.endswith("PartitionedCall")]
+    assert len(calls) == 1 and cost.group[calls[0]] == cost.group[ix["k"]]
+
+
 def _profiled(graph, fetch, tmp_path):
     """The CostGraph of one traced step of `graph` (its variables initialised, x:0 fed ones)."""
     with graph.as_default():

@@ -14,7 +14,10 @@ groups"):
   LossScaleOptimizer's tf.cond takes every variable's handle); unless it returns a
   handle, whose readers TF places with the variable behind it. A While stays tied
   to its variables: its body would read a variable elsewhere on every iteration,
-  transfers the emulator, which sees the loop as one op, could not count;
+  transfers the emulator, which sees the loop as one op, could not count. So does a
+  call XLA must compile (`_XlaMustCompile`: Keras' grouped convolution on a CPU
+  calls one): it runs as one cluster on one device, which XLA refuses unless that
+  device holds every variable it takes;
 - TF1 while-loop frames: every node inside an Enter..Exit frame (at any nesting
   depth) joins its frame's group, so a loop is never split across devices. Nested
   frames end up in their outermost frame's group;
@@ -47,8 +50,8 @@ def colocation_groups(table, extra_ties=()) -> np.ndarray:
     data = gslot >= 0
     tied = np.zeros(len(gslot), bool)
     tied[data] = table.slot_ref[gslot[data]] | (table.slot_dtype[gslot[data]] == DT_RESOURCE)
-    run_once = np.fromiter((op in FUNCTIONAL_OPS and "While" not in op for op in table.ops), bool,
-                           table.num_nodes)
+    run_once = np.fromiter((op in FUNCTIONAL_OPS and "While" not in op and not _compiled(node)
+                            for op, node in zip(table.ops, table.graph_def.node)), bool, table.num_nodes)
     owner = np.repeat(np.arange(table.num_nodes), table.slot_ptr[1:] - table.slot_ptr[:-1])
     run_once[owner[table.slot_dtype == DT_RESOURCE]] = False     # it hands a variable on: stays with it
     tied &= ~run_once[table.edge_dst]
@@ -60,6 +63,11 @@ def colocation_groups(table, extra_ties=()) -> np.ndarray:
         for a, b in zip(table.edge_src[inner].tolist(), table.edge_dst[inner].tolist()):
             _union(parent, a, b)
     return np.fromiter((_find(parent, i) for i in range(table.num_nodes)), np.int64, table.num_nodes)
+
+
+def _compiled(node) -> bool:
+    """Whether XLA must compile this call as one cluster (it is not lowered)."""
+    return "_XlaMustCompile" in node.attr and node.attr["_XlaMustCompile"].b
 
 
 def _class_ties(table):

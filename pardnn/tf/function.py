@@ -35,6 +35,7 @@ import pardnn.tf.quiet_import  # noqa: F401  (first: hides TensorFlow's start-up
 import tensorflow as tf
 from tensorflow.python.autograph.impl import api as autograph_api
 from tensorflow.python.eager import context
+from tensorflow.python.framework.ops import EagerTensor
 
 from pardnn.base.errors import UserError
 from pardnn.models import MAX_TRACED_STEPS
@@ -326,7 +327,7 @@ def _retraced(step_fn, device_fn=None, before=None, after=None, around=None, inp
         graph = tf1.get_default_graph()
         if before is not None:
             before()
-        with around() if around else contextlib.nullcontext(), \
+        with around() if around else contextlib.nullcontext(), _named_captures(graph), \
                 graph.device(device_fn) if device_fn else contextlib.nullcontext():
             result = converted(*args, **kwargs)
         state["bypassed"], result = bypass_gathers(graph, result)
@@ -335,6 +336,30 @@ def _retraced(step_fn, device_fn=None, before=None, after=None, around=None, inp
         return result
 
     return tf.function(traced, input_signature=input_signature or step_fn.input_signature), state
+
+
+@contextlib.contextmanager
+def _named_captures(graph):
+    """While `graph` traces, an eager tensor it captures without a name (the variable
+    handles a call of an inner tf.function passes on: Keras' grouped convolution on a
+    CPU calls one, compiled with XLA) is named `captured` in the current name scope,
+    as any other op, not by TF's process-wide counter (`conv/1251`): the names of one
+    trace are then those of the next, and match the profile's."""
+    capture = graph.capture
+
+    def named(tensor, name=None, shape=None):
+        if name is None and isinstance(tensor, EagerTensor):
+            name = "captured"
+        return capture(tensor, name, shape)
+    inherited = getattr(capture, "__func__", None) is type(graph).capture
+    graph.capture = named
+    try:
+        yield
+    finally:
+        if inherited:
+            del graph.capture
+        else:                           # a trace inside a trace of this graph: its own
+            graph.capture = capture
 
 
 def _autograph(python_fn):
