@@ -10,6 +10,8 @@ import sys
 
 from pardnn.base.errors import UserError
 
+__all__ = ["main"]     # `main(argv) -> exit code`, the command line from Python
+
 # The subcommands, in --help order: each module adds its parser (imported by name, so
 # tests/test_layout.py reads these strings as imports).
 COMMANDS = ("pardnn.commands.models", "pardnn.commands.profile", "pardnn.commands.place",

@@ -11,6 +11,8 @@ import os
 from pardnn.base.errors import UserError
 from pardnn.models import USER_MODULE
 
+__all__ = ["FAMILIES", "load_module"]
+
 # Family name -> its module (imported on first use: each imports TensorFlow).
 FAMILIES = {
     "mlp": "pardnn_builtin_models.mlp",

@@ -41,11 +41,17 @@ blocks; a span's name is its leading token, up to the first space or "(" (so
    pardnn or tools must name a module that exists, and tools run as modules
    (`python tools/bench_speed.py` is stale); a part in capitals is a placeholder.
 
+8. **The Python blocks' imports.** Every `from pardnn... import ...` and `import pardnn...`
+   (and the same of pardnn_builtin_models) in the ```python blocks is run, in one
+   child process: the module must import and every imported name must exist.
+   tests/test_public.py checks that they import only the public surface.
+
 Plain words (`place`, `pardnn`), flags (`--devices`), quantities (`0.3x`, `1PiB`),
 placeholders in capitals (`PROFILE`) and JSON paths with brackets are prose.
 
-The checker parses the sources with ast (no import, no TensorFlow), so it is fast;
-test_planted_stale_names shows it fails on each kind of stale name.
+The checker of rules 1-7 parses the sources with ast (no import, no TensorFlow), so it
+is fast; test_planted_stale_names shows it fails on each kind of stale name, and
+test_planted_stale_imports that rule 8 fails on a moved name and a moved module.
 """
 
 from __future__ import annotations
@@ -56,6 +62,8 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.doc_code import all_doc_imports, doc_imports, failed_imports
 
 ROOT = Path(__file__).resolve().parents[1]
 PY_DIRS = ("pardnn", "pardnn_builtin_models", "tools", "tests", "examples")
@@ -377,3 +385,23 @@ def test_current_names_pass():
             "`lower_bound_us` `INTERPRETED_BELOW` `Report` `--devices cpu:4` `placement.csv` "
             "`placed/trace.json` `0.3x` `PROFILE` `cache=True`\n\n    python -m tools.report_doc\n")
     assert check_text(text) == []
+
+
+def test_every_pardnn_import_in_the_docs_python_runs():
+    """Rule 8: the docs' code imports what exists (docs/models.md once imported
+    load_module from pardnn.models after it had moved)."""
+    imports = all_doc_imports()
+    assert {i.where.split(":")[0] for i in imports} >= {"README.md", "docs/models.md", "docs/multihost.md"}
+    problems = failed_imports(imports)
+    assert not problems, "a Python block of the docs imports what does not exist:\n  " + "\n  ".join(problems)
+
+
+def test_planted_stale_imports():
+    text = ("```python\nfrom pardnn.models import load_module, resolve_knobs   # moved name\n"
+            "model = ...\n```\n\n```python\n    import pardnn.hardware.no_such_module\n"
+            "from pardnn.hardware import (parse_devices,\n    Cluster)\n```\n")
+    imports = doc_imports(text, "planted.md")
+    assert [i.where for i in imports] == ["planted.md:2", "planted.md:7", "planted.md:8"]
+    problems = failed_imports(imports)
+    assert [p.split(":")[1] for p in problems] == ["2", "7"], problems
+    assert "load_module" in problems[0] and "no_such_module" in problems[1]

@@ -6,8 +6,12 @@ pardnn.pipeline.report.
 """
 
 from pardnn.emulator.bounds import step_lower_bound_us
+from pardnn.emulator.memory import MemoryProfile, track_memory
+from pardnn.emulator.scheduler import Schedule, simulate
 from pardnn.graph.levels import critical_path_us
 from pardnn.graph.op_rates import fastest_times
+
+__all__ = ["MemoryProfile", "Schedule", "lower_bound_us", "simulate", "track_memory"]
 
 
 def lower_bound_us(graph, cluster) -> float:

@@ -6,7 +6,9 @@ devices), link_fit.py (fitting measured transfers) and gpu_specs.py (GPU figures
 estimated op costs).
 """
 
-from pardnn.hardware.cluster import GBps, GiB, LOCAL_PREFIX, Cluster, Device, Host
+from pardnn.hardware.cluster import KNOWN_KINDS, GBps, GiB, LOCAL_PREFIX, Cluster, Device, Host
+from pardnn.hardware.presets import PRESETS, Preset, preset_names
 from pardnn.hardware.spec import cluster_from_flags, parse_devices
 
-__all__ = ["GBps", "GiB", "LOCAL_PREFIX", "Cluster", "Device", "Host", "cluster_from_flags", "parse_devices"]
+__all__ = ["GBps", "GiB", "KNOWN_KINDS", "LOCAL_PREFIX", "PRESETS", "Cluster", "Device", "Host", "Preset",
+           "cluster_from_flags", "parse_devices", "preset_names"]

@@ -30,6 +30,8 @@ from typing import Callable
 
 from pardnn.base.errors import UserError
 
+__all__ = ["Model", "build_model", "resolve_knobs", "script_errors"]
+
 USER_MODULE = "pardnn_user_model"     # the name a user's script is loaded under
 MAX_TRACED_STEPS = 1_000    # a profile's traced steps (a handful give the medians)
 MAX_RUN_STEPS = 100_000     # `pardnn run`'s steps: it checks a placement, it is no trainer

@@ -17,6 +17,13 @@ and for a TF2 tf.function training step (docs/tf2.md):
     with pardnn.tf.variables_placed("placed/placement.csv"): build()  variables as planned
     pardnn.tf.placed(step_fn, "placed/placement.csv")                 placed tf.function
 
+estimated profiles of a Model (docs/estimates.md) and clusters of several hosts
+(docs/multihost.md):
+
+    pardnn.tf.estimate_model(model, pardnn.tf.gpu_target("dgx-a100"), "prof")
+    with pardnn.tf.open_session(cluster, graph) as session: ...       checks every device
+    pardnn.tf.loopback_cluster(tasks=2, cpus=2)                       servers in this process
+
 TensorFlow is imported (quietly) on first use of this API, not by importing the
 package: `pardnn place`, `emulate` and `compare` read profiles through
 pardnn.tf.profile_loader, which needs only protobuf (pardnn.tf.protos), so they
@@ -36,6 +43,8 @@ _API = {
     "profile_function": "pardnn.tf.function", "placed": "pardnn.tf.function", "check_function_placement": "pardnn.tf.function",
     "check_nested_placement": "pardnn.tf.function",
     "variables_placed": "pardnn.tf.variables", "shape_only_variables": "pardnn.tf.variables",
+    "estimate_model": "pardnn.tf.estimate", "gpu_target": "pardnn.tf.estimate",
+    "open_session": "pardnn.tf.distributed", "loopback_cluster": "pardnn.tf.distributed",
 }
 __all__ = sorted(_API)
 
