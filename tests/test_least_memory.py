@@ -2,9 +2,11 @@
 never exceeds what a placement needs: on random graphs and placements the emulated
 peaks are at least every bound (one-device bounds: the highest peak; all-devices
 bounds: the sum of the peaks), on small graphs the least highest peak over every
-placement is at least the bound, and no placer ever fits below it. Hand-made graphs
-check what each bound proves."""
+placement is at least the bound, and no placer ever fits below it; the same on
+clusters of devices of different memories, kinds and rates, with and without a host
+tier that keeps its own memory. Hand-made graphs check what each bound proves."""
 
+import io
 import itertools
 
 import numpy as np
@@ -16,10 +18,11 @@ from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
 from pardnn.base.errors import UserError
 from pardnn.graph import NORMAL, RESIDUAL, CostGraph
-from pardnn.hardware import parse_devices
+from pardnn.hardware import Cluster, Device, parse_devices
+from pardnn.io.summary import print_summary
 from pardnn.pipeline import place as placer
 from pardnn.placers import registry
-from pardnn.repair.least_memory import least_memory, pigeonhole
+from pardnn.repair.least_memory import least_memory, least_memory_on, pigeonhole
 from pardnn.graph.live_tensors import ancestor_bytes
 from pardnn.repair.live_at_once import held_at_once
 from pardnn.repair.working_sets import working_sets
@@ -231,3 +234,131 @@ def test_a_packing_of_fewer_groups_stays_below_the_best_packing_of_all(seed, mon
     assert count == 5 and found == best(top) <= best(list(range(7)))
     few = lm.packed_exactly(res, extra, k, limit=3)        # the search stops: fewer groups
     assert few is None or few[0] <= found
+
+
+# ------------------------------------------- devices of different memories, kinds and rates
+@st.composite
+def mixed_clusters(draw, k):
+    """K devices of random kinds (the first a GPU), rates above and below the
+    profile's, memories of their own and random links; half the time the last is a
+    host tier (the host's CPU, which keeps its own memory under --memory)."""
+    host = draw(st.booleans()) and k > 1
+    devices = []
+    for d in range(k):
+        tier = host and d == k - 1
+        kind = "CPU" if tier else ("GPU" if d == 0 else draw(st.sampled_from(["GPU", "CPU"])))
+        devices.append(Device(f"/job:localhost/replica:0/task:0/device:{kind}:{d}", kind,
+                              draw(st.sampled_from([200, 600, 2**40])),
+                              compute_rate=draw(st.sampled_from([0.25, 1.0, 2.0])),
+                              memory_rate=draw(st.sampled_from([0.5, 1.0, 3.0])), host_tier=tier))
+    latency = np.full((k, k), float(draw(st.sampled_from([0.0, 1.0, 50.0]))))
+    bandwidth = np.full((k, k), float(draw(st.sampled_from([10.0, 100.0]))))
+    np.fill_diagonal(latency, 0.0)
+    np.fill_diagonal(bandwidth, np.inf)
+    return Cluster(tuple(devices), latency, bandwidth, reserve=0.0)
+
+
+def host_tier(c):
+    return np.array([d.host_tier for d in c.devices])
+
+
+def with_host_memory(c, memory):
+    return c.with_options(host_memory=int(memory)) if host_tier(c).any() else c
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs(), st.integers(1, 4).flatmap(mixed_clusters), st.data())
+def test_no_placement_on_a_mixed_cluster_holds_less_than_the_bounds(graph, c, data):
+    """Whatever the devices' rates (they change the schedule, not what it holds): every
+    bound holds, no placement's peaks as capacities are ruled out, and the devices
+    beside a host tier as large as the host's peak peak at least the least memory."""
+    k = c.num_devices
+    group_device = np.asarray(data.draw(st.lists(st.integers(0, k - 1), min_size=graph.num_groups,
+                                                 max_size=graph.num_groups)))
+    peak = peaks(graph, c, group_device[graph.group])
+    need = least_memory(graph, k)
+    for b in need.bounds:
+        assert (int(peak.max()) if b.alone else int(peak.sum())) >= b.bytes, b
+    assert need.ruled_out(peak) is None
+    host = host_tier(c)
+    if host.any():      # the placement fits the host at its peak and the others at their largest
+        on = least_memory_on(graph, with_host_memory(c, peak[host].max()))
+        assert on.host_tier and int(peak[~host].max()) >= on.bytes
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs(max_nodes=10), st.integers(2, 3).flatmap(mixed_clusters),
+       st.sampled_from(registry.names()), st.sampled_from([0.0, 0.3, 0.6, 2.0]))
+def test_no_placer_fits_below_the_bound_on_a_mixed_cluster(graph, c, algorithm, host_share):
+    """Every placer, on devices of different memories, kinds and rates: a placement that
+    fits (the host within its own memory) has a device beside the host holding at least
+    the least memory per device, so at one byte less than that none fits."""
+    total = int(peaks(graph, c, np.zeros(graph.num_nodes, np.int64)).max())
+    c = with_host_memory(c, host_share * total)
+    need = least_memory_on(graph, c).bytes
+    host = host_tier(c)
+    for memory in sorted({max(need - 1, 0), need, 2 * need + 64}):
+        at = c.with_options(memory=memory)
+        try:
+            _, report = placer.place(graph, at, algorithm)
+        except UserError:
+            continue
+        if not report.feasible:
+            continue
+        held = np.asarray(report.peak_memory_bytes)
+        assert np.all(held <= at.capacity)
+        assert int(held[~host].max()) >= need
+
+
+def small_mlp_step():
+    """A training step in miniature: three variables of 3,000 bytes (weights and
+    slots, updated in place), 40-byte activations."""
+    names = ["w0", "w1", "w2", "x", "f0", "f1", "f2", "loss", "b2", "b1", "b0", "u0", "u1", "u2"]
+    at = {x: i for i, x in enumerate(names)}
+    out = [0, 0, 0, 40, 40, 40, 40, 8, 40, 40, 40, 0, 0, 0]
+    edges = [("x", "f0"), ("w0", "f0"), ("f0", "f1"), ("w1", "f1"), ("f1", "f2"), ("w2", "f2"),
+             ("f2", "loss"), ("loss", "b2"), ("f1", "b2"), ("b2", "b1"), ("f0", "b1"), ("b1", "b0"),
+             ("x", "b0"), ("b0", "u0"), ("w0", "u0"), ("b1", "u1"), ("w1", "u1"), ("b2", "u2"), ("w2", "u2")]
+    return CostGraph.build(names=names, comp_us=[1.0] * len(names), out_bytes=out,
+                           persist_bytes=[3000] * 3 + [0] * 11, kind=[RESIDUAL] * 3 + [NORMAL] * 11,
+                           group=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1, 2],
+                           edge_src=[at[u] for u, _ in edges], edge_dst=[at[v] for _, v in edges],
+                           edge_bytes=[out[at[u]] or 8 for u, _ in edges])
+
+
+def gpu_and_host(gpu, host):
+    return parse_devices("gpu:1+host").with_options(memory=gpu, host_memory=host, reserve=0.0)
+
+
+def test_the_host_takes_the_state_off_a_small_gpu():
+    """Issue 52 item 5: on gpu:1+host the GPU fits in far less than two equal devices
+    would need (groups packed: two of the three variables on one device, 6,040 B),
+    since the host takes the variables; report.json's least memory must not claim more."""
+    g = small_mlp_step()
+    assert least_memory(g, 2).bytes == 6040
+    _, report = placer.place(g, gpu_and_host(1000, 10**9), "pardnn")
+    gpu_peak = report.peak_memory_bytes[0]
+    assert report.feasible and gpu_peak < 1000
+    assert report.least_memory["bytes"] <= gpu_peak
+    assert report.least_memory["host_bytes"] == 10**9
+    printed = io.StringIO()
+    print_summary(report.to_json(), file=printed)
+    assert "least memory: 0 B per device usable beside the host's 953.67 MiB, for any placement" in printed.getvalue()
+
+
+@pytest.mark.parametrize("host, least, binding", [
+    (10**9, 0, "largest colocation group"),     # the host holds what every bound asks
+    (7000, 2168, "live at once"),               # 9,168 B at once, 7,000 of them on the host
+    (5000, 6040, "groups packed"),              # the host holds one variable, the GPU two
+])
+def test_the_least_memory_beside_the_host_is_what_the_host_does_not_hold(host, least, binding):
+    g = small_mlp_step()
+    need = least_memory_on(g, gpu_and_host(10**6, host))
+    assert (need.bytes, need.binding.name) == (least, binding)
+    assert need.ruled_out([least, host]) is None
+    if least:
+        assert need.ruled_out([least - 1, host]) is not None
+        assert need.shortfall([least - 1, host]).startswith("at least ") and "beside the host's" in need.describe()
+        for algorithm in registry.names():      # one byte less on the GPU: nothing fits
+            with pytest.raises(UserError):
+                placer.place(g, gpu_and_host(least - 1, host), algorithm)

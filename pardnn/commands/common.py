@@ -5,7 +5,7 @@ import os
 from pardnn.base.errors import UserError
 from pardnn.hardware import cluster_from_flags
 from pardnn.base.units import MAX_TIME_US, format_size, parse_time
-from pardnn.repair.least_memory import least_memory
+from pardnn.repair.least_memory import least_memory_on
 
 
 def add_cluster_args(parser, required=True):
@@ -59,12 +59,14 @@ def cluster_from_args(args):
 def refuse_below_least_memory(graph, cluster, args) -> None:
     """UserError, before any placement, when the devices' usable memory (memory minus
     the reserve) is below what every placement needs (pardnn.repair.least_memory),
-    naming the flag, the bound and what binds it."""
-    need = least_memory(graph, cluster.num_devices)
+    naming the flag, the bound and what binds it. Beside a host tier, the usable
+    memory named is the other devices' (what --memory sets)."""
+    need = least_memory_on(graph, cluster)
     why = need.shortfall(cluster.capacity)
     if why:
         flag = "--memory" if args.memory is not None else "--devices"
-        usable = format_size(int(cluster.capacity.max()))
+        host = {d for d, _ in need.host_tier}
+        usable = format_size(max(int(c) for d, c in enumerate(cluster.capacity) if d not in host))
         raise UserError(f"{flag}: {usable} usable per device (memory minus the {cluster.reserve:.0%} "
                         f"reserve) is too little for any placement, which needs {why}")
 

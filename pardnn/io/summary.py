@@ -34,7 +34,8 @@ def print_summary(report, out_dir=None, file=None):
                      f"(reserve {report['reserve']:.0%})")
     if "least_memory" in report:
         least = report["least_memory"]
-        lines.append(f"  least memory: {format_size(least['bytes'])} per device usable, for any placement "
+        host = f" beside the host's {format_size(least['host_bytes'])}" if "host_bytes" in least else ""
+        lines.append(f"  least memory: {format_size(least['bytes'])} per device usable{host}, for any placement "
                      f"({least['binding']}: {least['what']})")
     if report.get("repaired_devices"):
         lines.append(f"  memory repair: {len(report['repaired_devices'])} device(s) overflowed; moved "

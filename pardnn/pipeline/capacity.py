@@ -31,7 +31,7 @@ from pardnn.pipeline import choice
 from pardnn.pipeline.portfolio import build, closest_stuck, judge_all
 from pardnn.placers import registry
 from pardnn.base.progress import stage
-from pardnn.repair.least_memory import least_memory
+from pardnn.repair.least_memory import least_memory_on
 from pardnn.repair.working_sets import group_resident
 from pardnn.base.units import format_size
 
@@ -54,7 +54,7 @@ class Row:
     """One device count: the least memory pardnn fits in, and the step at the cluster's memory."""
 
     devices: int
-    bound: object               # repair.least_memory.LeastMemory for this count
+    bound: object               # repair.least_memory.LeastMemory for this count (beside its host tier)
     least: Fit                  # the placement at the least memory found
     at_memory: Fit | None       # the placement at the cluster's own memory, None when none fits
     placements: int             # placements run for this row, as pardnn place runs them
@@ -125,7 +125,7 @@ def count_row(graph, cluster, algorithm) -> Row:
     `Feasibility`, then placed as `pardnn place --memory` would; and the placement at
     the cluster's own memory."""
     k, reserve = cluster.num_devices, cluster.reserve
-    bound = least_memory(graph, k)
+    bound = least_memory_on(graph, cluster)
     memory = int(cluster.memory.max())
     feasible = Feasibility(graph, cluster, algorithm)
     placed = [0]

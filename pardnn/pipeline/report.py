@@ -21,7 +21,7 @@ from pardnn.emulator.scheduler import simulate
 from pardnn.graph.edge_costs import comm_bytes
 from pardnn.pipeline import replicas as replicated
 from pardnn.pipeline.bounds import step_lower_bound_us
-from pardnn.repair.least_memory import least_memory
+from pardnn.repair.least_memory import least_memory_on
 
 # Sections of the report, in the order docs/report.md lists them.
 SECTIONS = {
@@ -59,8 +59,9 @@ class Report:
         "bound (small graphs; docs/bounds.md)")
     least_memory: dict | None = _field(
         "emulation", "no placement fits in less usable memory per device (memory minus the reserve) on these "
-        "K devices: `bytes`, the bound that gives it (`binding`) and what binds it (`what`), and `bounds`, "
-        "each bound per device (docs/bounds.md, \"Least memory\")")
+        "K devices if they shared one memory, or, beside a host tier at its own usable memory (`host_bytes`), "
+        "on each of the other devices: `bytes`, the bound that gives it (`binding`) and what binds it "
+        "(`what`), and `bounds`, each bound per device (docs/bounds.md, \"Least memory\")")
     busy_us: list | None = _field("emulation", "compute time per device")
     peak_memory_bytes: list | None = _field("emulation", "emulated memory peak per device")
     peak_time_us: list | None = _field("emulation", "when each device first reaches its peak")
@@ -105,7 +106,7 @@ def emulation_report(graph, cluster, device, schedule, profile, algorithm, bound
         comm_bytes=comm_bytes(graph, device),
         makespan_us=schedule.makespan, single_device_us=graph.total_work_us(),
         lower_bound_us=step_lower_bound_us(graph, cluster) if bound_us is None else bound_us,
-        least_memory=least_memory(graph, cluster.num_devices).fields(),
+        least_memory=least_memory_on(graph, cluster).fields(),
         busy_us=[float(x) for x in schedule.busy_us],
         peak_memory_bytes=[int(x) for x in profile.peak_bytes],
         peak_time_us=[float(x) for x in profile.peak_time_us],

@@ -17,14 +17,19 @@ Two kinds of bound, so that devices of unequal memory are covered too:
   (pardnn.repair.live_at_once) plus that op's own needs.
 
 For K devices of one memory, the least memory is the largest one-device bound and
-each all-devices bound over K, rounded up. `LeastMemory.ruled_out(capacities)` tests
-any list of capacities. Computed once per graph and device count (CostGraph.memo).
+each all-devices bound over K, rounded up. On a cluster with a host tier
+(`least_memory_on`) the host keeps its own memory (`--host-memory`) and the least
+memory is that of the other devices (the ones `--memory` sets) beside it: a one-device
+bound the host holds asks nothing of them, and an all-devices bound asks them for what
+the host does not hold, over their count. `LeastMemory.ruled_out(capacities)` tests
+any list of capacities. The bounds are computed once per graph and device count
+(CostGraph.memo).
 """
 
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -49,14 +54,29 @@ class Bound:
 
 @dataclass(frozen=True)
 class LeastMemory:
-    """The bounds for `k` devices; `bytes` is the least memory per device of K equal
-    devices, `binding` the bound that gives it."""
+    """The bounds for `k` devices; `bytes` is the least usable memory per device of K
+    equal devices or, with `host_tier` ((device index, usable bytes) of each host-tier
+    device, which keeps its own memory), of each of the other k - len(host_tier)
+    devices beside them; `binding` the bound that gives it."""
 
     k: int
     bounds: tuple
+    host_tier: tuple = ()
+
+    @property
+    def host_bytes(self) -> int:
+        """The usable memory of the host-tier devices together (0 without them)."""
+        return sum(c for _, c in self.host_tier)
 
     def per_device(self, bound: Bound) -> int:
-        return bound.bytes if bound.alone else -(-bound.bytes // max(self.k, 1))
+        """What `bound` asks of each device that shares one memory: beside the host
+        tier, nothing for a one-device bound the largest host-tier device holds, and for
+        an all-devices bound what the host tier does not hold, over the other devices."""
+        if not self.host_tier:
+            return bound.bytes if bound.alone else -(-bound.bytes // max(self.k, 1))
+        if bound.alone:
+            return 0 if max(c for _, c in self.host_tier) >= bound.bytes else bound.bytes
+        return max(0, -(-(bound.bytes - self.host_bytes) // (self.k - len(self.host_tier))))
 
     @property
     def binding(self) -> Bound:
@@ -72,23 +92,33 @@ class LeastMemory:
         if not self.bounds:
             return None
         b = self.binding
+        host = {"host_bytes": self.host_bytes} if self.host_tier else {}
         return {"bytes": self.bytes, "binding": b.name, "what": b.what,
-                "bounds": {x.name: self.per_device(x) for x in self.bounds}}
+                "bounds": {x.name: self.per_device(x) for x in self.bounds}, **host}
 
     def describe(self) -> str:
         """One line: the bound and what binds it."""
         b = self.binding
-        per = "" if b.alone else f" over {self.k} devices"
-        return f"{format_size(self.bytes)} per device ({b.name}{per}: {b.what})"
+        if not self.host_tier:
+            per = "" if b.alone else f" over {self.k} devices"
+            return f"{format_size(self.bytes)} per device ({b.name}{per}: {b.what})"
+        host = f"the host's {format_size(self.host_bytes)}"
+        if self.bytes == 0:
+            return f"0 B per device beside {host}, which holds what every bound asks"
+        n = self.k - len(self.host_tier)
+        per = "" if b.alone else f", {format_size(b.bytes)} over {n} device{'s' * (n != 1)} and the host"
+        return f"{format_size(self.bytes)} per device beside {host} ({b.name}{per}: {b.what})"
 
     def shortfall(self, capacity) -> str:
         """What devices of these capacities lack, naming the bound that rules them out
-        ("" when none does): for equal capacities, "at least" the least memory per
+        ("" when none does): when the devices that share one memory (all, or those
+        beside the host tier) have equal capacities, "at least" the least memory per
         device and what binds it."""
         b = self.ruled_out(capacity)
         if b is None:
             return ""
-        if len(set(np.asarray(capacity).tolist())) == 1:
+        host = {d for d, _ in self.host_tier}
+        if len({int(c) for d, c in enumerate(np.asarray(capacity).tolist()) if d not in host}) == 1:
             return f"at least {self.describe()}"
         where = "on one device, more than the largest holds" if b.alone else "on all devices together, more than they hold"
         return f"{format_size(b.bytes)} {where} ({b.name}: {b.what})"
@@ -109,6 +139,17 @@ class LeastMemory:
 def least_memory(graph, k: int) -> LeastMemory:
     """The bounds for `k` devices (module docstring), kept in the graph's memo."""
     return graph.memoized(("least_memory", int(k)), lambda: _bounds(graph, int(k)))
+
+
+def least_memory_on(graph, cluster) -> LeastMemory:
+    """`least_memory` for the devices of `cluster`: beside its host tier, at the host's
+    own usable memory, when it has one and other devices (module docstring)."""
+    need = least_memory(graph, cluster.num_devices)
+    host = [d for d, device in enumerate(cluster.devices) if device.host_tier]
+    if not host or len(host) == cluster.num_devices:
+        return need
+    capacity = cluster.capacity
+    return replace(need, host_tier=tuple((d, int(capacity[d])) for d in host))
 
 
 def _bounds(graph, k) -> LeastMemory:

@@ -32,7 +32,7 @@ from pardnn.graph.constraints import allowed_devices
 from pardnn.graph.node_memory import resident_bytes
 from pardnn.repair import exhaustive, local_search
 from pardnn.repair.footprint import GroupLinks
-from pardnn.repair.least_memory import least_memory
+from pardnn.repair.least_memory import least_memory, least_memory_on
 from pardnn.repair.repair_round import RepairRound
 from pardnn.base.units import format_size, format_time
 
@@ -129,7 +129,7 @@ def _message(graph, cluster, d, time_us, overflow, group=-1, held=0, search=None
     """The one-line reason: "no placement fits" only with a proof (the bound
     `least_memory` exceeds the capacity, or the complete search tried everything),
     otherwise that pardnn found none and the bound below which none exists."""
-    need = least_memory(graph, cluster.num_devices)
+    need = least_memory_on(graph, cluster)
     cap = int(cluster.capacity[d])
     where = (f"{cluster.names[d]} overflows by {overflow} bytes ({format_size(overflow)}) "
              f"at t={format_time(time_us)} (capacity {format_size(cap)} = memory minus "
