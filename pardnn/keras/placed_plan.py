@@ -51,6 +51,7 @@ class Plan:
         self.directory = str(directory)
         self.kind = doc["kind"]                          # "fit" or "step"
         self.devices = doc["devices"]
+        self.micro_batches = int(doc.get("micro_batches", 1))      # pardnn.keras.micro_batches
         self.batch_spec = from_json(doc["batch_spec"], os.path.join(self.directory, PLAN_FILE))
         self._variables = doc["variables"]               # PlannedVariables, in creation order
         self._layers = doc["layers"]
@@ -101,11 +102,11 @@ class Plan:
         matcher, names = self._built
         models, optimizers = split_built(built, fn, "plan.step")
         matcher.check_layers(models, self._layers)
-        warm_fn, args = training_step(built, fn, self.batch_spec)
+        warm_fn, args = training_step(built, fn, self.batch_spec, self.micro_batches)
         with self._tracing(matcher, names):
             warm_up(warm_fn, args)
         matcher.check_variables(models, optimizers)
-        step_fn, _ = training_step(built, fn, self.batch_spec)
+        step_fn, _ = training_step(built, fn, self.batch_spec, self.micro_batches)
         return placed(step_fn, self.placement_csv, relax_batch=True,
                       around=lambda: self._tracing(matcher, names))
 
@@ -118,7 +119,7 @@ class Plan:
                             f"built inside; build and compile the planned model there, once")
         model = models[0]
         matcher.check_layers([model], self._layers)
-        step_fn, args = training_step(model, None, self.batch_spec)
+        step_fn, args = training_step(model, None, self.batch_spec, self.micro_batches)
         warm_up(step_fn, args)
         matcher.check_variables([model], [])
         model.train_step = placed(step_fn, self.placement_csv, relax_batch=True,

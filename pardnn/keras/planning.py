@@ -30,6 +30,7 @@ from pardnn.base.jsonfile import write_json
 from pardnn.keras.devices import estimate_preset, plan_cluster
 from pardnn.keras.keys import layer_summary
 from pardnn.keras.matching import Created, PlannedVariable, keys_of, owner_now
+from pardnn.keras.micro_batches import check_micro_batches, coupled_layers, micro_batch_line
 from pardnn.keras.names import KerasNames
 from pardnn.keras.placed_plan import Plan
 from pardnn.keras.plan_file import FORMAT, PLAN_FILE, variables_json
@@ -46,7 +47,7 @@ UNUSED_DEVICE = "/device:CPU:0"     # a variable the step never touches: host me
 
 
 def plan(build, batch_spec, devices, memory="auto", *, step=None, directory="pardnn_plan", reserve=None,
-         algorithm="pardnn", estimate=None, time_budget=None, verbose=1) -> Plan:
+         algorithm="pardnn", estimate=None, time_budget=None, micro_batches=1, verbose=1) -> Plan:
     """Plan `build()`'s model on `devices` and write the plan folder `directory`;
     returns the Plan (`with plan.scope(): model = build()`, then `model.fit`).
 
@@ -55,7 +56,9 @@ def plan(build, batch_spec, devices, memory="auto", *, step=None, directory="par
     batch_spec: one batch (pardnn.keras.specs). devices, memory, reserve: as
     `pardnn place --devices/--memory/--reserve`, memory "auto" the devices' real
     memory. estimate: the GPU preset the step's ops are costed for (default: the
-    devices' preset, dgx-h100 for cpu:K). time_budget: seconds, as --time-budget."""
+    devices' preset, dgx-h100 for cpu:K). time_budget: seconds, as --time-budget.
+    micro_batches: M, the step run as M micro-batches of the batch with one update
+    (pardnn.keras.micro_batches; the plan's devices can then run them side by side)."""
     if not callable(build):
         raise UserError(f"build: {build!r:.40} is not callable; give the function that builds the model")
     if step is not None and not callable(step):
@@ -67,10 +70,12 @@ def plan(build, batch_spec, devices, memory="auto", *, step=None, directory="par
     batch = to_specs(batch_spec)
     if step is not None:
         batch = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
+    micro_batches = check_micro_batches(micro_batches, model_input(batch, fit=step is None))
     settings = {"devices": str(devices), "memory": memory if isinstance(memory, (int, str)) else "auto",
-                "algorithm": algorithm, "estimate": estimate_preset(devices, estimate)}
+                "algorithm": algorithm, "estimate": estimate_preset(devices, estimate),
+                "micro_batches": micro_batches}
     with KerasNames().active():
-        traced = _traced_shape_only(build, step, batch)
+        traced = _traced_shape_only(build, step, batch, micro_batches)
         with OutputDir(directory, "directory") as out:
             profile = profile_function(traced.step_fn, traced.args, out_dir=out.temp("profile"),
                                        estimate=settings["estimate"])
@@ -83,6 +88,8 @@ def plan(build, batch_spec, devices, memory="auto", *, step=None, directory="par
             write_json({**doc, "variables": variables_json(doc["variables"], nodes)}, out.temp(PLAN_FILE))
     if verbose:
         print_summary(report, out_dir=str(directory))
+        if micro_batches > 1:
+            print(micro_batch_line(micro_batches, coupled_layers(traced.models)))
     return Plan(directory, doc)
 
 
@@ -97,7 +104,7 @@ class _Traced(NamedTuple):
     keys: list                  # their keys (pardnn.keras.keys)
 
 
-def _traced_shape_only(build, step, batch) -> _Traced:
+def _traced_shape_only(build, step, batch, micro_batches=1) -> _Traced:
     """build() shape-only, checked (a model, batch_spec its inputs'), its step traced
     once as Keras' first step would (creating what Keras builds lazily)."""
     created = []
@@ -105,7 +112,7 @@ def _traced_shape_only(build, step, batch) -> _Traced:
         built = build()
     models, optimizers = split_built(built, step)
     check_inputs(models[0], model_input(batch, fit=step is None))
-    step_fn, args = training_step(built, step, batch)
+    step_fn, args = training_step(built, step, batch, micro_batches)
     with shape_only_variables(), _recording(created):
         warm_up(step_fn, args)
     return _Traced(models, optimizers, step_fn, args, created, keys_of(created, models, optimizers))

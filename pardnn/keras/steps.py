@@ -16,6 +16,7 @@ import keras
 import tensorflow as tf
 
 from pardnn.base.errors import UserError
+from pardnn.keras.micro_batches import micro_batched
 from pardnn.keras.specs import trace_error
 from pardnn.tf.function import relaxed_batch
 
@@ -46,20 +47,27 @@ def _shown(value) -> str:
     return "None" if value is None else f"{'an' if name[0].lower() in 'aeiou' else 'a'} {name}"
 
 
-def training_step(built, step, batch):
+def training_step(built, step, batch, micro_batches: int = 1):
     """(a fresh tf.function, its arguments): fit's `model.train_step(batch)`, or
     `step(*built, *batch)` (batch: the tuple of the step's batch arguments). Its input
     signature leaves the batch dimension unknown (pardnn.tf.function.relaxed_batch), as
-    the placed step's trace does for any batch size; the profile still costs `batch`."""
+    the placed step's trace does for any batch size; the profile still costs `batch`.
+    With micro_batches > 1 the step runs as that many micro-batches with one update
+    (pardnn.keras.micro_batches)."""
     if step is None:
-        return tf.function(built.train_step, input_signature=[relaxed_batch(batch)]), (batch,)
-    python_fn = step.python_function if isinstance(step, tf.types.experimental.PolymorphicFunction) else step
-    bound = tuple(built) if isinstance(built, (tuple, list)) else (built,)
+        fn, name, args, optimizers = built.train_step, "train_step", (batch,), [built.optimizer]
+    else:
+        python_fn = step.python_function if isinstance(step, tf.types.experimental.PolymorphicFunction) else step
+        bound = tuple(built) if isinstance(built, (tuple, list)) else (built,)
 
-    def bound_step(*batch_args):
-        return python_fn(*bound, *batch_args)
-    bound_step.__name__ = bound_step.__qualname__ = getattr(python_fn, "__name__", "step")
-    return tf.function(bound_step, input_signature=[relaxed_batch(b) for b in batch]), tuple(batch)
+        def fn(*batch_args):
+            return python_fn(*bound, *batch_args)
+        name = getattr(python_fn, "__name__", "step")
+        fn.__name__ = fn.__qualname__ = name
+        args, optimizers = tuple(batch), split_built(built, step)[1]
+    if micro_batches > 1:
+        fn = micro_batched(fn, optimizers, micro_batches, name, fit=step is None)
+    return tf.function(fn, input_signature=[relaxed_batch(b) for b in args]), args
 
 
 def warm_up(step_fn, args) -> None:
@@ -67,7 +75,17 @@ def warm_up(step_fn, args) -> None:
     UserError naming batch_spec."""
     try:
         step_fn.get_concrete_function(*args)
-    except UserError:
-        raise
+    except UserError as exc:
+        raise UserError(own_message(exc)) from None
     except (TypeError, ValueError) as exc:
         raise UserError(f"batch_spec: the step cannot be traced with it ({trace_error(exc)})") from None
+
+
+def own_message(exc) -> str:
+    """A UserError's own line: tf.function's trace prefixes the error of a traced step
+    with the step's traceback ("in user code: ..."), which the one-line rule drops."""
+    text = str(exc)
+    if "in user code:" not in text:
+        return text
+    lines = [line.strip() for line in text.splitlines() if line.strip().startswith("UserError: ")]
+    return lines[-1][len("UserError: "):] if lines else text.splitlines()[-1].strip()

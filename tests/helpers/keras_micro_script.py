@@ -1,0 +1,99 @@
+"""Run by tests/test_keras_micro_batches.py in a subprocess (K logical CPU devices
+must be set before TensorFlow initialises), as a user's script runs: models of
+tests/helpers/keras_models.py planned with micro-batches, built placed and trained,
+beside the same model unplaced and unsplit. Prints one JSON line.
+
+    keras_micro_script.py ROOT NAME:M [NAME:M ...]
+"""
+
+import io
+import json
+import sys
+import contextlib
+import os
+
+import pardnn.keras
+import keras
+import tensorflow as tf
+
+from pardnn.base.errors import UserError
+from pardnn.tf import check_function_placement, check_nested_placement
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import keras_models as km
+
+K, BATCH, STEPS = 4, 8, 3
+
+
+def flow(root, name, m):
+    build, _ = km.MODELS[name]
+    data = km.batches(name, STEPS, BATCH)
+    custom = name == "normalized"
+    reference = build()
+    summary = io.StringIO()
+    with contextlib.redirect_stdout(summary):
+        plan = pardnn.keras.plan(build, km.specs(data[0]), devices=f"cpu:{K}", directory=f"{root}/{name}{m}",
+                                 step=km.train_step if custom else None, micro_batches=m, reserve=0)
+    with plan.scope():
+        built = build()
+    built = built if isinstance(built, tuple) else (built,)
+    for mine, theirs in zip(built[0].weights, reference[0].weights if custom else reference.weights):
+        mine.assign(theirs)                 # the same start, whatever Keras' seeds did
+    if custom:
+        step = plan.step(km.train_step, *built)
+        first, check = check_function_placement(step, data[0])
+        placed = [float(first)] + [float(step(*b)) for b in data[1:]]
+        ref_step = tf.function(lambda x, y: km.train_step(*reference, x, y))
+        unplaced = [float(ref_step(*b)) for b in data]
+        iterations = int(built[1].iterations.numpy())
+    else:
+        placed, check = check_nested_placement(built[0].train_step, lambda: km.fit_losses(built[0], data, BATCH))
+        unplaced = km.fit_losses(reference, data, BATCH)
+        iterations = int(built[0].optimizer.iterations.numpy())
+    model = built[0]
+    ref_model = reference[0] if custom else reference
+    gap = max(float(tf.reduce_max(tf.abs(a - b))) for a, b in zip(model.trainable_weights, ref_model.trainable_weights))
+    return {"placed": placed, "unplaced": unplaced, "moved": check.moved, "devices": len(check.nodes_per_device),
+            "iterations": iterations, "weight_gap": gap, "summary": summary.getvalue(),
+            "plan_micro_batches": json.load(open(f"{root}/{name}{m}/plan.json"))["micro_batches"]}
+
+
+def bad(root):
+    build, _ = km.MODELS["normalized"]
+    data = km.batches("normalized", 1, BATCH)
+    errors = {}
+    for m in (0, 3, 16, True, "two"):
+        try:
+            pardnn.keras.plan(build, km.specs(data[0]), devices=f"cpu:{K}", directory=f"{root}/bad",
+                              step=km.train_step, micro_batches=m, verbose=0)
+            errors[str(m)] = None
+        except UserError as exc:
+            errors[str(m)] = str(exc)
+
+    def no_update(model, optimizer, x, y):
+        return keras.ops.mean(keras.ops.square(model(x) - y))
+    try:
+        pardnn.keras.plan(build, km.specs(data[0]), devices=f"cpu:{K}", directory=f"{root}/bad",
+                          step=no_update, micro_batches=2, verbose=0)
+        errors["no_update"] = None
+    except UserError as exc:
+        errors["no_update"] = str(exc)
+    errors["written"] = os.path.exists(f"{root}/bad")
+    return errors
+
+
+def main_script(root, *cases):
+    tf.config.set_logical_device_configuration(
+        tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * K)
+    facts = {}
+    for case in cases:
+        if case == "bad":
+            facts["bad"] = bad(root)
+            continue
+        name, m = case.split(":")
+        facts[case] = flow(root, name, int(m))
+    print(json.dumps(facts))
+
+
+if __name__ == "__main__":
+    main_script(*sys.argv[1:])
