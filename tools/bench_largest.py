@@ -29,32 +29,36 @@ from tools.commit_line import print_commit
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 D, HEADS, SEQ, VOCAB = 4096, 32, 1024, 50257
 
-PLAN = """
-import json, resource, sys, time
-sys.path.insert(0, {root!r})
-import tensorflow as tf
-from tools.keras_models import gpt, parameters, plan
-t0 = time.perf_counter()
-specs = (tf.TensorSpec([1, {seq}], tf.int32), tf.TensorSpec([1, {seq}], tf.int32))
-model, doc = plan(lambda: gpt({layers}, d={d}, heads={heads}, seq={seq}, vocab={vocab}), specs, {out!r},
-                  estimate={estimate!r})
-print(json.dumps({{"parameters": parameters(model), "seconds": time.perf_counter() - t0,
-                  "rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}}))
-"""
+
+
+def plan_child(layers, out, estimate) -> None:
+    """The planning child (`python -m tools.bench_largest --plan-child LAYERS --work
+    PROF`): plan a model of `layers` blocks into PROF, print its parameters, seconds
+    and peak RSS as one JSON line."""
+    import resource
+
+    import tensorflow as tf
+
+    from tools.keras_models import gpt, parameters, plan
+    t0 = time.perf_counter()
+    specs = (tf.TensorSpec([1, SEQ], tf.int32), tf.TensorSpec([1, SEQ], tf.int32))
+    model, _ = plan(lambda: gpt(layers, d=D, heads=HEADS, seq=SEQ, vocab=VOCAB), specs, out, estimate=estimate)
+    print(json.dumps({"parameters": parameters(model), "seconds": time.perf_counter() - t0,
+                      "rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
 
 
 def child(cmd) -> tuple:
-    """(returncode, stdout, stderr) of a child process (each prints its own peak RSS)."""
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    """(returncode, stdout, stderr) of a child process run from the repository root
+    (each prints its own peak RSS)."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     return proc.returncode, proc.stdout, proc.stderr
 
 
 def try_size(layers, work, devices, estimate) -> dict:
     """Plan and place a model of `layers` blocks; the row printed for it."""
     prof, placed = os.path.join(work, f"prof{layers}"), os.path.join(work, f"placed{layers}")
-    code = PLAN.format(root=ROOT, seq=SEQ, layers=layers, d=D, heads=HEADS, vocab=VOCAB, out=prof,
-                       estimate=estimate)
-    rc, out, err = child(["nice", "-n", "10", sys.executable, "-c", code])
+    rc, out, err = child(["nice", "-n", "10", sys.executable, "-m", "tools.bench_largest", "--plan-child",
+                          str(layers), "--work", prof, "--estimate", estimate])
     if rc:
         sys.exit(f"planning {layers} blocks failed:\n{err[-3000:]}")
     planned = json.loads(out.strip().splitlines()[-1])
@@ -87,13 +91,16 @@ def main(argv=None):
     ap.add_argument("--devices", default="dgx-h100")
     ap.add_argument("--estimate", default="dgx-h100")
     ap.add_argument("--work", metavar="DIR", help="where the profiles and placements go (default: a temp dir)")
+    ap.add_argument("--plan-child", type=int, metavar="LAYERS", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.plan_child is not None:
+        return plan_child(args.plan_child, args.work, args.estimate)
     print_commit()
     from pardnn.hardware import parse_devices
     cluster = parse_devices(args.devices)
     ideal = int(cluster.capacity.sum()) / 12
     with tempfile.TemporaryDirectory(prefix="bench_largest_") as scratch:
-        work = args.work or scratch
+        work = os.path.abspath(args.work or scratch)       # the children run from the repository root
         os.makedirs(work, exist_ok=True)
         rows = {}
         for size in (args.lo, args.hi):

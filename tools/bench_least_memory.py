@@ -26,33 +26,36 @@ import time
 from tools.commit_line import print_commit, write_rows
 
 FAMILIES = ("mlp", "word-rnn", "char-crn", "wrn", "transformer", "e3d")
+# Keras model -> (its function in tools/keras_models.py, its knobs, the input's shape and dtype)
 KERAS = {
-    "keras-resnet": ("residual_cnn(blocks=3, width=16, image=32)", "[8, 32, 32, 3]", "float32"),
-    "keras-encoder": ("encoder_stack(layers=4, d=64, heads=4, seq=32)", "[8, 32, 64]", "float32"),
+    "keras-resnet": ("residual_cnn", {"blocks": 3, "width": 16, "image": 32}, [8, 32, 32, 3], "float32"),
+    "keras-encoder": ("encoder_stack", {"layers": 4, "d": 64, "heads": 4, "seq": 32}, [8, 32, 64], "float32"),
 }
-KERAS_CHILD = """
-import sys, tensorflow as tf
-sys.path.insert(0, {root!r})
-from tools.keras_models import plan, residual_cnn, encoder_stack
-specs = (tf.TensorSpec({shape}, tf.{dtype}), tf.TensorSpec([{batch}], tf.int32))
-plan(lambda: {make}, specs, {out!r}, steps=3)
-"""
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def keras_child(name, out) -> None:
+    """The profiling child (`python -m tools.bench_least_memory --keras-child NAME
+    --profiles OUT`): profile Keras model NAME of KERAS on this CPU into OUT."""
+    import tensorflow as tf
+
+    from tools import keras_models
+    function, knobs, shape, dtype = KERAS[name]
+    make = getattr(keras_models, function)
+    specs = (tf.TensorSpec(shape, getattr(tf, dtype)), tf.TensorSpec([shape[0]], tf.int32))
+    keras_models.plan(lambda: make(**knobs), specs, out, steps=3)
 
 
 def profile_dir(root, name) -> str:
     """DIR/name, profiled first when it holds no profile."""
-    out = os.path.join(root, name)
+    out = os.path.abspath(os.path.join(root, name))     # the child runs from the repository root
     if os.path.exists(os.path.join(out, "profile.json")):
         return out
     if name in KERAS:
-        make, shape, dtype = KERAS[name]
-        code = KERAS_CHILD.format(root=ROOT, shape=shape, dtype=dtype, batch=shape[1:shape.index(",")],
-                                  make=make, out=out)
-        cmd = [sys.executable, "-c", code]
+        cmd = [sys.executable, "-m", "tools.bench_least_memory", "--keras-child", name, "--profiles", out]
     else:
         cmd = [sys.executable, "-m", "pardnn", "profile", name, "--size", "tiny", "--devices", "cpu:1", "-o", out]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)     # children run from the root
     if proc.returncode:
         sys.exit(f"profiling {name} failed:\n{proc.stderr[-3000:]}")
     return out
@@ -72,13 +75,18 @@ def measure(graph, k, algorithms):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--profiles", required=True, metavar="DIR", help="profile dirs (made when missing)")
+    ap.add_argument("--profiles", metavar="DIR", help="profile dirs (made when missing)")
     ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--keras", action="store_true", help="also the two Keras models")
     ap.add_argument("--k", default="2,4,8")
     ap.add_argument("--algorithms", default="pardnn,etf,topo")
     ap.add_argument("--csv", metavar="FILE")
+    ap.add_argument("--keras-child", choices=KERAS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if not args.profiles:
+        ap.error("--profiles DIR is required")
+    if args.keras_child:
+        return keras_child(args.keras_child, args.profiles)
     print_commit()
     from pardnn.pipeline.load import load_cost_graph
     names = [f for f in args.families.split(",") if f] + (list(KERAS) if args.keras else [])
