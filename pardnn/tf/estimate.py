@@ -28,6 +28,13 @@ one training step would cost on one GPU of the preset (pardnn.hardware.gpu_specs
 
 Limits, by Grappler's design: one device (no ops pinned to the host CPU), a
 while-loop body costed once.
+
+Inside Grappler the device is named `GRAPPLER_DEVICE`, of no kind TensorFlow knows:
+MeasureCosts also describes each costed node's device for its per-op report (which
+pardnn does not read), and for a device named GPU it asks CUDA for this machine's GPU,
+which on a machine without one logs `Failed to get device properties` once per node.
+The costs come from the properties handed to the virtual cluster, not from the name;
+the StepStats are renamed to the target device afterwards.
 """
 
 from __future__ import annotations
@@ -52,6 +59,9 @@ from pardnn.tf.profiling import write_profile_dir
 
 
 UNBOUNDED_MEMORY = 1 << 50     # bytes: the virtual device's memory when costing ops
+# the virtual device's name: a kind of device neither CPU nor GPU, so that Grappler
+# asks this machine for no device's properties (module docstring)
+GRAPPLER_DEVICE = f"{LOCAL_PREFIX}ESTIMATED:0"
 
 
 @dataclass(frozen=True)
@@ -207,7 +217,7 @@ def estimate_graph(graph, fetches, shapes, target: Target):
     fallback_nodes [names], precision, matmul_peak_gflops, conv_efficiency, tensor_core_ops (count),
     op_overhead_us, op_time_us (sum of the final op times)."""
     t0 = time.perf_counter()
-    meta = _metagraph(graph, fetches, shapes, target.device)
+    meta = _metagraph(graph, fetches, shapes, GRAPPLER_DEVICE)
     step_stats, run_time_s, peak = _grappler_costs(meta, target)
     _fill_micros(step_stats)
     t1 = time.perf_counter()
@@ -239,11 +249,12 @@ def _grappler_costs(meta, target: Target):
 
     The virtual device gets unbounded memory: Grappler refuses to cost a graph that
     needs more than the device holds, yet op times do not depend on the memory size,
-    and graphs too big for one GPU are what placement is for."""
+    and graphs too big for one GPU are what placement is for. The device is
+    GRAPPLER_DEVICE there (module docstring) and `target.device` in the StepStats."""
     props = dict(target.properties, memory_size=UNBOUNDED_MEMORY)
     environment = props.pop("environment", {})
     device = device_properties_pb2.NamedDevice(
-        name=target.device, properties=device_properties_pb2.DeviceProperties(**props))
+        name=GRAPPLER_DEVICE, properties=device_properties_pb2.DeviceProperties(**props))
     device.properties.environment.update(environment)
     item = gitem.Item(meta)
     cluster = gcluster.Cluster(disable_detailed_stats=False, disable_timeline=False, devices=[device])
@@ -252,6 +263,8 @@ def _grappler_costs(meta, target: Target):
         peak = cluster.DeterminePeakMemoryUsage(item)
     finally:
         cluster.Shutdown()
+    for dev in step_stats.dev_stats:
+        dev.device = target.device
     return step_stats, float(run_time), int(sum(v[0] for v in peak.values()))
 
 
