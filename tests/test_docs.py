@@ -405,3 +405,10 @@ def test_planted_stale_imports():
     problems = failed_imports(imports)
     assert [p.split(":")[1] for p in problems] == ["2", "7"], problems
     assert "load_module" in problems[0] and "no_such_module" in problems[1]
+
+
+def test_benchmarks_page_holds_current_tables_only():
+    """docs/benchmarks.md keeps each measurement's latest table (git keeps the older
+    ones, CONTRIBUTING.md "Add a benchmark"): past 900 lines it is collecting history."""
+    lines = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8").count("\n")
+    assert lines < 900, f"docs/benchmarks.md has {lines} lines: drop superseded tables"
