@@ -57,13 +57,16 @@ test_planted_stale_imports that rule 8 fails on a moved name and a moved module.
 from __future__ import annotations
 
 import ast
+import os
 import re
+import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.doc_code import all_doc_imports, doc_imports, failed_imports
+from tests.helpers.doc_code import all_doc_imports, doc_imports, failed_imports, python_blocks, self_contained
 
 ROOT = Path(__file__).resolve().parents[1]
 PY_DIRS = ("pardnn", "pardnn_builtin_models", "tools", "tests", "examples")
@@ -394,6 +397,28 @@ def test_every_pardnn_import_in_the_docs_python_runs():
     assert {i.where.split(":")[0] for i in imports} >= {"README.md", "docs/models.md", "docs/multihost.md"}
     problems = failed_imports(imports)
     assert not problems, "a Python block of the docs imports what does not exist:\n  " + "\n  ".join(problems)
+
+
+def self_contained_blocks() -> list:
+    return [pytest.param(code, id=f"{doc.name}:{line}") for doc in doc_files()
+            for line, code in python_blocks(doc.read_text(encoding="utf-8")) if self_contained(code)]
+
+
+@pytest.mark.parametrize("code", self_contained_blocks())
+def test_self_contained_doc_blocks_run(code, tmp_path):
+    """A block that binds every name it uses runs as written (docs/models.md's builds a
+    family's tiny graph), in a child process in an empty folder."""
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert run.returncode == 0, run.stderr[-3000:]
+
+
+def test_which_blocks_are_self_contained():
+    assert self_contained("import math\nx = math.sqrt(4)\nprint(x)\n")
+    assert not self_contained("model = build(x)\n")             # names bound elsewhere
+    assert not self_contained("def f():\n    ...\n")            # code left out
+    assert not self_contained("with open(p) as f:\n  ~~\n")     # not Python
+    assert any(p.id.startswith("models.md:") for p in self_contained_blocks())
 
 
 def test_planted_stale_imports():

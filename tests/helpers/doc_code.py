@@ -102,6 +102,29 @@ def example_imports() -> list[Import]:
             for i in imports_in(path.read_text(encoding="utf-8"), path.relative_to(ROOT).as_posix())]
 
 
+def self_contained(code: str) -> bool:
+    """Whether a block is whole Python that binds every name it reads (builtins aside)
+    and stands for no code with `...`: it can run as it is."""
+    import builtins
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return False
+    bound = set(dir(builtins))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            bound.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.Constant) and node.value is Ellipsis:
+            return False
+    return all(node.id in bound for node in ast.walk(tree) if isinstance(node, ast.Name))
+
+
 _RUN_IMPORTS = """
 import json, sys
 failed = []
