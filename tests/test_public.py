@@ -132,3 +132,23 @@ def test_planted_private_imports_fail():
     assert "presets is not in pardnn.hardware.__all__" in problems[1]
     problems = attribute_problems(code, "planted.py")
     assert len(problems) == 4 and not any("keras.plan`" in p for p in problems), problems
+
+
+def surface_rows() -> dict:
+    """docs/architecture.md's table of the public surface: package -> its row."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("## The public surface", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        match = re.match(r"\| `([\w.]+)` \|(.*)\|\s*$", line)
+        if match:
+            rows[match.group(1)] = match.group(2)
+    return rows
+
+
+def test_the_architecture_page_tables_every_public_name():
+    rows = surface_rows()
+    assert set(rows) == set(PUBLIC)
+    missing = [f"{module}.{name}" for module in PUBLIC for name in public_all(module)
+               if f"`{name}`" not in rows[module] and f"`{name}(" not in rows[module]]
+    assert missing == [], "docs/architecture.md, \"The public surface\", leaves out: " + ", ".join(missing)
