@@ -1,9 +1,15 @@
 """The portfolio's rules (pardnn.pipeline.choice) on hand-made judged results: which
 candidates are finalists, which are refined, and which is kept."""
 
+import ast
+from pathlib import Path
+
+from pardnn.base.errors import UserError
 from pardnn.hardware import parse_devices
 from pardnn.pipeline import choice
 from pardnn.pipeline.choice import Judgement as J
+from pardnn.placers import registry
+from pardnn.repair.overflow_repair import Stuck
 from tools.synth_graph import synth_graph
 
 ORDER = ["step1", "stages", "etf", "heft", "metis"]
@@ -77,3 +83,70 @@ def test_roles_extras_only_on_small_graphs_and_hosts_only_on_several():
     ranks = [r for r in (choice.registry.PLACERS[n].build_rank for n in big.beside)]
     assert ranks == sorted(ranks, reverse=True)                       # the slowest first
     assert choice.roles("etf", synth_graph(50, seed=0), one) == (["etf"], "etf", [], [])
+
+
+def test_the_extras_are_built_only_when_none_fits():
+    roles = choice.Roles(["step1", "stages", "topo", "single"], "step1", ["stages"], ["topo", "single"])
+    assert choice.fallback_extras({"step1": False, "stages": True}, roles) == []
+    assert choice.fallback_extras({"step1": False, "stages": False}, roles) == ["topo", "single"]
+    assert choice.fallback_extras({"step1": False, "topo": False}, roles) == ["single"]   # built already
+
+
+def stuck(overflow):
+    return Stuck("memory: stuck", overflow)
+
+
+def test_the_closest_stuck_are_searched_in_turn_until_one_fits():
+    errors = {"step1": stuck(300), "stages": None, "etf": stuck(100), "heft": UserError("memory: no"),
+              "metis": stuck(100), "topo": stuck(50)}
+    assert choice.closest_stuck(errors) == ["topo", "etf"]      # the fewest bytes over; the earlier on ties
+    assert choice.SEARCHED == 2
+    none_fits = {name: False for name in errors}
+    assert choice.next_search(none_fits, errors, {}) == "topo"
+    assert choice.next_search(none_fits, errors, {"topo": None}) == "etf"
+    assert choice.next_search(none_fits, errors, {"topo": None, "etf": None}) is None   # SEARCHED tried
+    assert choice.next_search({**none_fits, "topo": True}, errors, {"topo": None}) is None  # one fits
+    assert choice.next_search({**none_fits, "stages": True}, errors, {}) is None           # fit without
+    assert choice.next_search({"heft": False}, {"heft": UserError("memory: no")}, {}) is None
+
+
+def test_step1_is_named_by_its_registry_fields_not_its_name(monkeypatch):
+    firsts = [n for n, p in registry.PLACERS.items() if p.role == registry.FIRST]
+    assert firsts == ["step1"] and [n for n, p in registry.PLACERS.items() if p.refines_itself] == ["step1"]
+    assert choice.refinable("step1", J(100, 0, 0)) is False and choice.refinable("etf", J(100, 0, 0))
+    monkeypatch.setitem(registry.PLACERS, "etf", registry.PLACERS["etf"]._replace(refines_itself=True))
+    monkeypatch.setitem(registry.PLACERS, "step1", registry.PLACERS["step1"]._replace(refines_itself=False))
+    assert choice.refinable("etf", J(100, 0, 0)) is False and choice.refinable("etf", J(100, 3, 1))
+    assert choice.refinable("step1", J(100, 0, 0))
+    assert choice.refine_first({"heft": J(90, 0, 1), "etf": J(100, 0, 0)}, 5000, ORDER) == "heft"
+
+
+def module_tree(name):
+    return ast.parse((Path(__file__).resolve().parents[1] / "pardnn" / "pipeline" / name).read_text())
+
+
+def test_the_executor_makes_no_choice():
+    """docs/architecture.md: portfolio.py decides only where jobs run and how long;
+    the rules are choice.py's. Its module constants are durations (seconds, `_S`), it
+    names no candidate (a registry name as a string) and defines no rule of choice.py."""
+    tree = module_tree("portfolio.py")
+    constants = [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
+                 if isinstance(t, ast.Name) and t.id.isupper() and isinstance(node.value, ast.Constant)]
+    assert constants and all(name.endswith("_S") for name in constants), constants
+    strings = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+    assert not strings & set(registry.PLACERS)
+    defined = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    rules = {node.name for node in module_tree("choice.py").body if isinstance(node, ast.FunctionDef)}
+    assert not defined & rules
+
+
+def test_the_rules_use_no_pool_clock_or_io():
+    """docs/architecture.md: choice.py's rules are pure functions of the judged results."""
+    tree = module_tree("choice.py")
+    imported = {name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+                for alias in node.names for name in ([alias.name.split(".")[0]] if isinstance(node, ast.Import)
+                                                     else [node.module, f"{node.module}.{alias.name}"])}
+    assert not imported & {"time", "os", "concurrent", "multiprocessing", "threading", "pardnn.pipeline.workers",
+                           "pardnn.pipeline.portfolio", "pardnn.io", "pathlib", "datetime"}
+    calls = {node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+    assert "open" not in calls and "print" not in calls

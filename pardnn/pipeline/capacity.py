@@ -28,7 +28,7 @@ from pardnn.pipeline.judge import Judging, fits_with_search, judge
 from pardnn.pipeline.lanes import in_lanes
 from pardnn.pipeline.place import place
 from pardnn.pipeline import choice
-from pardnn.pipeline.portfolio import build, closest_stuck, judge_all
+from pardnn.pipeline.portfolio import build, judge_all
 from pardnn.placers import registry
 from pardnn.base.progress import stage
 from pardnn.repair.least_memory import least_memory_on
@@ -162,7 +162,7 @@ class Feasibility:
     from the candidates it builds from the start (pardnn.pipeline.choice.roles: the
     first and those beside it): some of them, built and repaired, fits; when none does,
     the two that came closest, with the repair's local search, as the portfolio does
-    last (portfolio.closest_stuck).
+    last (choice.closest_stuck).
     Refinement within memory keeps a fit, so it is left out; so are the EXTRA
     candidates that `pardnn place` tries on large graphs (choice.EXTRAS_MAX_NODES nodes
     or more) only when none fits (each a long repair that rarely fits there): a fit
@@ -227,11 +227,11 @@ class Feasibility:
 
     def _searched(self, cluster, errors, device) -> bool:
         """`fits` when no candidate fits without the repair's local search: the two
-        whose repair came closest (portfolio.closest_stuck, from `errors`: name -> the
+        whose repair came closest (choice.closest_stuck, from `errors`: name -> the
         repair's error), each searched from where its rounds stopped (judge.fits_with_search;
         `device(name)`: its placement, or None to build it again)."""
         searching = Judging(self.graph, cluster, search=True)
-        for name in closest_stuck(errors):
+        for name in choice.closest_stuck(errors):
             placed = None                   # resumed from where the rounds stopped
             if errors[name].start is None:      # else searched from its placement
                 placed = device(name)

@@ -1,16 +1,21 @@
-"""The portfolio's rules: which candidates are built, which of them are refined within
-memory, and which placement is kept. Pure functions of the graph's size, the cluster's
-hosts, the registry and the candidates' judged results: no worker pool, no clock, no
-I/O, so the answer cannot depend on a machine's speed. pardnn.pipeline.portfolio runs
-the jobs these rules ask for (where, and under a `--time-budget`).
+"""The portfolio's rules: which candidates are built, which are tried again when none
+fits, which of them are refined within memory, and which placement is kept. Pure
+functions of the graph's size, the cluster's hosts, the registry and the candidates'
+judged results: no worker pool, no clock, no I/O, so the answer cannot depend on a
+machine's speed. pardnn.pipeline.portfolio runs the jobs these rules ask for (where,
+and under a `--time-budget`), and decides nothing else.
 
 No single method wins everywhere (docs/algorithm.md, "Candidates"): `--algorithm pardnn`
 builds ParDNN's Step 1 (the FIRST candidate), the CORE ones (HOSTS too on clusters of
 several hosts) and, on graphs under EXTRAS_MAX_NODES or when no other candidate fits,
 the EXTRA ones; a candidate whose registry entry has an `applies` test runs only where it
 passes. Each candidate is built, judged once (repaired, then emulated:
-pardnn.pipeline.judge), and the two fastest feasible ones, the finalists, are refined
-within memory (pardnn.pipeline.refine_memory); the faster refined one is kept.
+pardnn.pipeline.judge); when none fits, the EXTRA ones not built yet are
+(`fallback_extras`), and when none fits still, the SEARCHED closest are judged again
+with the repair's local search (`next_search`). The two fastest feasible ones, the
+finalists, are refined within memory (pardnn.pipeline.refine_memory); the faster
+refined one is kept. Step 1 is named by its registry fields, never by its name: its
+role (FIRST) and `refines_itself`.
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ from typing import NamedTuple
 import numpy as np
 
 from pardnn.placers import registry
+from pardnn.repair.overflow_repair import Stuck
 
 MAX_MOVED_SHARE = 0.10      # a finalist whose repair moved more is taken only if no other fits
 EXTRAS_MAX_NODES = 20_000   # smaller graphs get the EXTRA candidates too
 RUNNER_UP_MAX_NODES = 400   # smaller graphs: the runner-up is refined even when Step 1 wins as it is
+SEARCHED = 2                # candidates the repair's local search tries, when none fits without it
 
 
 class Roles(NamedTuple):
@@ -83,6 +90,32 @@ def roles(algorithm: str, graph, cluster) -> Roles:
     return Roles(list(role), first, beside, extra)
 
 
+def fallback_extras(fits: dict, roles: Roles) -> list:
+    """The EXTRA candidates to build after all the others, when none of them fits
+    (`fits`: name -> whether its repair fit it, for every candidate built or skipped so
+    far): those not built yet, in order (on graphs of EXTRAS_MAX_NODES nodes or more,
+    each a long repair that rarely fits there)."""
+    return [] if any(fits.values()) else [name for name in roles.extra if name not in fits]
+
+
+def next_search(fits: dict, errors: dict, searched) -> str | None:
+    """The candidate to judge again with the repair's local search (docs/repair.md), or
+    None: while none of `fits` fits (name -> whether it fits, the searched ones as
+    searched), the next of the `closest_stuck` of `errors` (name -> its repair's error,
+    None when it fit or was not built) not in `searched`; so they are tried in turn
+    until one fits, and a placement that fit without the search is never searched."""
+    if any(fits.values()):
+        return None
+    return next((name for name in closest_stuck(errors) if name not in searched), None)
+
+
+def closest_stuck(errors: dict) -> list:
+    """The SEARCHED names of `errors` ({name: the repair's error}, in order) whose repair
+    stopped the fewest bytes over capacity (overflow_repair.Stuck), the earlier on ties."""
+    stuck = [(e.overflow, i, name) for i, (name, e) in enumerate(errors.items()) if isinstance(e, Stuck)]
+    return [name for _, _, name in sorted(stuck)[:SEARCHED]]
+
+
 def finalists(judged: dict, num_nodes: int, order: list) -> list:
     """The two fastest of `judged` ({name: Judgement}; the earlier in `order` on ties),
     among those whose repair moved at most MAX_MOVED_SHARE of the nodes when there are any,
@@ -124,15 +157,18 @@ def _distinct(ranked, judged) -> list:
 
 
 def refinable(name: str, judgement: Judgement) -> bool:
-    """Step 1 refined itself, so it is refined again only when its repair moved nodes."""
-    return name != "step1" or judgement.repair_rounds > 0
+    """Whether to refine candidate `name` as a finalist: a placer that refines its own
+    placement (registry.Placer.refines_itself: Step 1) is refined again only when its
+    repair moved nodes."""
+    return not registry.PLACERS[name].refines_itself or judgement.repair_rounds > 0
 
 
 def refinements(judged: dict, num_nodes: int, order: list) -> Refinements:
     """The finalists and the ones to refine. A portfolio of one refines nothing. When
-    Step 1 wins as it is (nothing repaired), refining the runner-up alone would cost
-    time that nothing runs beside, so the runner-up is dropped, except on graphs of at
-    most RUNNER_UP_MAX_NODES nodes, where it costs little and may refine past it."""
+    Step 1 (a placer that refines itself) wins as it is (nothing repaired), refining
+    the runner-up alone would cost time that nothing runs beside, so the runner-up is
+    dropped, except on graphs of at most RUNNER_UP_MAX_NODES nodes, where it costs
+    little and may refine past it."""
     final = finalists(judged, num_nodes, order)
     portfolio = len(order) > 1
     if not portfolio or not (refinable(final[0], judged[final[0]]) or num_nodes <= RUNNER_UP_MAX_NODES):
@@ -142,9 +178,9 @@ def refinements(judged: dict, num_nodes: int, order: list) -> Refinements:
 
 def refine_first(known: dict, num_nodes: int, order: list):
     """The candidate worth refining before all are judged, or None: the fastest of those
-    judged so far when the runner-up among them is Step 1 as it is (not refined again).
-    Its refinement is the one `refinements` will ask for if it is still a finalist once
-    all are in; only when it runs can depend on which are in."""
+    judged so far when the runner-up among them is not refined again (`refinable`:
+    Step 1 as it is). Its refinement is the one `refinements` will ask for if it is
+    still a finalist once all are in; only when it runs can depend on which are in."""
     final = finalists(known, num_nodes, order) if known else []
     if len(final) < 2 or not refinable(final[0], known[final[0]]) or refinable(final[1], known[final[1]]):
         return None

@@ -1,8 +1,10 @@
 """The portfolio's executor: it builds an algorithm's candidates, judges each once
 (repair, then emulation: judge.py), refines the finalists within memory
 (refine_memory.py) and keeps the faster, running each job where and when it can.
-What runs and what is kept are the rules of pardnn.pipeline.choice, pure functions of
-the judged results; this module decides only where jobs run and how long it waits.
+What runs, what is tried again when nothing fits and what is kept are the rules of
+pardnn.pipeline.choice, pure functions of the judged results; this module decides only
+where jobs run and how long it waits. It names no candidate: how one is built comes
+from its registry entry (pardnn.placers.registry).
 
 Vocabulary: a candidate is *built* (its placer's placement), *judged* once (a
 judge.Judged, or why it cannot fit), and, as a finalist, *refined* (a
@@ -13,7 +15,7 @@ Where: on graphs of workers.PARALLEL_MIN_NODES or more, the candidates after the
 are built and judged in worker processes (pardnn.pipeline.workers) while the first runs
 here; a finalist is refined here while a worker refines the other, tracks the peaks the
 report needs, or finds report.json's lower bound. When the first candidate is done and
-the fastest judged so far has Step 1 as it is for runner-up, it is refined at once,
+choice.refine_first names one of those judged so far, it is refined at once,
 before the rest are in (`_refine_early`); that refinement is used only if the rules
 still ask for it once all are in, so only the time depends on what was known when.
 
@@ -42,11 +44,9 @@ from pardnn.pipeline import choice
 from pardnn.pipeline.judge import Judging, judge, with_memory, without_profile
 from pardnn.pipeline.refine_memory import refine_within_memory
 from pardnn.pipeline.workers import Inline, peaks_of, ready, workers
-from pardnn.repair.overflow_repair import Stuck
-from pardnn.placers import registry, step1
+from pardnn.placers import registry
 
 REFINE_GRACE_S = 60.0       # how long past a budget a worker's refinement may finish its batch
-SEARCHED = 2                # candidates the repair's local search tries, when none fits without it
 
 
 class Candidate(NamedTuple):
@@ -91,22 +91,32 @@ class _Run:
 def build(graph, cluster, name, timings=None) -> np.ndarray:
     """Placer `name`'s placement (int32 per node), lending it the emulator when it
     judges its own trials (registry.Placer.emulates); made once per graph and devices,
-    whatever their memory, for a placer that reads no memory (`_once`)."""
+    whatever their memory, for a placer that reads no memory (`_once`), through its
+    `detailed` function when it has one (`_detailed`)."""
     lent = {"emulate": emulate} if registry.PLACERS[name].emulates else {}
 
     def made(spent):
         return np.asarray(registry.run(name, graph, cluster, spent, **lent), np.int32)
     if registry.PLACERS[name].reads_memory:
         return made(timings)
-    if name == "step1" and cluster.uniform:     # (registry.run gives partition's device)
-        return _partition(graph, cluster, timings).device.copy()
+    if _has_details(name, cluster):         # (registry.run gives the same device)
+        return _detailed(graph, cluster, name, timings).device.copy()
     return _once(graph, cluster, ("placement", name), timings, made).copy()
 
 
-def _partition(graph, cluster, timings):
-    """pardnn.placers.step1.partition, made once per graph and devices (`_once`)."""
-    return _once(graph, cluster, "step1 partition", timings,
-                 lambda spent: step1.partition(graph, cluster, spent, emulate=emulate))
+def _has_details(name, cluster) -> bool:
+    """Whether placer `name` is built through its registry `detailed` function (Step 1's
+    partition, which also gives its emulation and what it returned): on devices at rate
+    1, where registry.run calls its place function as it is."""
+    return registry.PLACERS[name].detailed is not None and cluster.uniform
+
+
+def _detailed(graph, cluster, name, timings):
+    """Placer `name`'s `detailed` function's answer (registry.Placer.detailed), made
+    once per graph and devices (`_once`): it reads no memory."""
+    details = registry.detailed(name)
+    return _once(graph, cluster, ("details", name), timings,
+                 lambda spent: details(graph, cluster, spent, emulate=emulate))
 
 
 def _once(graph, cluster, what, timings, make):
@@ -176,16 +186,20 @@ def choose(graph, cluster, algorithm, timings=None, budget_s=None, judged=None) 
 
 
 def _collect_all(run, roles, results, pending) -> dict:
-    """Every candidate besides the first (`_collect_beside`), and, when none fits, the
-    EXTRA ones not built yet."""
+    """Every candidate besides the first (`_collect_beside`), then those the rules ask
+    for when none fits: the EXTRA ones not built yet (choice.fallback_extras), built
+    here, then the closest judged again with the repair's local search (`searched`)."""
     found = _collect_beside(run, roles, results, pending)
-    if all(r.judged is None for r in {**results, **found}.values()):      # nothing fits yet: the rest
-        inline = _inline(run.judging)
-        found.update({name: _collect(inline.submit(name), run.deadline)
-                      for name in roles.extra if name not in results and name not in found})
-    if all(r.judged is None for r in {**results, **found}.values()):      # still nothing: search
-        found.update(searched(run.judging, {**results, **found}))
+    extras = choice.fallback_extras(_fits({**results, **found}), roles)
+    inline = _inline(run.judging)
+    found.update({name: _collect(inline.submit(name), run.deadline) for name in extras})
+    found.update(searched(run.judging, {**results, **found}))
     return found
+
+
+def _fits(results) -> dict:
+    """{name: whether its repair fit it} of `results` ({name: Candidate})."""
+    return {name: r.judged is not None for name, r in results.items()}
 
 
 def _collect_beside(run, roles, results, pending) -> dict:
@@ -202,23 +216,15 @@ def _collect_beside(run, roles, results, pending) -> dict:
 
 
 def searched(judging, results) -> dict:
-    """What the portfolio tries last, when no candidate fits without it: the SEARCHED
-    candidates whose repair stopped the fewest bytes over capacity (the earlier on ties)
-    judged again with the repair's local search (docs/repair.md), until one fits."""
+    """What the portfolio tries last ({name: Candidate}): the candidates of `results`
+    that choice.next_search names in turn, judged again with the repair's local search
+    (docs/repair.md), from their placements as built."""
     searching = Judging(judging.graph, judging.cluster, search=True)
+    errors = {name: r.error for name, r in results.items() if r.device is not None}
     found = {}
-    for name in closest_stuck({name: r.error for name, r in results.items() if r.device is not None}):
+    while (name := choice.next_search(_fits({**results, **found}), errors, found)) is not None:
         found[name] = _judge_candidate(searching, results[name].device, results[name].build_s)
-        if found[name].judged is not None:
-            break
     return found
-
-
-def closest_stuck(errors) -> list:
-    """The SEARCHED names of `errors` ({name: the repair's error}, in order) whose repair
-    stopped the fewest bytes over capacity (overflow_repair.Stuck), the earlier on ties."""
-    stuck = [(e.overflow, i, name) for i, (name, e) in enumerate(errors.items()) if isinstance(e, Stuck)]
-    return [name for _, _, name in sorted(stuck)[:SEARCHED]]
 
 
 def _inline(judging) -> Inline:
@@ -227,15 +233,15 @@ def _inline(judging) -> Inline:
 
 def _first(judging, name, timings, alone=False):
     """({name: Candidate}, step1_output) for the first candidate, built here with the
-    stage timings: Step 1 through `partition`, which says what it returned and gives
-    the emulation of its result. `alone`: the portfolio has no other candidate (its
-    memory profile is kept: see `_judge_candidate`)."""
+    stage timings: through its `detailed` function where it has one (Step 1's
+    partition), which says what it returned (step1_output) and gives the emulation of
+    its result. `alone`: the portfolio has no other candidate (its memory profile is
+    kept: see `_judge_candidate`)."""
     graph, cluster = judging.graph, judging.cluster
-    if name != "step1" or not cluster.uniform:  # devices with rates: on the fastest ones (registry.run)
+    if not _has_details(name, cluster):     # (devices with rates: on the fastest ones, registry.run)
         return {name: _build_and_judge(judging, name, timings, keep_profile=alone)}, None
-    first = _partition(graph, cluster, timings)
-    output = "one-device" if first.one_device else "affinity" if first.affinity else "thesis"
-    return {name: _judge_candidate(judging, first.device, 0.0, first.schedule, keep_profile=alone)}, output
+    first = _detailed(graph, cluster, name, timings)
+    return {name: _judge_candidate(judging, first.device, 0.0, first.schedule, keep_profile=alone)}, first.output
 
 
 def _refine_early(run, results, pending, order):

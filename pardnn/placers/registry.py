@@ -61,13 +61,20 @@ class Placer(NamedTuple):
     reads_memory: bool = False  # its placement depends on the devices' memory (else the same
     #                             at any memory: `pardnn capacity` builds it once per count)
     speeds: str | None = FASTEST    # RATES, FASTEST or None: on devices of different speeds
+    refines_itself: bool = False    # it refines its placement by emulated trials (Step 1): the
+    #                                 portfolio refines it again only when its repair moved nodes
+    #                                 (pardnn.pipeline.choice.refinable)
+    detailed: str | None = None     # "module:function" (graph, cluster, timings, *, emulate) giving
+    #                                 its placement `.device` with its emulation `.schedule` and
+    #                                 what it returned `.output` (report.json's step1_output): how
+    #                                 the portfolio builds it first on devices at rate 1
 
 
 # Candidate name -> placer, in the portfolio's order: of two equally fast, the earlier wins.
 PLACERS = {
     "step1": Placer("pardnn.placers.step1:place",
                     "ParDNN Step 1 (thesis §4.1.1): slicing, mapping, refinement; memory ignored",
-                    None, FIRST, emulates=True),
+                    None, FIRST, emulates=True, refines_itself=True, detailed="pardnn.placers.step1:partition"),
     "stages": Placer("pardnn.placers.stages:place",
                      "contiguous stages of the topological order, cut for memory (after RaNNC, Piper)",
                      None, CORE, 5, reads_memory=True),
@@ -123,6 +130,12 @@ def candidates(algorithm: str) -> list:
 def get(name: str):
     """The place function of placer `name` (a key of PLACERS)."""
     return _load(PLACERS[name].function)
+
+
+def detailed(name: str):
+    """The `detailed` function of placer `name`, or None when it has none."""
+    target = PLACERS[name].detailed
+    return None if target is None else _load(target)
 
 
 def applies(name: str, graph, cluster) -> bool:

@@ -34,6 +34,12 @@ class Step1:
     affinity: bool                  # refinement started from the affinity placement
     schedule: object                # the emulated Schedule of `device`
 
+    @property
+    def output(self) -> str:
+        """What Step 1 returned (report.json's `step1_output`): "one-device", "affinity"
+        (refinement started from the affinity placement) or "thesis"."""
+        return "one-device" if self.one_device else "affinity" if self.affinity else "thesis"
+
 
 def place(graph, cluster, timings=None, *, emulate) -> np.ndarray:
     """Device index (int32) per node; stage seconds go into `timings`."""
