@@ -12,7 +12,7 @@ import pardnn.tf.quiet_import  # noqa: F401  (quiet TensorFlow import first)
 import tensorflow as tf
 
 from pardnn.base.errors import UserError
-from pardnn.tf import profile_function, shape_only_variables, variables_placed
+from pardnn.tf import placed as pardnn_placed, profile_function, shape_only_variables, variables_placed
 
 from helpers.script_run import script_facts
 
@@ -169,3 +169,40 @@ def test_a_mixed_precision_model_traces_the_same_shape_only():
     finally:
         keras.mixed_precision.set_dtype_policy(policy)
     assert any("Cast/ReadVariableOp" in name for name in real) and shape_only == real
+
+
+def test_a_variable_the_step_never_touches_goes_to_the_host(tmp_path):
+    """Keras' Normalization (EfficientNet's) reads its statistics into constants when
+    built: the step never touches them, so the profile has no node for them. The
+    profile lists them (the variables of the objects the step holds: fit's model and
+    its optimizer), and variables_placed creates them on the host, /device:CPU:0, as
+    plan.scope() does, rather than refusing them (issue 52, item 2)."""
+    import keras
+    from pardnn.cli import main
+
+    def build():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.layers.Input((4,)), keras.layers.Normalization(mean=None),
+                                  keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)])
+        model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse")
+        model.optimizer.build(model.trainable_variables)
+        return model, tf.function(model.train_step)
+
+    keras.backend.clear_session()               # Keras' names start again (outside the scopes)
+    with shape_only_variables():
+        _, step = build()
+    doc = profile_function(step, ((tf.TensorSpec([8, 4]), tf.TensorSpec([8, 2])),), out_dir=str(tmp_path / "prof"),
+                           estimate="dgx-h100")
+    assert [name for name, _ in doc["untouched_variables"]] == [
+        "sequential/normalization/mean:0", "sequential/normalization/variance:0", "sequential/normalization/count:0"]
+    assert main(["place", str(tmp_path / "prof"), "--devices", "cpu:1", "-o", str(tmp_path / "placed")]) == 0
+    keras.backend.clear_session()
+    with variables_placed(str(tmp_path / "placed" / "placement.csv")):
+        model, step = build()
+    assert all(v.value.device.endswith("/device:CPU:0") for v in model.layers[0].weights)
+    model.train_step = pardnn_placed(step, str(tmp_path / "placed" / "placement.csv"))
+    x, y = tf.random.stateless_normal([8, 4], (1, 2)), tf.random.stateless_normal([8, 2], (3, 4))
+    placed_loss = model.fit(x, y, batch_size=8, verbose=0).history["loss"]
+    keras.backend.clear_session()
+    reference, _ = build()
+    assert placed_loss == reference.fit(x, y, batch_size=8, verbose=0).history["loss"]

@@ -43,7 +43,7 @@ from pardnn.tf.estimate import costs_doc, estimate_graph, gpu_target
 from pardnn.tf.gathers import bypass_gathers, drop_nodes
 from pardnn.tf.plan_devices import local_device, read_devices
 from pardnn.tf.profiling import traced_steps, write_profile_dir
-from pardnn.tf.variables import creation_order, planned_variable_names
+from pardnn.tf.variables import creation_order, planned_variable_names, untouched_variables
 from pardnn.tf.rewrite import compare_partitions
 from pardnn.tf.session import parse_profile_devices, session_config
 
@@ -93,6 +93,7 @@ def profile_function(step_fn, args, steps: int = 5, out_dir: str = "profile", kw
            "fetches": fetches, "gathers_bypassed": trace["bypassed"],
            "variables": {name: v.name for name, v in creation_order(variables).items()},
            "variable_shapes": {name: v.shape.as_list() for name, v in variables.items()},
+           "untouched_variables": untouched_variables(step_fn.python_function, variables.values()),
            **(meta or {})}
     if target is not None:
         run_metadata, info = estimate_graph(graph, [f.split(":")[0] for f in fetches], {}, target)

@@ -9,7 +9,9 @@ user creates (weights, optimizer slots, metric and seed-generator state):
   `pardnn place` copies next to placement.csv); variables sharing a name (TF
   allows it) are matched in creation order. A variable the plan does not know is an error
   naming it and the nearest known names, unless `others=DEVICE` says where such
-  variables go.
+  variables go. A variable the step never touches (Keras' Normalization reads its
+  statistics into constants when built), which profile.json lists under
+  `untouched_variables`, goes to `others`, or to the host, /device:CPU:0.
 - `shape_only_variables()` creates uninitialised variables: a handle with the
   variable's shape and dtype and no buffer, enough to trace and plan a step
   (`profile_function(..., estimate=PRESET)`) without allocating the model. An
@@ -27,9 +29,12 @@ import os
 import pardnn.tf.quiet_import  # noqa: F401  (first: hides TensorFlow's start-up lines)
 import tensorflow as tf
 from tensorflow.python.ops import gen_resource_variable_ops, resource_variable_ops
+from tensorflow.python.trackable.base import Trackable
 
 from pardnn.base.errors import UserError
 from pardnn.tf.plan_devices import known_devices, local_device, read_devices
+
+UNTOUCHED_DEVICE = "/device:CPU:0"      # a variable the step never touches: host memory
 
 
 @contextlib.contextmanager
@@ -108,6 +113,33 @@ def _shape_and_dtype(kwargs):
     return tf.TensorShape(shape), tf.as_dtype(dtype or value.dtype)
 
 
+def untouched_variables(python_fn, touched) -> list:
+    """[name, shape] of each variable that the objects `python_fn` holds own but the
+    step never touches (`touched`: the variables its trace captures), in creation order.
+    The objects held: a bound method's `self` (fit's `model.train_step`: the model and
+    its optimizer) and what its closure holds (a custom loop's model and optimizer),
+    with every variable reachable from them as a checkpoint would reach it."""
+    roots = [getattr(python_fn, "__self__", None)]
+    for cell in getattr(python_fn, "__closure__", None) or ():
+        try:
+            roots.append(cell.cell_contents)
+        except ValueError:                  # a cell not yet filled
+            continue
+    roots += [x for r in roots if isinstance(r, (tuple, list)) for x in r]
+    roots += [x for r in roots if isinstance(r, dict) for x in r.values()]
+    seen = {id(v.handle) for v in touched}
+    untouched = {}
+    for root in roots:
+        if not isinstance(root, Trackable):
+            continue
+        for obj in tf.train.TrackableView(root).descendants():
+            variable = obj if isinstance(obj, tf.Variable) else getattr(obj, "value", None)   # Keras' own
+            if isinstance(variable, tf.Variable) and id(variable.handle) not in seen:
+                seen.add(id(variable.handle))
+                untouched[len(untouched)] = variable
+    return [[v.name, v.shape.as_list()] for v in creation_order(untouched).values()]
+
+
 def creation_order(variables: dict) -> dict:
     """{node: variable} ordered by when each variable was created (TF numbers every
     eager variable's handle from one process-wide counter)."""
@@ -132,6 +164,8 @@ class VariablePlan:
                                 f"({name}); placement.csv and profile.json are of different plans")
             self.by_name.setdefault(name, []).append((devices[node], shapes.get(node)))
         self.others = None if others is None else self._known(others)
+        for name, shape in profile.get("untouched_variables") or []:     # after the touched ones of a name
+            self.by_name.setdefault(name, []).append((self.others or UNTOUCHED_DEVICE, shape))
         self.used = {}
 
     def _known(self, device):
