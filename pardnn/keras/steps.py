@@ -12,6 +12,10 @@ planning, on the planned devices when training.
 
 from __future__ import annotations
 
+import os
+import sysconfig
+import traceback
+
 import keras
 import tensorflow as tf
 
@@ -67,18 +71,71 @@ def training_step(built, step, batch, micro_batches: int = 1):
         args, optimizers = tuple(batch), split_built(built, step)[1]
     if micro_batches > 1:
         fn = micro_batched(fn, optimizers, micro_batches, name, fit=step is None)
-    return tf.function(fn, input_signature=[relaxed_batch(b) for b in args]), args
+    step_fn = tf.function(fn, input_signature=[relaxed_batch(b) for b in args])
+    step_fn.pardnn_step = (f"step: {name}" if step is not None
+                           else f"build: the train_step of model {built.name!r}")    # what warm_up's errors name
+    return step_fn, args
 
 
 def warm_up(step_fn, args) -> None:
-    """Trace step_fn with args once (nothing runs); a batch the step cannot take is a
-    UserError naming batch_spec."""
+    """Trace step_fn with args once (nothing runs). A TypeError or ValueError is a
+    UserError: one naming the step and the line of the user's code where it failed
+    (`user_frame`), else, when no code of the user's is on the way (Keras' own step
+    refused the batch), one naming batch_spec."""
     try:
         step_fn.get_concrete_function(*args)
     except UserError as exc:
         raise UserError(own_message(exc)) from None
     except (TypeError, ValueError) as exc:
-        raise UserError(f"batch_spec: the step cannot be traced with it ({trace_error(exc)})") from None
+        frame = user_frame(exc)
+        if frame is None:
+            raise UserError(f"batch_spec: the step cannot be traced with it ({trace_error(exc)})") from None
+        what = getattr(step_fn, "pardnn_step", f"step: {getattr(step_fn, '__name__', 'step')}")
+        code = f" ({frame.line.strip()})" if frame.line and frame.line.strip() else ""
+        raise UserError(f"{what} fails at {_shown_path(frame.filename)}:{frame.lineno} in {frame.name}{code}: "
+                        f"{trace_error(exc)}") from None
+
+
+def user_frame(exc):
+    """The innermost frame of `exc`'s traceback in the user's code (a
+    traceback.FrameSummary), None if none: not in TensorFlow, Keras, pardnn or Python's
+    standard library. An error raised while AutoGraph traced converted code carries
+    its frames mapped back to the user's source (`ag_error_metadata`); else the
+    traceback's own frames are read, AutoGraph's generated files skipped."""
+    stack = getattr(getattr(exc, "ag_error_metadata", None), "translated_stack", None)
+    if stack:                                     # innermost first
+        frames = [traceback.FrameSummary(f.filename, f.lineno, f.function_name, lookup_line=False, line=f.code)
+                  for f in stack]
+    else:
+        frames = list(reversed(traceback.extract_tb(exc.__traceback__)))
+    libraries = _library_dirs()
+    for frame in frames:
+        path = os.path.abspath(frame.filename) if not frame.filename.startswith("<") else frame.filename
+        if "__autograph_generated_file" in path or any(_under(path, d) for d in libraries):
+            continue
+        if _under(path, sysconfig.get_paths()["stdlib"]) and not _under(path, sysconfig.get_paths()["purelib"]):
+            continue
+        return frame
+    return None
+
+
+def _library_dirs() -> list:
+    """The folders of the packages whose frames are not the user's code: TensorFlow's,
+    Keras' and pardnn's (the folder above this package)."""
+    pardnn_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return [os.path.dirname(os.path.abspath(module.__file__)) for module in (tf, keras)] + [pardnn_dir]
+
+
+def _under(path: str, folder: str) -> bool:
+    return path.startswith(os.path.join(os.path.abspath(folder), ""))
+
+
+def _shown_path(path: str) -> str:
+    """`path` relative to the working directory when it lies below it."""
+    if path.startswith("<"):
+        return path
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
 
 
 def own_message(exc) -> str:
