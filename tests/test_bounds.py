@@ -2,12 +2,13 @@
 over all placements, found by trying every one of them on small random graphs."""
 
 import itertools
+import json
 
 import numpy as np
 import pytest
 
 from pardnn.pipeline.report import evaluate
-from pardnn.emulator.bounds import step_lower_bound_us
+from pardnn.pipeline.bounds import PARTS, step_lower_bound
 from pardnn.emulator.scheduler import simulate
 from pardnn.graph import CostGraph
 from pardnn.graph.constraints import violations
@@ -45,7 +46,7 @@ def optimum_us(g, c):
 @pytest.mark.parametrize("seed", range(40))
 def test_the_step_bound_never_exceeds_the_best_placement(seed):
     g, c = random_case(seed)
-    bound = step_lower_bound_us(g, c)
+    bound = step_lower_bound(g, c, exact_model=False).us
     assert max(critical_path_us(g), g.total_work_us() / c.num_devices) <= max(bound, critical_path_us(g))
     assert bound <= optimum_us(g, c) * (1 + 1e-12)
 
@@ -56,19 +57,19 @@ def test_a_fork_pays_a_transfer_or_runs_in_series():
     g = CostGraph.build(names=["a", "b", "c"], comp_us=[10, 10, 10], out_bytes=[8] * 3,
                         edge_src=["a", "a"], edge_dst=["b", "c"], edge_bytes=[8, 8])
     c = cluster(2, latency=100)
-    assert step_lower_bound_us(g, c) == optimum_us(g, c) == 30
+    assert step_lower_bound(g, c, exact_model=False).us == optimum_us(g, c) == 30
     assert evaluate(g, c, np.zeros(3, int)).lower_bound_us == 30
 
 
 def test_cheap_transfers_give_the_critical_path():
     g = CostGraph.build(names=["a", "b", "c"], comp_us=[10, 10, 10], out_bytes=[8] * 3,
                         edge_src=["a", "a"], edge_dst=["b", "c"], edge_bytes=[8, 8])
-    assert step_lower_bound_us(g, cluster(2, latency=1)) == 21 == optimum_us(g, cluster(2, latency=1))
+    assert step_lower_bound(g, cluster(2, latency=1), exact_model=False).us == 21 == optimum_us(g, cluster(2, latency=1))
 
 
 def test_one_device_bounds_by_all_the_work():
     g, _ = random_case(7)
-    assert step_lower_bound_us(g, cluster(1)) == pytest.approx(g.total_work_us())
+    assert step_lower_bound(g, cluster(1), exact_model=False).us == pytest.approx(g.total_work_us())
 
 
 @pytest.mark.parametrize("seed", [0, 3, 5, 11, 12, 17])
@@ -77,7 +78,7 @@ def test_the_exact_models_bound_never_exceeds_the_best_placement(seed):
     solved = exact.solve(g, c)
     best = optimum_us(g, c)
     assert solved.bound_us <= best * (1 + 1e-12)
-    assert solved.optimal and solved.bound_us >= step_lower_bound_us(g, c) * (1 - 1e-3)   # times on a grid
+    assert solved.optimal and solved.bound_us >= step_lower_bound(g, c, exact_model=False).us * (1 - 1e-3)   # times on a grid
     for device in solved.placements:
         assert violations(g, c, device) == []
 
@@ -110,3 +111,91 @@ def test_the_exact_candidate_is_deterministic():
     second = exact.solve(*random_case(21))
     assert first.bound_us == second.bound_us
     assert all(np.array_equal(a, b) for a, b in zip(first.placements, second.placements))
+
+
+# ------------------------------------------- devices faster and slower than the profile
+def two_speeds_file(tmp_path, fast=2.0, slow=0.5):
+    """A cluster file: GPU:0 `fast` times the profile's speed, GPU:1 `slow` times it."""
+    path = tmp_path / "speeds.json"
+    path.write_text(json.dumps({
+        "format": "pardnn-cluster", "version": 1,
+        "hosts": [{"task": "/job:localhost/replica:0/task:0",
+                   "devices": [{"name": "GPU:0", "memory": "1GiB", "rate": fast},
+                               {"name": "GPU:1", "memory": "1GiB", "rate": {"compute": slow, "memory": slow}}]}],
+        "intra_host": {"latency": "100us", "bandwidth": "1GB/s"}}))
+    return str(path)
+
+
+def chain(n=3, us=10.0, op="AddV2"):
+    return CostGraph.build(names=[f"n{i}" for i in range(n)], ops=[op] * n, comp_us=[us] * n,
+                           out_bytes=[8] * n, edge_src=list(range(n - 1)), edge_dst=list(range(1, n)),
+                           edge_bytes=[8] * (n - 1))
+
+
+def test_every_part_counts_a_device_faster_than_the_profile(tmp_path):
+    """A chain of three 10 us ops, one device twice the profile's speed and one half:
+    all on the fast one, 15 us, is the best step. At the profile's speed the critical
+    path alone would claim 30 us, twice what that placement takes."""
+    g, c = chain(), parse_devices(two_speeds_file(tmp_path))
+    assert c.rates.tolist() == [[2.0, 0.5], [2.0, 0.5]]
+    bound = step_lower_bound(g, c)
+    assert optimum_us(g, c) == 15.0
+    assert bound.critical_path_us == 15.0 and bound.forced_transfers_us == 15.0
+    assert bound.work_per_device_us == pytest.approx(30.0 / 2.5)       # 30 us of work at 2 + 0.5
+    assert bound.exact_model_us is None            # its model gives each op one duration
+    assert bound.us == 15.0 and bound.binding == "critical_path_us"
+    assert evaluate(g, c, np.zeros(3, int)).lower_bound_us == 15.0
+
+
+def random_case_at_speeds(seed):
+    """random_case's graph with a MatMul or an element-wise op per node, on its devices
+    at rates above and below the profile's: the first faster at MatMuls, the second at
+    the rest, a third (if any) slower at both."""
+    g, c = random_case(seed)
+    rng = np.random.default_rng(1000 + seed)
+    g = CostGraph.build(names=list(g.names), ops=rng.choice(["MatMul", "AddV2"], g.num_nodes).tolist(),
+                        comp_us=g.comp_us.tolist(), out_bytes=g.out_bytes.tolist(), group=g.group.tolist(),
+                        edge_src=g.edge_src.tolist(), edge_dst=g.edge_dst.tolist(),
+                        edge_slot=g.edge_slot.tolist(), edge_bytes=g.edge_bytes.tolist())
+    rates = [(3.0, 0.5), (0.5, 2.0), (0.25, 0.5)]
+    devices = tuple(Device(d.name, d.kind, d.memory, compute_rate=rates[i][0], memory_rate=rates[i][1])
+                    for i, d in enumerate(c.devices))
+    return g, Cluster(devices, c.latency_us, c.bandwidth)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_step_bound_never_exceeds_the_best_placement_on_devices_of_other_speeds(seed):
+    """Every part holds on devices faster and slower than the profile, and is no looser
+    than at the profile's speed where a device is faster at everything an op needs."""
+    g, c = random_case_at_speeds(seed)
+    bound = step_lower_bound(g, c)
+    assert bound.us <= optimum_us(g, c) * (1 + 1e-12), bound
+    best_times = g.comp_us / np.where(g.rate_class == 0, 3.0, 2.0)      # each op on its fastest device
+    assert bound.critical_path_us == pytest.approx(critical_path_us(g, best_times))
+
+
+def test_explain_and_report_give_one_bound_on_a_cluster_file_with_rates(tmp_path):
+    """report.json's lower_bound_us and `pardnn explain`'s bounds are one function's:
+    on a device twice the profile's speed both say 15 us for the chain (explain once took
+    the critical path at the profile's speed, 30 us)."""
+    from pardnn.cli import main
+    graph, out, explained = tmp_path / "g.json", tmp_path / "placed", tmp_path / "explain.json"
+    chain().to_json(graph)
+    assert main(["place", str(graph), "--devices", two_speeds_file(tmp_path), "-o", str(out)]) == 0
+    assert main(["explain", str(out), "--json", str(explained)]) == 0
+    report, step = json.loads((out / "report.json").read_text()), json.loads(explained.read_text())["step"]
+    assert report["lower_bound_us"] == step["lower_bound_us"] == 15.0
+    assert step["bounds"]["critical_path_us"] == 15.0 and step["binding"] == "critical path"
+    assert report["makespan_us"] >= report["lower_bound_us"]
+
+
+def test_the_step_bound_is_one_dataclass_of_named_parts():
+    g, c = random_case(5)
+    bound = step_lower_bound(g, c)
+    assert list(bound.parts) == [p for p in PARTS if getattr(bound, p) is not None]
+    assert bound.us == max(bound.parts.values()) and bound.parts[bound.binding] == pytest.approx(bound.us, rel=1e-12)
+    assert bound.exact_model_us is not None                 # 2-7 nodes at rate 1: the model runs
+    without = step_lower_bound(g, c, exact_model=False)
+    assert without.exact_model_us is None and step_lower_bound(g, c, emulated=without) == bound
+    from pardnn.explain.step import BOUND_NAMES
+    assert tuple(BOUND_NAMES) == PARTS

@@ -102,6 +102,7 @@ def test_capacity_writes_the_table_json_plot_and_a_placement_per_count(tmp_path,
         assert inputs["devices"] == f"cpu:{r['devices']}" and inputs["memory"] == str(r["placement"]["memory_bytes"])
         usable = int(r["placement"]["memory_bytes"] * 0.9)
         assert max(report["peak_memory_bytes"]) <= usable
+        assert r["step_lower_bound_us"] == report["lower_bound_us"] <= r["step_us_at_least_memory"]
         if r["fits_at_memory"]:
             first = first or r["devices"]
             assert r["placement"]["memory_bytes"] == int(memory)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import strategies as st
 
 from pardnn.pipeline.report import evaluate
-from pardnn.emulator.bounds import busiest_device_us, longest_path_us
+from pardnn.emulator.trial import busiest_device_us, longest_path_us
 from pardnn.emulator.scheduler import simulate
 from pardnn.graph import CostGraph
 from pardnn.graph.edge_costs import comm_bytes

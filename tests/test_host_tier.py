@@ -8,7 +8,6 @@ import json
 import numpy as np
 import pytest
 
-from pardnn.emulator import lower_bound_us
 from pardnn.emulator.scheduler import simulate
 from pardnn.base.errors import UserError
 from pardnn.graph import REFERENCE, RESIDUAL, CostGraph
@@ -19,6 +18,7 @@ from pardnn.hardware.gpu_specs import H100_SXM5
 from pardnn.hardware.host_specs import XEON_8480C
 from pardnn.placers import etf, heft, registry
 from pardnn.pipeline.judge import judge
+from pardnn.pipeline.bounds import step_lower_bound
 from pardnn.pipeline.place import place
 from pardnn.pipeline.report import evaluate
 
@@ -200,17 +200,17 @@ def test_the_emulator_runs_each_op_at_its_devices_rate():
     assert on_host.makespan == 48.0
     fields = evaluate(g, c, np.array([1, 1]))
     assert fields.single_device_us == 14.0 and fields.makespan_us == 48.0
-    assert lower_bound_us(g, c) <= 14.0
+    assert step_lower_bound(g, c).us <= 14.0
 
 
 def test_lower_bounds_hold_on_devices_of_different_speeds():
     from tools.synth_graph import synth_graph
-    from pardnn.emulator.bounds import busiest_device_us, longest_path_us
+    from pardnn.emulator.trial import busiest_device_us, longest_path_us
     rng = np.random.default_rng(0)
     for seed in range(20):
         g = synth_graph(60 + 10 * seed, seed=seed, shape="chain" if seed % 2 else "dag")
         c = two_speeds(gpus=2, compute=0.1, mem_rate=0.3)
-        bound = lower_bound_us(g, c)
+        bound = step_lower_bound(g, c).us
         for _ in range(5):
             device = rng.integers(0, 3, g.num_nodes)
             device = device[g.group_nodes[g.group_ptr[:-1]]][g.group]
@@ -374,13 +374,12 @@ def test_the_work_bound_counts_each_device_at_its_rate():
     """Two independent 10 us element-wise ops on a GPU and a host at half speed: in a
     step of T the two devices run at most 1.5 T of profiled work, so no step beats
     20 / 1.5 us (alike devices would give 20 / 2); the best placement takes 20 us."""
-    from pardnn.emulator.bounds import step_lower_bounds
     g = CostGraph.build(names=["a", "b"], ops=["AddV2", "AddV2"], comp_us=[10.0, 10.0])
     c = two_speeds(compute=0.25, mem_rate=0.5)
-    assert step_lower_bounds(g, c)["work_per_device_us"] == pytest.approx(20.0 / 1.5)
+    assert step_lower_bound(g, c).work_per_device_us == pytest.approx(20.0 / 1.5)
     best = min(simulate(g, c, np.array(d)).makespan for d in ([0, 0], [0, 1], [1, 0], [1, 1]))
-    assert best == 20.0 and lower_bound_us(g, c) <= best
-    assert step_lower_bounds(g, parse_devices("cpu:2"))["work_per_device_us"] == 10.0
+    assert best == 20.0 and step_lower_bound(g, c).us <= best
+    assert step_lower_bound(g, parse_devices("cpu:2")).work_per_device_us == 10.0
 
 
 def test_explain_rebuilds_a_cluster_with_the_host(tmp_path, capsys):

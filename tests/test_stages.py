@@ -189,8 +189,8 @@ def test_candidates_built_in_worker_processes_give_the_same_placement(monkeypatc
     assert np.array_equal(forked.judged.device, inline.judged.device)
     assert {n: c.get("makespan_us") for n, c in forked.candidates.items()} == \
         {n: c.get("makespan_us") for n, c in inline.candidates.items()}
-    from pardnn.emulator import lower_bound_us    # found here while the worker refined the runner-up
-    assert inline.bound_us is None and forked.bound_us == lower_bound_us(g, cluster)
+    from pardnn.pipeline.bounds import step_lower_bound     # found here while the worker refined the runner-up
+    assert inline.step_bound is None and forked.step_bound == step_lower_bound(g, cluster, exact_model=False)
 
 
 def test_a_candidate_is_taken_once_by_whoever_claims_it_first():
@@ -317,7 +317,7 @@ def test_a_leader_refined_while_a_worker_still_builds_gives_the_same_placement(m
     wait behind), they are tracked here."""
     import multiprocessing
     import os
-    from pardnn.emulator import lower_bound_us
+    from pardnn.pipeline.bounds import step_lower_bound
     g = synth_graph(1500, seed=0, shape="chain")
     cluster = parse_devices("cpu:4").with_options(memory=2**50, bandwidth=12000.0, latency=25.0)
     inline_placement, inline_report = placer.place(g, cluster, "pardnn")
@@ -364,7 +364,7 @@ def test_a_leader_refined_while_a_worker_still_builds_gives_the_same_placement(m
     assert chosen[0].winner == "heft" and chosen[0].refinement is fired[0][0]["heft"][1]
     assert asked == ([0] if held == "single" else [])          # asked for during the early refinement
     if held == "single":
-        assert chosen[0].bound_us == lower_bound_us(g, cluster)      # found by the idle worker
+        assert chosen[0].step_bound == step_lower_bound(g, cluster, exact_model=False)    # found by the idle worker
     assert np.array_equal(placement.device, inline_placement.device)
     assert untimed(report) == untimed(inline_report)
 

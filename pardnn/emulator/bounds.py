@@ -1,67 +1,42 @@
-"""Lower bounds on the emulated step of one placement, at a fraction of an emulation's
-cost, so that refinement can drop trials that cannot win without emulating them
-(pardnn.emulator.trial.emulate tries the cheaper one first).
+"""Lower bounds on the emulated step of EVERY placement of a graph on a cluster: the
+emulator's parts of the step lower bound (docs/bounds.md), which
+pardnn.pipeline.bounds.step_lower_bound joins with the exact model's proven bound. The
+bounds of ONE placement, which refinement prunes its trials with, are apart from
+these, in pardnn.emulator.trial.
 
-Under the scheduler's model (pardnn.emulator.scheduler) a device runs one op at a
-time, so the step lasts at least the work placed on its busiest device; and a node
-starts no earlier than each input arrives, a cross-device input no earlier than its
-producer's finish plus the transfer's `bytes / bandwidth + latency`, so the step
-lasts at least the costliest path with those transfer costs on the cut edges. Both
-ignore queueing and link contention, which only add time.
+Under the relaxed model (docs/bounds.md, "What every emulated schedule obeys") each op
+takes at least its time on the device that runs it fastest (`fastest_times`), so the
+step lasts at least the costliest path at those times; the devices run at most their
+summed rates of work; a path pays the transfers every placement forces; and on small
+graphs the interval bound counts where the windows these leave each op meet the K
+limit.
 """
 
 import numpy as np
 
-from pardnn.emulator.scheduler import plan_transfers
 from pardnn.graph.forced_levels import start_and_tail_floors
-from pardnn.graph.levels import bottom_levels
-from pardnn.graph.op_rates import fastest_times, node_times
+from pardnn.graph.levels import critical_path_us
+from pardnn.graph.op_rates import fastest_times
 
-
-def busiest_device_us(graph, cluster, device) -> float:
-    """The work placed on the busiest device (one bincount, far cheaper than the path)."""
-    if graph.num_nodes == 0:
-        return 0.0
-    return float(np.bincount(np.asarray(device, np.int64), node_times(graph, cluster, device),
-                             minlength=cluster.num_devices).max())
-
-
-def longest_path_us(graph, cluster, device) -> float:
-    """The costliest path, each cut edge costing its transfer's `bytes / bandwidth + latency`."""
-    if graph.num_nodes == 0:
-        return 0.0
-    device = np.asarray(device, np.int64)
-    edge_transfer, _, _, occupancy, latency = plan_transfers(graph, cluster, device)
-    cross = edge_transfer >= 0
-    edge_cost = np.zeros(graph.num_edges)
-    edge_cost[cross] = occupancy[edge_transfer[cross]] + latency[edge_transfer[cross]]
-    return float(bottom_levels(graph, node_times(graph, cluster, device), edge_cost).max())
-
-
-# ------------------------------------------------- the bound on every placement's step
 INTERVAL_MAX_NODES = 2_000   # the interval bound costs O(grid^2 n) per trial step time
 
 
-def step_lower_bound_us(graph, cluster) -> float:
-    """A lower bound on the emulated step of EVERY placement of `graph` on `cluster`:
-    the largest of `step_lower_bounds` (docs/bounds.md has the proofs)."""
-    return max(step_lower_bounds(graph, cluster).values())
+def every_placement_parts(graph, cluster) -> dict:
+    """The emulator's parts of the lower bound on every placement's emulated step, by
+    name (pardnn.pipeline.bounds.StepLowerBound's fields): "critical_path_us" (the
+    costliest path, each op at its fastest device's time, communication free),
+    "work_per_device_us" (total work over the devices' summed rates),
+    "forced_transfers_us" (max over nodes of est(n) + p(n) + tail(n), where est and
+    tail are communication-aware floors on a node's start and on the time after its
+    finish, pardnn.graph.forced_levels) and, on graphs of at most INTERVAL_MAX_NODES and
+    K > 1, "interval_us" (the interval bound over the windows they leave each op, never
+    below the two before it). Found once per graph and cluster (the graph's memo)."""
+    return dict(graph.memoized(("every_placement_parts", cluster), lambda: _every_placement_parts(graph, cluster)))
 
 
-def step_lower_bounds(graph, cluster) -> dict:
-    """The bounds on every placement's emulated step, by name: "work_per_device_us"
-    (total work / K), "forced_transfers_us" (max over nodes of est(n) + p(n) + tail(n),
-    where est and tail are communication-aware floors on a node's start and on the time
-    after its finish, pardnn.graph.forced_levels) and, on graphs of at most
-    INTERVAL_MAX_NODES and K > 1, "interval_us" (the interval bound over the windows
-    they leave each op, never below the other two). `pardnn explain` names the one that
-    binds. Found once per graph and cluster (the graph's memo)."""
-    return dict(graph.memoized(("step_lower_bounds", cluster), lambda: _step_lower_bounds(graph, cluster)))
-
-
-def _step_lower_bounds(graph, cluster) -> dict:
+def _every_placement_parts(graph, cluster) -> dict:
     if graph.num_nodes == 0:
-        return {"work_per_device_us": 0.0, "forced_transfers_us": 0.0}
+        return {"critical_path_us": 0.0, "work_per_device_us": 0.0, "forced_transfers_us": 0.0}
     p = np.asarray(fastest_times(graph, cluster), np.float64)      # each op on its fastest device
     bounds = {"work_per_device_us": _work_bound_us(graph, cluster, p)}
     comm = edge_comm_floor_us(graph, cluster)
@@ -69,7 +44,7 @@ def _step_lower_bounds(graph, cluster) -> dict:
     bounds["forced_transfers_us"] = float((est + p + tail).max())
     if graph.num_nodes <= INTERVAL_MAX_NODES and cluster.num_devices > 1:
         bounds["interval_us"] = interval_bound_us(p, est, tail + p, cluster.num_devices, max(bounds.values()))
-    return bounds
+    return {"critical_path_us": critical_path_us(graph, p), **bounds}
 
 
 def _work_bound_us(graph, cluster, p) -> float:

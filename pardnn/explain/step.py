@@ -1,10 +1,12 @@
 """What sets the step time: the bound that binds, the critical path by layer, the
 transfers that cost it most, and where each device's time goes.
 
-- The bounds are report.json's lower_bound_us taken apart (docs/bounds.md): the
-  critical path with free communication, total work / K, the forced transfers, the
-  interval bound (small graphs) and the exact model's (at most 400 nodes). The one that
-  binds is the largest, the first of that order on ties; the gap is step / bound.
+- The bounds are report.json's lower_bound_us taken apart, as
+  pardnn.pipeline.bounds.step_lower_bound gives them (docs/bounds.md): the critical
+  path with free communication, total work / K, the forced transfers, the interval
+  bound (small graphs) and the exact model's (at most 400 nodes), each op at its
+  fastest device's time. The one that binds is the largest, the first of that order
+  on ties; the gap is step / bound.
 - The critical path (pardnn.emulator.critical_path) is cut into segments that tile
   [0, step]: an op's run, a transfer (from its producer's finish to its arrival, with
   the time it queued for its link), and the rest before the op starts. An op's
@@ -23,29 +25,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from pardnn.emulator.bounds import step_lower_bounds
 from pardnn.emulator.critical_path import critical_chain
-from pardnn.graph.levels import critical_path_us
-from pardnn.placers import exact
+from pardnn.pipeline.bounds import step_lower_bound
 
 BOUND_NAMES = {"critical_path_us": "critical path", "work_per_device_us": "work / K",
                "forced_transfers_us": "forced transfers", "interval_us": "interval bound",
-               "exact_model_us": "exact model"}
+               "exact_model_us": "exact model"}      # one per part of StepLowerBound (PARTS)
 
 
 def bounds(placed) -> dict:
     """The bounds, which binds, and the gap (module docstring); `lower_bound_us` is
     their largest, which is report.json's."""
-    graph, cluster = placed.graph, placed.cluster
-    parts = {"critical_path_us": critical_path_us(graph), **step_lower_bounds(graph, cluster)}
-    proven = exact.proven_bound_us(graph, cluster)
-    if proven > 0:
-        parts["exact_model_us"] = proven
-    ordered = {key: parts[key] for key in BOUND_NAMES if key in parts}
-    bound = max(ordered.values())
-    binding = next(key for key, value in ordered.items() if value >= bound * (1 - 1e-12))
-    step = placed.schedule.makespan
-    return {"bounds": ordered, "lower_bound_us": bound, "binding": BOUND_NAMES[binding],
+    found = step_lower_bound(placed.graph, placed.cluster)
+    bound, step = found.us, placed.schedule.makespan
+    return {"bounds": found.parts, "lower_bound_us": bound, "binding": BOUND_NAMES[found.binding],
             "gap": step / bound if bound > 0 else 1.0}
 
 

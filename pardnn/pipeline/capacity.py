@@ -26,6 +26,7 @@ from pardnn.base.errors import UserError
 from pardnn.graph.node_memory import resident_bytes
 from pardnn.pipeline.judge import Judging, fits_with_search, judge
 from pardnn.pipeline.lanes import in_lanes
+from pardnn.pipeline.bounds import step_lower_bound
 from pardnn.pipeline.place import place
 from pardnn.pipeline import choice
 from pardnn.pipeline.portfolio import build, judge_all
@@ -55,6 +56,7 @@ class Row:
 
     devices: int
     bound: object               # repair.least_memory.LeastMemory for this count (beside its host tier)
+    step_bound: object          # pipeline.bounds.StepLowerBound: no placement's step on these devices is shorter
     least: Fit                  # the placement at the least memory found
     at_memory: Fit | None       # the placement at the cluster's own memory, None when none fits
     placements: int             # placements run for this row, as pardnn place runs them
@@ -67,6 +69,7 @@ class Row:
                "least_memory_bound_bytes": _memory(self.bound.bytes, self.least.placement.cluster.reserve),
                "bound": self.bound.fields(),
                "step_us_at_least_memory": self.least.report.makespan_us,
+               "step_lower_bound_us": self.step_bound.us,
                "fits_at_memory": self.at_memory is not None,
                "placements": self.placements, "memories_tried": self.checks}
         if self.at_memory is not None:
@@ -125,7 +128,7 @@ def count_row(graph, cluster, algorithm) -> Row:
     `Feasibility`, then placed as `pardnn place --memory` would; and the placement at
     the cluster's own memory."""
     k, reserve = cluster.num_devices, cluster.reserve
-    bound = least_memory_on(graph, cluster)
+    bound, step_bound = least_memory_on(graph, cluster), step_lower_bound(graph, cluster)
     memory = int(cluster.memory.max())
     feasible = Feasibility(graph, cluster, algorithm)
     placed = [0]
@@ -142,7 +145,7 @@ def count_row(graph, cluster, algorithm) -> Row:
 
     if k == 1:                                      # one placement: its peak is the answer
         least = full(_memory(_one_device_peak(graph, cluster), reserve))
-        return Row(k, bound, least, full(memory) if memory >= least.memory else None, placed[0], 0)
+        return Row(k, bound, step_bound, least, full(memory) if memory >= least.memory else None, placed[0], 0)
     low = _memory(bound.bytes, reserve)             # nothing fits below it
     feasible.complete_at_most = _near(low)
     at_memory = full(memory) if memory >= low else None
@@ -154,7 +157,7 @@ def count_row(graph, cluster, algorithm) -> Row:
     if least is None:
         raise RuntimeError(f"{algorithm} found a fit at {format_size(least_memory_found)} on {k} devices "
                            f"and then did not place there")
-    return Row(k, bound, least, at_memory, placed[0], feasible.checks)
+    return Row(k, bound, step_bound, least, at_memory, placed[0], feasible.checks)
 
 
 class Feasibility:

@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pardnn.emulator import lower_bound_us
+from pardnn.pipeline.bounds import step_lower_bound
 from pardnn.emulator.trial import emulate
 from pardnn.base.errors import UserError
 from pardnn.graph.constraints import allowed_devices
@@ -75,7 +75,7 @@ class Chosen:
     refinement: object           # refine_memory.Refinement of the winner, or None when it was not refined
     step1_output: str | None     # "thesis", "affinity" or "one-device": what Step 1 returned
     candidates: dict = field(default_factory=dict)   # name -> report.json entry, in registry order
-    bound_us: float | None = None   # emulator.lower_bound_us, if found while the refinements ran
+    step_bound: object = None   # bounds.StepLowerBound without the exact model, if found while the refinements ran
 
 
 @dataclass
@@ -287,7 +287,7 @@ def _pick(run, results, step1_output, early=None, bound=None) -> Chosen:
     run.timings.update({name: r.build_s for name, r in results.items() if name != first and r.device is not None})
     plan = choice.refinements({n: choice.Judgement.of(j, run.judging.cluster) for n, j in judged.items()},
                               run.judging.graph.num_nodes, list(results))
-    refined, bound_us = _refine_finalists(run, judged, plan.refine, early or {}, bound)
+    refined, step_bound = _refine_finalists(run, judged, plan.refine, early or {}, bound)
     final = {name: refined[name].judged if refined.get(name) else judged[name] for name in plan.finalists}
     report = {name: r.entry for name, r in results.items()}
     for name in refined:
@@ -295,7 +295,7 @@ def _pick(run, results, step1_output, early=None, bound=None) -> Chosen:
     winner = choice.winner({name: final[name].schedule.makespan for name in plan.finalists}, plan.finalists)
     graph, cluster = run.judging.graph, run.judging.cluster
     return Chosen(winner, results[winner].device, with_memory(graph, cluster, final[winner]),
-                  refined.get(winner), step1_output, report, bound_us)
+                  refined.get(winner), step1_output, report, step_bound)
 
 
 def _refine_finalists(run, judged, names, early, bound):
@@ -312,14 +312,14 @@ def _refine_finalists(run, judged, names, early, bound):
     peaks = _peaks_beside(pool, judged, todo, jobs, deadline)
     bound = pool.bound() if bound is None and not jobs and deadline == math.inf else bound
     refined.update({name: _refine(run.judging, judged[name], deadline, peaks) for name in todo[:1]})
-    bound_us = ready(bound)
-    if jobs and bound_us is None and deadline == math.inf and pool.parallel:   # while a worker refines
-        bound_us = lower_bound_us(graph, cluster)
+    step_bound = ready(bound)
+    if jobs and step_bound is None and deadline == math.inf and pool.parallel:   # while a worker refines
+        step_bound = step_lower_bound(graph, cluster, exact_model=False)
     refined.update({name: _collect_refined(job, deadline) for name, job in jobs.items()})
-    bound_us = ready(bound) if bound_us is None else bound_us
+    step_bound = ready(bound) if step_bound is None else step_bound
     if refined:     # (re-inserted, so that the stages keep their order however early it ran)
         run.timings["refine_memory"] = run.timings.pop("refine_memory", 0.0) + time.perf_counter() - t0
-    return refined, bound_us
+    return refined, step_bound
 
 
 def _refine(judging, judged, deadline, peaks=None):

@@ -15,12 +15,11 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from pardnn.emulator import lower_bound_us
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
 from pardnn.graph.edge_costs import comm_bytes
 from pardnn.pipeline import replicas as replicated
-from pardnn.pipeline.bounds import step_lower_bound_us
+from pardnn.pipeline.bounds import step_lower_bound
 from pardnn.repair.least_memory import least_memory_on
 
 # Sections of the report, in the order docs/report.md lists them.
@@ -93,11 +92,11 @@ class Report:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
 
-def emulation_report(graph, cluster, device, schedule, profile, algorithm, bound_us=None, **more) -> Report:
+def emulation_report(graph, cluster, device, schedule, profile, algorithm, bound=None, **more) -> Report:
     """The report of placement `device` from its emulation (`schedule`, `profile`):
-    what was placed where, and the emulation fields. `bound_us`: lower_bound_us, when
-    known (else the full bound of pipeline.bounds, solving the exact model on small
-    graphs). `more`: other fields, by name."""
+    what was placed where, and the emulation fields. `bound`: the StepLowerBound whose
+    `us` is lower_bound_us, when known (else pipeline.bounds.step_lower_bound in full,
+    solving the exact model on small graphs). `more`: other fields, by name."""
     device = np.asarray(device)
     return Report(
         algorithm=algorithm, num_nodes=graph.num_nodes, num_edges=graph.num_edges, devices=cluster.names,
@@ -105,7 +104,7 @@ def emulation_report(graph, cluster, device, schedule, profile, algorithm, bound
         nodes_per_device=[int(x) for x in np.bincount(device, minlength=cluster.num_devices)],
         comm_bytes=comm_bytes(graph, device),
         makespan_us=schedule.makespan, single_device_us=graph.total_work_us(),
-        lower_bound_us=step_lower_bound_us(graph, cluster) if bound_us is None else bound_us,
+        lower_bound_us=(step_lower_bound(graph, cluster) if bound is None else bound).us,
         least_memory=least_memory_on(graph, cluster).fields(),
         busy_us=[float(x) for x in schedule.busy_us],
         peak_memory_bytes=[int(x) for x in profile.peak_bytes],
@@ -115,11 +114,13 @@ def emulation_report(graph, cluster, device, schedule, profile, algorithm, bound
 
 def evaluate(graph, cluster, device) -> Report:
     """The emulation report of placement `device` (int per node) on `cluster`, with the
-    emulator's lower bound (pardnn.emulator.lower_bound_us: no exact model is solved)."""
+    lower bound without the exact model's part (pipeline.bounds.step_lower_bound with
+    exact_model=False: no CP-SAT solve)."""
     device = np.asarray(device)
     schedule = simulate(graph, cluster, device)
     profile = track_memory(graph, cluster, device, schedule)
-    return emulation_report(graph, cluster, device, schedule, profile, "", lower_bound_us(graph, cluster))
+    return emulation_report(graph, cluster, device, schedule, profile, "",
+                            step_lower_bound(graph, cluster, exact_model=False))
 
 
 def placement_report(graph, placed, loader=None, replicas=None, stage_seconds=None) -> Report:
@@ -129,7 +130,7 @@ def placement_report(graph, placed, loader=None, replicas=None, stage_seconds=No
     t0 = time.perf_counter()
     placement, chosen = placed.placement, placed.chosen
     cluster, judged = placement.cluster, chosen.judged
-    graph_bound = step_lower_bound_us(graph, cluster, chosen.bound_us)
+    graph_bound = step_lower_bound(graph, cluster, emulated=chosen.step_bound)
     more = {**_repair_fields(judged, cluster), **_portfolio_fields(chosen)}
     report = emulation_report(graph, cluster, placement.device, judged.schedule, judged.profile,
                               placement.algorithm, graph_bound,

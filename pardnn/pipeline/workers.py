@@ -18,7 +18,7 @@ import os
 from concurrent import futures
 from concurrent.futures.process import BrokenProcessPool
 
-from pardnn.emulator import lower_bound_us
+from pardnn.pipeline.bounds import step_lower_bound
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
 
@@ -117,7 +117,7 @@ def _shared_peaks(device):
 
 def _shared_bound():
     judging = _SHARED["judging"]
-    return lower_bound_us(judging.graph, judging.cluster)
+    return step_lower_bound(judging.graph, judging.cluster, exact_model=False)
 
 
 class Forked:
@@ -138,7 +138,8 @@ class Forked:
         return self._submit(_shared_peaks, device)
 
     def bound(self):
-        """report.json's lower bound (pardnn.emulator.lower_bound_us)."""
+        """report.json's lower bound without the exact model's part
+        (pardnn.pipeline.bounds.step_lower_bound): a StepLowerBound."""
         return self._submit(_shared_bound)
 
     def _submit(self, job, *args):
