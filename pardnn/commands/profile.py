@@ -35,6 +35,10 @@ def add_parser(sub):
                         "as itself) or on, as your training runs (fused nodes' times are spread over "
                         "the nodes they replaced; docs/profiles.md)")
     p.add_argument("-o", "--out", required=True, metavar="PROFILE_DIR", help="output directory")
+    p.add_argument("--micro-batches", type=int, default=1, metavar="M",
+                   help="split each step's batch into M micro-batches with one update (the model's `batch` "
+                        "knob must divide by M; pardnn.tf.micro_batches): the placement can run them side by "
+                        "side; default 1")
     p.add_argument("--op-overhead", metavar="TIME",
                    help="with --estimate: fixed cost added to every op (kernel launch + dispatch; "
                         "default the preset's, 0 for none)")
@@ -67,9 +71,12 @@ def run(args):
     module = load_module(args.model)
     knobs = resolve_knobs(module, args.size, args.set)
     with stage(f"building {args.model}"):
-        model = build_model(module, args.model, knobs)
+        model, split = _built(module, args.model, knobs, args.micro_batches)
     is_script = args.model.endswith(".py") or os.sep in args.model
     meta = {"model": os.path.abspath(args.model) if is_script else args.model, "size": args.size, "knobs": knobs}
+    if split is not None:
+        meta["micro_batches"] = split.micro_batches
+        print(_split_line(split))
     if target is not None:
         with stage(f"estimating op costs for {args.estimate}"), script_errors(module, args.model):
             result = estimate_model(model, target, args.out, meta)
@@ -82,6 +89,24 @@ def run(args):
     nodes = len(model.graph.as_graph_def().node)
     print(f"profiled {args.model} ({nodes} nodes) for {doc['steps']} steps on {args.devices}; wrote {args.out}")
     return 0
+
+
+def _built(module, name, knobs, micro_batches):
+    """(Model, Split or None): built as it is, or as `micro_batches` micro-batches."""
+    if micro_batches == 1:
+        return build_model(module, name, knobs), None
+    from pardnn.tf.micro_batches import micro_batched_model
+    return micro_batched_model(module, name, knobs, micro_batches)
+
+
+def _split_line(split) -> str:
+    """What the micro-batch rewrite did, naming the layers whose statistics it changes."""
+    line = (f"micro-batches: {split.micro_batches} per step, one update; {split.per_sample_ops} ops per "
+            f"micro-batch, the loss a {split.loss} over the samples")
+    if split.coupled:
+        shown = ", ".join(split.coupled[:6]) + (f" and {len(split.coupled) - 6} more" if len(split.coupled) > 6 else "")
+        line += f"; per-micro-batch statistics in {shown}"
+    return line
 
 
 def _op_overhead(text):
