@@ -7,7 +7,7 @@ blocks; a span's name is its leading token, up to the first space or "(" (so
 ("=", "[", quotes, "::") is prose or a setting and is not read. Then:
 
 1. **Paths.** A token that starts with one of the repository's top-level entries
-   (`pardnn/`, `tools/`, `tests/`, `docs/`, `examples/`, `pardnn_builtin_models/`,
+   (`pardnn/`, `tools/`, `tests/`, `docs/`, `examples/`, `models/`,
    `.ci/`, or a root file such as `setup.cfg`) must exist; a trailing "/" means a
    folder. Any other token ending in ".py" (`io/outputs.py`, `costgraph.py`) must end
    the path of some Python file of the repository at a "/" boundary. A path part in
@@ -35,7 +35,7 @@ blocks; a span's name is its leading token, up to the first space or "(" (so
    op names; not words inside longer strings such as docstrings), or
    be in OUTSIDE (names from outside this code, such as environment variables).
 6. **Paths in plain prose** (not in backticks): a path under pardnn/, tools/, tests/,
-   docs/, examples/ or pardnn_builtin_models/ with a file extension, such as
+   docs/, examples/ or models/ with a file extension, such as
    tests/test_layout.py, must exist as rule 1 says.
 7. **Commands.** In spans and code blocks alike, `python -m NAME` with NAME rooted at
    pardnn or tools must name a module that exists, and tools run as modules
@@ -66,10 +66,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.doc_code import all_doc_imports, doc_imports, failed_imports, python_blocks, self_contained
+from tests.helpers.doc_code import (PACKAGE_DIRS, all_doc_imports, doc_imports, failed_imports, python_blocks,
+                                    self_contained)
 
 ROOT = Path(__file__).resolve().parents[1]
-PY_DIRS = ("pardnn", "pardnn_builtin_models", "tools", "tests", "examples")
+PY_DIRS = ("pardnn", "models", "tools", "tests", "examples")
 PACKAGES = ("pardnn", "pardnn_builtin_models", "tools", "tests")
 
 # Names the docs cite from outside this code (rule 5; add one here when a doc names
@@ -88,7 +89,7 @@ FENCE = re.compile(r"^ {0,3}(```|~~~).*?^ {0,3}\1", re.S | re.M)
 SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
 TOKEN = re.compile(r"[\w./:-]+")
 COMMAND = re.compile(r"python3? -m ([\w.]+)|python3? (tools/[\w/]+\.py)")
-PROSE_PATH = re.compile(r"(?<![\w/.`-])((?:pardnn|pardnn_builtin_models|tools|tests|docs|examples)/[\w./-]*\.(?:py|md|csv|json|cfg|toml|sh))\b")
+PROSE_PATH = re.compile(r"(?<![\w/.`-])((?:pardnn|models|tools|tests|docs|examples)/[\w./-]*\.(?:py|md|csv|json|cfg|toml|sh))\b")
 IDENT = re.compile(r"[A-Za-z_]\w*")
 FILE_EXT = re.compile(r"\.(py|md|csv|json|cfg|toml|txt|pb|sh|png|yml|yaml)$")
 
@@ -178,7 +179,8 @@ class Code:
             self.bound.update(IDENT.findall(node.value))     # "moved_nodes", "pardnn.tf.function:placed"
 
     def module_file(self, dotted: str) -> str | None:
-        base = dotted.replace(".", "/")
+        top, dot, rest = dotted.partition(".")
+        base = PACKAGE_DIRS.get(top, top) + (dot + rest).replace(".", "/")
         for rel in (base + ".py", base + "/__init__.py"):
             if rel in self.files:
                 return rel

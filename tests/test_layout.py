@@ -15,6 +15,8 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
+from tests.helpers.doc_code import PACKAGE_DIRS
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Pipeline layers, lowest first. A module may import its own package or a lower layer,
@@ -43,15 +45,23 @@ NEVER = {
 
 
 def module_name(path: Path) -> str:
+    """The module of a source file: its path, but for a package installed from a folder
+    of another name (PACKAGE_DIRS: the built-in model scripts sit in models/ at the top
+    of the repository, as the design's layout has it, and install as
+    pardnn_builtin_models; pardnn/models/ is the Model protocol)."""
     rel = path.relative_to(ROOT).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts.pop()
+    packages = {folder: package for package, folder in PACKAGE_DIRS.items()}
+    parts[0] = packages.get(parts[0], parts[0])
     return ".".join(parts)
 
 
 def source_modules() -> dict:
-    files = sorted((ROOT / "pardnn").rglob("*.py")) + sorted((ROOT / "pardnn_builtin_models").glob("*.py"))
+    files = sorted((ROOT / "pardnn").rglob("*.py"))
+    for folder in PACKAGE_DIRS.values():
+        files += sorted((ROOT / folder).glob("*.py"))
     return {module_name(f): f for f in files}
 
 
@@ -169,8 +179,18 @@ def test_setup_cfg_installs_every_package():
     cfg.read(ROOT / "setup.cfg")
     listed = set(cfg["options"]["packages"].split())
     packages = {module_name(p.parent / "__init__.py") for p in (ROOT / "pardnn").rglob("__init__.py")}
-    assert listed == packages | {"pardnn_builtin_models"}
-    assert "package_dir" not in cfg["options"]      # every package sits in the folder of its name
+    assert listed == packages | set(PACKAGE_DIRS)
+    mapped = dict(line.replace(" ", "").split("=", 1)
+                  for line in cfg["options"].get("package_dir", "").splitlines() if line.strip())
+    assert mapped == PACKAGE_DIRS          # any other package sits in the folder of its name
+
+
+def test_the_built_in_models_are_installed_from_the_models_folder():
+    """`import pardnn_builtin_models` (the editable install's mapping of setup.cfg's
+    package_dir) finds this checkout's models/ folder, and no folder of the old name."""
+    import pardnn_builtin_models
+    assert Path(pardnn_builtin_models.__file__).resolve() == ROOT / "models" / "__init__.py"
+    assert not (ROOT / "pardnn_builtin_models").exists()
 
 
 @pytest.mark.parametrize("layer", range(len(LAYERS)))

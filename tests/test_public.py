@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from tests.helpers.doc_code import (ROOT, Import, all_doc_imports, doc_files, example_files, example_imports,
-                                    imports_in, python_blocks)
+from tests.helpers.doc_code import (PACKAGE_DIRS, ROOT, Import, all_doc_imports, doc_files, example_files,
+                                    example_imports, imports_in, python_blocks)
 
 # The public packages, lowest layer first, and the one module users call (the CLI).
 PUBLIC = ("pardnn", "pardnn.graph", "pardnn.hardware", "pardnn.io", "pardnn.models", "pardnn.emulator",
@@ -25,8 +25,10 @@ DOTTED = re.compile(r"(?<![\w.])pardnn(?:_builtin_models)?(?:\.[A-Za-z_]\w*)+")
 
 def public_all(module: str) -> list:
     """`module`'s __all__, read from its source (no import: pardnn.tf's names import TF)."""
-    path = ROOT / (module.replace(".", "/") + ".py")
-    path = path if path.exists() else ROOT / module.replace(".", "/") / "__init__.py"
+    top, dot, rest = module.partition(".")
+    base = PACKAGE_DIRS.get(top, top) + (dot + rest).replace(".", "/")      # its folder
+    path = ROOT / (base + ".py")
+    path = path if path.exists() else ROOT / base / "__init__.py"
     for node in ast.parse(path.read_text(encoding="utf-8")).body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets):
             if isinstance(node.value, ast.Call):          # sorted(_API): the lazy API's keys

@@ -15,6 +15,9 @@ from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[2]
 OURS = ("pardnn", "pardnn_builtin_models")      # the top-level packages this repository installs
+# a package installed from a folder of another name (setup.cfg's package_dir,
+# tests/test_layout.py checks it): the built-in model scripts sit in models/
+PACKAGE_DIRS = {"pardnn_builtin_models": "models"}
 PYTHON_BLOCK = re.compile(r"^ {0,3}(```|~~~)python[^\n]*\n(.*?)^ {0,3}\1", re.S | re.M)
 
 
