@@ -91,6 +91,23 @@ def test_every_variable_is_built_where_planned_and_trains_unmoved(models, name):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet", "transformer", "siamese"])
+@pytest.mark.parametrize("kind", ["evaluate", "predict"])
+def test_evaluate_and_predict_of_a_model_built_in_the_scope_run_placed(models, name, kind):
+    """The scope places test_step and predict_step too (issue 52, item 6): their ops
+    follow the fit plan (named as the training step's forward ops, or with their
+    variable or input), every one ran on the device it asked for, on several devices,
+    with the results of the unplaced model built alike (its steps traced, as the placed
+    ones, with the batch size unknown), bit for bit; siamese's data ends on a half batch."""
+    facts = models[name][kind]
+    assert facts["moved"] == [] and len(facts["per_device"]) >= 2
+    assert sum(facts["per_device"].values()) > 20 and facts["named"] > facts["ops"] / 2
+    assert len(facts["placed"]) == len(facts["unplaced"]) > 0
+    for placed, unplaced in zip(facts["placed"], facts["unplaced"]):
+        np.testing.assert_array_equal(placed, unplaced)
+
+
+@pytest.mark.slow
 def test_a_layer_reading_its_variables_when_built_reads_their_initial_values(models):
     assert models["normalized"]["read_in_build"] == [24.0, 24.0]            # sum of 24 ones, not of nothing
 

@@ -124,6 +124,9 @@ class Plan:
         matcher.check_variables([model], [])
         model.train_step = placed(step_fn, self.placement_csv, relax_batch=True,
                                   around=lambda: self._tracing(matcher, names))
+        for kind in ("test_step", "predict_step"):      # evaluate, predict: their ops follow the plan
+            setattr(model, kind, placed(tf.function(getattr(model, kind)), self.placement_csv, relax_batch=True,
+                                        around=lambda: self._tracing(matcher, names), follow=True))
         model.jit_compile = False       # XLA would compile fit's step as one cluster, on one device
 
     @staticmethod

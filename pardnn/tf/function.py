@@ -255,7 +255,7 @@ def _variable_init(graph, values):
     return ops, feed
 
 
-def placed(step_fn, placement_csv, around=None, relax_batch=False):
+def placed(step_fn, placement_csv, around=None, relax_batch=False, follow=False):
     """A tf.function retracing step_fn's Python function with every op on the device
     placement_csv (a `pardnn place` placement.csv) gives it. Its trace refuses a
     placement of another step and variables that are not where the plan says.
@@ -263,7 +263,10 @@ def placed(step_fn, placement_csv, around=None, relax_batch=False):
     (pardnn.keras: Keras' name counters of the build, the plan's variable creator).
     With `relax_batch`, the step is traced once, on its first call, with the first
     dimension of every argument unknown (`relaxed_batch`): the trace a step profiled
-    with such a signature has, whatever batch size comes (fit's last, partial batch)."""
+    with such a signature has, whatever batch size comes (fit's last, partial batch).
+    With `follow`, step_fn is another step over the same variables than the one
+    placed (a Keras model's test_step or predict_step under its train_step's plan):
+    its ops follow the placement (`_follow_placement`) instead of having to be its."""
     check_tf_function(step_fn)
     devices = read_devices(placement_csv)
     names = planned_variable_names(placement_csv)
@@ -276,6 +279,9 @@ def placed(step_fn, placement_csv, around=None, relax_batch=False):
     def check(graph, bypassed):
         for name in bypassed:
             requested.pop(name, None)
+        if follow:
+            requested.update(_follow_placement(graph, devices, set(bypassed)))
+            return
         _check_names(graph, devices, placement_csv, step_fn, set(bypassed))
         _check_variables(graph, devices, placement_csv, names)
 
@@ -394,6 +400,37 @@ def _check_names(graph, devices, path, step_fn, bypassed):
         raise UserError(f"{path}: does not match the trace of {_name(step_fn)}: {len(missing)} of its "
                         f"{len(names)} ops are not in the placement (e.g. {missing[0]!r}); place a "
                         f"profile of this step (pardnn.tf.profile_function)")
+
+
+def _follow_placement(graph, devices, bypassed) -> dict:
+    """Give every op of a trace the placement was not made for a device, and return
+    them (op name -> device): an op taking a variable's handle goes where the variable
+    is (TF would move it there), an op the placement names where it says (a Keras
+    step's forward ops are named as the training step's), any other op with its
+    first input, and one without inputs with its first consumer (else on the
+    placement's first device)."""
+    variables = {internal.op.name: local_device(external.device)
+                 for external, internal in graph.captures if internal.dtype == tf.resource}
+    ops = [op for op in graph.get_operations() if op.name not in bypassed]
+    chosen = {}
+    for op in ops:
+        handles = [chosen.get(t.op.name) for t in op.inputs if t.dtype == tf.resource]
+        if op.name in variables:
+            chosen[op.name] = variables[op.name]
+        elif handles and handles[0]:
+            chosen[op.name] = handles[0]
+        elif op.name in devices:
+            chosen[op.name] = devices[op.name]
+        else:
+            chosen[op.name] = chosen.get(op.inputs[0].op.name) if op.inputs else None
+    first = min(devices.values(), default="")
+    for op in reversed(ops):
+        if chosen[op.name] is None:
+            consumers = [c for t in op.outputs for c in t.consumers()] + list(op._control_outputs)
+            chosen[op.name] = next((chosen[c.name] for c in consumers if chosen.get(c.name)), first)
+    for op in ops:
+        op._set_device(chosen[op.name])
+    return chosen
 
 
 def _check_variables(graph, devices, path, names):

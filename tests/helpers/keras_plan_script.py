@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from pardnn.keras.keys import variable_keys
 from pardnn.tf import check_function_placement, check_nested_placement
-from pardnn.tf.function import relaxed_batch
+from pardnn.tf.function import relaxed_batch, requested_devices
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import keras_models as km
@@ -101,9 +101,46 @@ def model_flow(root, name):
                                   if isinstance(layer, km.ReadsInBuild)]
     else:
         facts["jit_compile"] = built[0].jit_compile
+        facts.update(evaluated(plan, built[0], reference, data))       # before fit: the same weights
         facts["placed"], check = check_nested_placement(built[0].train_step, lambda: fit(built[0], data))
         facts["unplaced"] = fit(reference, data)
     facts["moved"], facts["per_device"] = check.moved, check.nodes_per_device
+    return facts
+
+
+class Relaxed:
+    """A Keras step traced as the placed one is, once with the batch size unknown, so
+    that the results compared differ by placement alone, not by the kernels oneDNN
+    picks for a known batch size (docs/tf2.md, "Drift")."""
+
+    def __init__(self, step):
+        self.step, self.traced = step, None
+
+    def __call__(self, data):
+        if self.traced is None:
+            self.traced = tf.function(self.step, input_signature=[relaxed_batch(data)])
+        return self.traced(data)
+
+
+def evaluated(plan, model, reference, data):
+    """evaluate and predict of the placed model and of the unplaced one, built alike:
+    their results, where the placed one's ops ran, and how many of them placement.csv
+    names (the others follow it: pardnn.tf.function._follow_placement)."""
+    x = tf.nest.map_structure(lambda *a: np.concatenate(a), *[b[0] for b in data])
+    y = tf.nest.map_structure(lambda *a: np.concatenate(a), *[b[1] for b in data])
+    named = dict(line.strip().rsplit(",", 1) for line in open(plan.placement_csv))
+    facts = {}
+    calls = {"evaluate": (model.test_step, lambda m: m.evaluate(x, y, batch_size=BATCH, verbose=0)),
+             "predict": (model.predict_step, lambda m: m.predict(x, batch_size=BATCH, verbose=0))}
+    reference.test_step, reference.predict_step = Relaxed(reference.test_step), Relaxed(reference.predict_step)
+    for kind, (step, call) in calls.items():
+        placed, check = check_nested_placement(step, lambda c=call: c(model))
+        unplaced = call(reference)
+        asked = requested_devices(step)
+        facts[kind] = {"moved": check.moved, "per_device": check.nodes_per_device, "ops": len(asked),
+                       "named": sum(n in named for n in asked),
+                       "placed": [np.asarray(a).tolist() for a in tf.nest.flatten(placed)],
+                       "unplaced": [np.asarray(a).tolist() for a in tf.nest.flatten(unplaced)]}
     return facts
 
 
