@@ -90,7 +90,9 @@ def test_event_loop(seed):
     args = (cluster.num_devices, np.asarray(g.comp_us, np.float64), device, np.diff(g.pred_ptr).astype(np.int64),
             Successors(*g.successor_arrays, edge_transfer),
             Transfers(np.asarray(link, np.int64), np.asarray(occupancy, np.float64), np.asarray(latency, np.float64)))
-    assert_same(event_loop.compiled(*args), event_loop.interpreted(*args))
+    fifo, ranked = np.zeros(0, np.int64), rng.permutation(g.num_nodes).astype(np.int64)
+    assert_same(event_loop.compiled(*args, fifo), event_loop.interpreted(*args, fifo))
+    assert_same(event_loop.compiled(*args, ranked), event_loop.interpreted(*args, ranked))
 
 
 def test_small_graphs_run_interpreted_large_ones_compiled():

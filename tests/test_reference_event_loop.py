@@ -16,8 +16,10 @@ from pardnn.emulator.scheduler import simulate
 from pardnn.graph import CostGraph
 
 
-def reference_schedule(graph, cluster, device):
-    """(start, finish, {(producer, slot, destination device): (send, arrival)})."""
+def reference_schedule(graph, cluster, device, priority=None):
+    """(start, finish, {(producer, slot, destination device): (send, arrival)}); with
+    `priority`, a device that falls free runs its queued node of the lowest
+    (rank, node) instead of the first queued."""
     n, k = graph.num_nodes, cluster.num_devices
     device = [int(d) for d in device]
     src, dst = graph.edge_src.tolist(), graph.edge_dst.tolist()
@@ -69,7 +71,10 @@ def reference_schedule(graph, cluster, device):
                 heapq.heappush(events, (ready_time[w], 1, w))
         busy[device[v]] = False
         if queue[device[v]]:
-            run(queue[device[v]].pop(0), t)
+            waiting = queue[device[v]]
+            first = 0 if priority is None else min(range(len(waiting)), key=lambda i: (priority[waiting[i]],
+                                                                                       waiting[i]))
+            run(waiting.pop(first), t)
     return np.array(start), np.array(finish), sent
 
 
@@ -87,6 +92,29 @@ def test_the_event_loop_matches_the_reference(seed):
         key = (int(graph.edge_src[e]), int(graph.edge_slot[e]), int(s.transfer_dst[x]))
         got[key] = (float(s.transfer_send[x]), float(s.transfer_arrival[x]))
     assert got == sent
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_ranked_event_loop_matches_the_reference(seed):
+    """List scheduling: the same model with a rank per node deciding each queue."""
+    graph, rng = small_dag(seed)
+    k = int(rng.integers(1, 4))
+    cluster = exact_cluster(k, latency=[2.0, 0.0][seed % 2])
+    device = rng.integers(0, k, graph.num_nodes)
+    priority = rng.integers(0, 5, graph.num_nodes)          # ties between ranks go by node id
+    s = simulate(graph, cluster, device, priority)
+    start, finish, _ = reference_schedule(graph, cluster, device, priority.tolist())
+    assert s.start.tolist() == start.tolist() and s.finish.tolist() == finish.tolist()
+
+
+def test_ranks_change_which_queued_node_runs_first():
+    """Two ready nodes queued behind a third: FIFO runs them by readiness, ranks reverse them."""
+    graph = CostGraph.build(["a", "b", "c"], comp_us=[4.0, 1.0, 1.0])
+    cluster = exact_cluster(1)
+    fifo = simulate(graph, cluster, [0, 0, 0])
+    ranked = simulate(graph, cluster, [0, 0, 0], priority=[0, 2, 1])
+    assert fifo.start.tolist() == [0.0, 4.0, 5.0]
+    assert ranked.start.tolist() == [0.0, 5.0, 4.0]
 
 
 def test_the_reference_cases_tie_and_queue():

@@ -11,7 +11,9 @@ next token) trained by a custom step with Keras' Adam, planned shape-only with
 For each M of `--micro` and each cluster (one device at M = 1, the baseline, then
 `--devices`), it prints the emulated step (report.json's makespan), the samples per
 second relative to one device running the unsplit batch, the largest per-device peak,
-the graph's nodes and the time the plan took. Each plan runs in a child process
+the graph's nodes and the time the plan took, and each order of
+pardnn.pipeline.schedule emulated on the plan's placement (its step and the share of
+the devices' time idle). Each plan runs in a child process
 (`python -m tools.bench_micro_batches --one ...`), one at a time.
 """
 
@@ -26,6 +28,8 @@ import tempfile
 import time
 
 from tools.commit_line import ROOT, print_commit, write_rows
+
+from pardnn.pipeline.schedule import SCHEDULES
 
 
 def build_gpt(d, blocks, heads, seq, vocab):
@@ -77,9 +81,27 @@ def one(args) -> dict:
                                  (spec, spec), devices=args.one, step=train_step, micro_batches=args.m,
                                  directory=os.path.join(work, "plan"), estimate="dgx-h100", verbose=0)
         report = plan.report
+        orders = scheduled(os.path.join(work, "plan"), args.one)
     return {"devices": args.one, "micro_batches": args.m, "makespan_us": round(report["makespan_us"], 1),
             "peak_bytes": max(report["peak_memory_bytes"]), "fits": report["feasible"],
-            "nodes": report["num_nodes"], "plan_s": round(time.perf_counter() - t0, 1)}
+            "nodes": report["num_nodes"], "plan_s": round(time.perf_counter() - t0, 1), **orders}
+
+
+def scheduled(plan_dir, devices) -> dict:
+    """Each order of pardnn.pipeline.schedule emulated on the plan's placement: its step
+    (us) and bubble share, by name."""
+    from pardnn.hardware import parse_devices
+    from pardnn.io.placement import read_csv
+    from pardnn.pipeline.load import load_cost_graph
+    from pardnn.pipeline.schedule import schedules
+    graph, _ = load_cost_graph(os.path.join(plan_dir, "profile"))
+    cluster = parse_devices(devices)
+    device = read_csv(os.path.join(plan_dir, "placement.csv"), graph, cluster)
+    row = {}
+    for s in schedules(graph, cluster, device):
+        row[f"{s.name}_us"] = round(s.makespan_us, 1)
+        row[f"{s.name}_bubble"] = round(s.bubble, 3)
+    return row
 
 
 def main(argv=None) -> int:
@@ -105,7 +127,7 @@ def main(argv=None) -> int:
     if args.work:
         knobs.append(f"--work={args.work}")
     rows, base = [], None
-    print("devices M makespan_us samples_per_s_x peak_GiB fits nodes plan_s")
+    print("devices M makespan_us samples_per_s_x peak_GiB fits nodes plan_s | per order: step_us (bubble)")
     for devices, m in [("dgx-h100:1", 1)] + [(args.devices, int(m)) for m in args.micro.split(",")]:
         out = subprocess.run([sys.executable, "-m", "tools.bench_micro_batches", *knobs, f"--one={devices}",
                               f"--m={m}"], cwd=ROOT, capture_output=True, text=True)
@@ -116,8 +138,9 @@ def main(argv=None) -> int:
         base = base or row["makespan_us"]
         row["throughput_x"] = round(base / row["makespan_us"], 3)
         rows.append(row)
+        orders = " ".join(f"{name} {row[name + '_us']} ({row[name + '_bubble']})" for name in SCHEDULES)
         print(devices, m, row["makespan_us"], f"{row['throughput_x']:.2f}x", f"{row['peak_bytes'] / 2**30:.2f}",
-              row["fits"], row["nodes"], row["plan_s"], flush=True)
+              row["fits"], row["nodes"], row["plan_s"], "|", orders, flush=True)
     if args.csv and rows:
         write_rows(args.csv, rows)
     return 0

@@ -12,6 +12,11 @@ interpreted loop it replaced (docs/emulator.md gives the speed).
 Heap keys: key = node for a finish event and n + node for a ready event. A node has at
 most one event in the heap, so keys are unique and (time, key) is a total order: at equal
 times finishes come first and ties go by node id.
+
+Given a `priority` (an int64 rank per node; empty for TF's FIFO), a device that falls
+free runs its queued node of the lowest rank instead of the first queued: list
+scheduling, the emulation of an order a placement carries (pardnn.graph.order). Each
+device's queue is then a binary heap of (rank, node) in its own region of one array.
 """
 
 from __future__ import annotations
@@ -40,11 +45,11 @@ class Transfers(NamedTuple):
 
 
 @kernel
-def event_loop(k, comp, device, indegree, successors, transfers):
+def event_loop(k, comp, device, indegree, successors, transfers, priority):
     """Start and finish per node, send and arrival per transfer, of one emulated step.
 
     comp: float64 per node; device, indegree: int64 per node; the Successors and
-    Transfers of the step."""
+    Transfers of the step; priority: int64 rank per node, or empty for FIFO."""
     succ_ptr, edge_dst, edge_transfer = successors
     link, occupancy, latency = transfers
     n, m = comp.shape[0], link.shape[0]
@@ -56,6 +61,67 @@ def event_loop(k, comp, device, indegree, successors, transfers):
     queue_head, queue_tail = np.full(k, -1, np.int64), np.full(k, -1, np.int64)
     idle = np.ones(k, np.bool_)
     times, keys = np.empty(n + 1), np.empty(n + 1, np.int64)
+    ranked = priority.shape[0] > 0
+    region = np.zeros(k + 1, np.int64)                  # device d's heap: ranks[region[d]:...]
+    if ranked:
+        for v in range(n):
+            region[device[v] + 1] += 1
+        for d in range(k):
+            region[d + 1] += region[d]
+    queued = np.zeros(k, np.int64)
+    qnode = np.empty(n if ranked else 0, np.int64)
+
+    def before(a, b):
+        """Whether node a goes before node b in a device's ranked queue."""
+        return priority[a] < priority[b] or (priority[a] == priority[b] and a < b)
+
+    def enqueue(d, v):
+        """Queues v on device d (its FIFO list, or its heap by rank)."""
+        if not ranked:
+            if queue_tail[d] < 0:
+                queue_head[d] = v
+            else:
+                queue_next[queue_tail[d]] = v
+            queue_tail[d] = v
+            return
+        base, i = region[d], queued[d]
+        queued[d] += 1
+        while i > 0:
+            parent = (i - 1) >> 1
+            if not before(v, qnode[base + parent]):
+                break
+            qnode[base + i] = qnode[base + parent]
+            i = parent
+        qnode[base + i] = v
+
+    def dequeue(d):
+        """The next queued node of device d, removed; -1 when none."""
+        if not ranked:
+            v = queue_head[d]
+            if v >= 0:
+                queue_head[d] = queue_next[v]
+                if queue_head[d] < 0:
+                    queue_tail[d] = -1
+            return v
+        if queued[d] == 0:
+            return -1
+        base = region[d]
+        top = qnode[base]
+        queued[d] -= 1
+        last, size, i = qnode[base + queued[d]], queued[d], 0
+        while True:
+            c = 2 * i + 1
+            if c >= size:
+                break
+            if c + 1 < size and before(qnode[base + c + 1], qnode[base + c]):
+                c += 1
+            if not before(qnode[base + c], last):
+                break
+            qnode[base + i] = qnode[base + c]
+            i = c
+        if size > 0:
+            qnode[base + i] = last
+        return top
 
     def push(size, t, key):
         """Adds event (t, key) to the heap of `size` events; returns the new size."""
@@ -108,12 +174,8 @@ def event_loop(k, comp, device, indegree, successors, transfers):
                 idle[d] = False
                 start[v], finish[v] = t, t + comp[v]
                 size = push(size, finish[v], v)
-            else:                                       # queue it behind the tail
-                if queue_tail[d] < 0:
-                    queue_head[d] = v
-                else:
-                    queue_next[queue_tail[d]] = v
-                queue_tail[d] = v
+            else:                                       # queue it
+                enqueue(d, v)
             continue
         for e in range(succ_ptr[key], succ_ptr[key + 1]):   # node key finished at t
             v, x = edge_dst[e], edge_transfer[e]
@@ -127,13 +189,10 @@ def event_loop(k, comp, device, indegree, successors, transfers):
             if pending[v] == 0:
                 size = push(size, ready[v], n + v)
         d = device[key]
-        v = queue_head[d]
+        v = dequeue(d)
         if v < 0:
             idle[d] = True
             continue
-        queue_head[d] = queue_next[v]
-        if queue_head[d] < 0:
-            queue_tail[d] = -1
         start[v], finish[v] = t, t + comp[v]
         size = push(size, finish[v], v)
     return start, finish, send, arrival

@@ -140,16 +140,20 @@ def _numbered(succ_ptr, edge_dst, edge_slot, device, k):
     return edge_transfer, transfer_edge[:count].copy()
 
 
-def simulate(graph, cluster, device) -> Schedule:
-    """Emulate one training step of `graph` placed by `device` (int per node) on `cluster`."""
+def simulate(graph, cluster, device, priority=None) -> Schedule:
+    """Emulate one training step of `graph` placed by `device` (int per node) on `cluster`;
+    with `priority` (an int rank per node), each device runs its ready node of the
+    lowest rank first instead of the first ready (list scheduling: the order a
+    placement can carry, pardnn.graph.order)."""
     device = np.asarray(device, np.int64)
+    ranks = np.zeros(0, np.int64) if priority is None else np.asarray(priority, np.int64)
     edge_transfer, transfer_edge, link, occupancy, latency = plan_transfers(graph, cluster, device)
     f64, i64 = np.float64, np.int64                  # the compiled loop's dtypes
     comp = node_times(graph, cluster, device)
     start, finish, send, arrival = event_loop.for_size(graph.num_nodes)(
         cluster.num_devices, np.asarray(comp, f64), device, np.diff(graph.pred_ptr).astype(i64),
         Successors(*graph.successor_arrays, edge_transfer),
-        Transfers(np.asarray(link, i64), np.asarray(occupancy, f64), np.asarray(latency, f64)))
+        Transfers(np.asarray(link, i64), np.asarray(occupancy, f64), np.asarray(latency, f64)), ranks)
     return Schedule(
         start=start, finish=finish,
         busy_us=np.bincount(device, comp, minlength=cluster.num_devices),

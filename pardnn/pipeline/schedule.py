@@ -1,0 +1,105 @@
+"""The order of a micro-batched step: which ready op each device runs first (issue 50, item 2).
+
+TF's executor runs a device's ready ops first in, first out. On a step split into
+micro-batches (pardnn.keras.micro_batches, pardnn.tf.micro_batches: ops named
+`micro_batch_<i>/...`) that is GPipe's order: every micro-batch's forward pass as
+soon as it can, the backward passes after. Other orders are list schedules, each a
+rank per op (pardnn.emulator.scheduler's `priority`):
+
+- `fifo`: TF's own order (no rank; GPipe's, with its bubble of (K-1)/(M+K-1) for a
+  stage partition);
+- `early-micro-batch`: the op of the earliest micro-batch first, so each micro-batch
+  finishes before the next takes a device: the order of 1F1B (Narayanan et al.
+  2019), which holds fewer micro-batches' activations at once;
+- `backward-first`: backward ops (TF's `gradients` scope, GradientTape's
+  `gradient_tape`) before forward ones, then by micro-batch: a device that can
+  finish a micro-batch's gradients does so before it starts another forward pass;
+- `forward-first`: forward ops first, then by micro-batch: every micro-batch's
+  activations early, GPipe's order enforced.
+
+`schedules` emulates each order on a placement; `choose` keeps the fastest whose peak
+fits (FIFO on a tie: it needs no control edges), and the order that carries it is
+`pardnn.graph.order.device_chains` of its emulated starts.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+import numpy as np
+
+from pardnn.emulator.memory import track_memory
+from pardnn.emulator.scheduler import simulate
+from pardnn.graph.order import Order, device_chains
+
+SCHEDULES = ("fifo", "early-micro-batch", "backward-first", "forward-first")
+MICRO = re.compile(r"(?:^|/)micro_batch_(\d+)/")
+BACKWARD = re.compile(r"(?:^|/)(?:gradients(?:_\d+)?|gradient_tape)/")
+
+
+class Scheduled(NamedTuple):
+    """One order emulated on a placement."""
+
+    name: str
+    makespan_us: float
+    peak_bytes: np.ndarray      # per device
+    fits: bool
+    bubble: float               # share of the devices' time idle within the step
+    order: Order                # the control edges that carry it (empty for fifo)
+
+
+def micro_batch_of(graph) -> np.ndarray:
+    """int64 per node: its micro-batch (from its name), -1 for the ops they share."""
+    found = [MICRO.search(name) for name in graph.names]
+    return np.array([int(m.group(1)) if m else -1 for m in found], np.int64)
+
+
+def is_backward(graph) -> np.ndarray:
+    """bool per node: in a gradient scope (the backward pass)."""
+    return np.array([bool(BACKWARD.search(name)) for name in graph.names], bool)
+
+
+def ranks(graph, name) -> np.ndarray | None:
+    """The rank per node of schedule `name` (None: FIFO). Shared ops (the optimizer,
+    the combined gradients) rank after every micro-batch's ops of their phase."""
+    if name == "fifo":
+        return None
+    micro = micro_batch_of(graph)
+    last = int(micro.max()) + 1
+    micro = np.where(micro < 0, last, micro)
+    back = is_backward(graph).astype(np.int64)
+    n = np.arange(graph.num_nodes, dtype=np.int64)
+    if name == "early-micro-batch":
+        key = micro
+    elif name == "backward-first":
+        key = (1 - back) * (last + 1) + micro
+    elif name == "forward-first":
+        key = back * (last + 1) + micro
+    else:
+        raise ValueError(f"unknown schedule {name!r}")
+    return key * graph.num_nodes + n
+
+
+def schedules(graph, cluster, device, names=SCHEDULES) -> list:
+    """Each order of `names` emulated on placement `device` (a Scheduled each)."""
+    device = np.asarray(device, np.int64)
+    capacity = cluster.capacity
+    out = []
+    for name in names:
+        schedule = simulate(graph, cluster, device, ranks(graph, name))
+        peak = track_memory(graph, cluster, device, schedule).peak_bytes
+        span = schedule.makespan
+        bubble = 1.0 - float(schedule.busy_us.sum()) / (cluster.num_devices * span) if span > 0 else 0.0
+        order = Order.empty() if name == "fifo" else device_chains(graph, device, schedule.start)
+        out.append(Scheduled(name, span, peak, bool(np.all(peak <= capacity)), bubble, order))
+    return out
+
+
+def choose(scheduled) -> Scheduled:
+    """The fastest order whose peak fits (FIFO, listed first, wins ties); the least
+    peak when none fits."""
+    fitting = [s for s in scheduled if s.fits]
+    if not fitting:
+        return min(scheduled, key=lambda s: float(np.max(s.peak_bytes)))
+    return min(fitting, key=lambda s: s.makespan_us)
