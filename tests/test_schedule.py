@@ -9,7 +9,7 @@ import pytest
 from pardnn.base.errors import GraphError
 from pardnn.emulator.scheduler import simulate
 from pardnn.graph import CostGraph
-from pardnn.graph.order import Order, device_chains, order_rows, read_order_rows, with_order
+from pardnn.graph.order import Order, device_chains, order_rows, read_order_rows, step_mask, with_order
 from pardnn.hardware import parse_devices
 from pardnn.pipeline.schedule import SCHEDULES, choose, micro_batch_of, ranks, schedules
 
@@ -115,3 +115,12 @@ def test_an_order_that_closes_a_cycle_is_refused():
         with_order(graph, Order(np.array([1]), np.array([0])))
     with pytest.raises(GraphError, match="outside"):
         with_order(graph, Order(np.array([0]), np.array([5])))
+
+
+def test_the_step_is_what_the_fetches_need_and_the_initialiser_does_not():
+    graph = CostGraph.build(["var", "init_value", "init", "x", "read", "loss", "train"],
+                            edge_src=["init_value", "var", "var", "x", "read", "loss", "var"],
+                            edge_dst=["init", "init", "read", "loss", "loss", "train", "train"])
+    inside = step_mask(graph, ["train", "loss:0"], ["init"])
+    assert {graph.names[i] for i in np.flatnonzero(inside)} == {"x", "read", "loss", "train"}
+    assert step_mask(graph, ["not_a_node"]).all()

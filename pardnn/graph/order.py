@@ -13,7 +13,8 @@ This module is the one place that makes, checks and applies orders:
 - `Order`: the pairs, as node ids of one CostGraph;
 - `device_chains`: an edge from each op to the next one on its device, in the order
   of a schedule's start times (ties by node id, which is topological): the order of
-  a list schedule (pardnn.emulator.scheduler with `priority`), made binding;
+  a list schedule (pardnn.emulator.scheduler with `priority`), made binding; among
+  the ops of the step (`step_mask`: a TF1 graph's initialisers stay out of it);
 - `with_order`: the graph plus an order's edges (zero bytes, slot -1) and where its
   nodes went (CostGraph.build renumbers in topological order); an order that would
   close a cycle, so that TF would wait forever, is refused, naming a node on it;
@@ -47,12 +48,47 @@ class Order:
         return cls(np.zeros(0, np.int64), np.zeros(0, np.int64))
 
 
-def device_chains(graph, device, start) -> Order:
-    """The order that makes each device run its ops in the order of `start` (float per
-    node; ties by node id): an edge from each op to the next on its device, where no
-    edge of the graph already says as much."""
+def step_mask(graph, fetches=(), others=()) -> np.ndarray:
+    """bool per node: in the step, i.e. one of the ops of `fetches` (TF names, "op" or
+    "op:0", as profile.json lists them) or an op they depend on, and needed by none
+    of `others` (the initialiser, profile.json's `init`: a TF1 graph's variables and
+    their initial values are run by it too, and an op chained behind a step's op
+    would make it wait for the step's feeds). Every node when no fetch is in the
+    graph (a tf.function's graph is all step)."""
+    closure = _closure(graph, fetches)
+    if closure is None:
+        return np.ones(graph.num_nodes, bool)
+    shared = _closure(graph, others)
+    return closure if shared is None else closure & ~shared
+
+
+def _closure(graph, names):
+    """bool per node: the ops `names` name and every op they depend on; None if none is a node."""
+    index = graph.index()
+    roots = [index[op] for op in (f.split(":")[0].lstrip("^") for f in names) if op in index]
+    if not roots:
+        return None
+    inside = np.zeros(graph.num_nodes, bool)
+    inside[roots] = True
+    stack = list(roots)
+    while stack:
+        v = stack.pop()
+        for u in graph.pred_src[graph.pred_ptr[v]:graph.pred_ptr[v + 1]].tolist():
+            if not inside[u]:
+                inside[u] = True
+                stack.append(u)
+    return inside
+
+
+def device_chains(graph, device, start, among=None) -> Order:
+    """The order that makes each device run its ops (those of `among`, a bool mask:
+    default all) in the order of `start` (float per node; ties by node id): an edge
+    from each op to the next on its device, where no edge of the graph already says
+    as much."""
     device = np.asarray(device, np.int64)
     order = np.lexsort((np.arange(graph.num_nodes), np.asarray(start), device))
+    if among is not None:
+        order = order[np.asarray(among, bool)[order]]
     same = device[order[1:]] == device[order[:-1]]
     before, after = order[:-1][same], order[1:][same]
     known = set(zip(graph.edge_src.tolist(), graph.edge_dst.tolist()))

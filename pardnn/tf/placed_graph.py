@@ -1,5 +1,7 @@
 """Write a placed GraphDef: graph.pb with the full device name of its placement on
-every node and nothing else changed, without TensorFlow (pardnn.tf.protos).
+every node and nothing else changed, without TensorFlow (pardnn.tf.protos); given an
+order (pardnn.graph.order), each of its edges becomes a control input `^before` of
+`after`, so TF's executor runs them in that order.
 
 A node pinned to a device kind the cluster lacks (a CPU-only op when placing on
 GPUs) goes to the CPU of the host its group was placed on — with its whole
@@ -31,16 +33,22 @@ def placed_devices(graph, placement) -> list:
             for g, d in zip(graph.group.tolist(), placement.device.tolist())]
 
 
-def write_placed_graph(profile_dir, graph, placement, out_path) -> None:
-    """Write graph.pb of `profile_dir` with every node's device set to `out_path`."""
+def write_placed_graph(profile_dir, graph, placement, out_path, order=None) -> None:
+    """Write graph.pb of `profile_dir` with every node's device set, and the control
+    inputs of `order` (an Order of `graph`'s ids) added, to `out_path`."""
     graph_def = read_graph_def(os.path.join(str(profile_dir), "graph.pb"))
     devices = placed_devices(graph, placement)
     index = graph.index()
+    waits = {}
+    if order is not None:
+        for before, after in zip(order.before.tolist(), order.after.tolist()):
+            waits.setdefault(graph.names[after], []).append("^" + graph.names[before])
     for node in graph_def.node:
         i = index.get(node.name)
         if i is None:
             raise UserError(f"{profile_dir}/graph.pb: node {node.name!r} is not in the cost graph "
                             f"(graph.pb changed since it was loaded?)")
         node.device = devices[i]
+        node.input.extend(w for w in waits.get(node.name, ()) if w not in node.input)
     with open(out_path, "wb") as f:
         f.write(graph_def.SerializeToString())
