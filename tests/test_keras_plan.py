@@ -5,6 +5,7 @@ checkpoints both ways; bad inputs refused in one line before anything runs."""
 
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -235,3 +236,39 @@ def test_the_cli_reads_a_plan_folder(root, runs, capsys):
     emulated = json.loads((root / "emulated.json").read_text())
     assert emulated["makespan_us"] == report["makespan_us"]
     assert emulated["peak_memory_bytes"] == report["peak_memory_bytes"]
+
+
+def test_random_ops_without_a_seed_draw_from_the_builds_own_generator(tmp_path):
+    """Keras' random ops given no seed (ConvNeXt's stochastic depth) draw from a global
+    generator whose variable the first trace creates. An unplaced model trained first
+    made the process's; the plan's build and the scope's each have their own, so the
+    placed step reads the variable created in the scope, where the plan put it
+    (before: 'the plan's variable ... seed_generator_state was not created')."""
+    import keras
+    import pardnn.keras
+
+    class DropPath(keras.layers.Layer):
+        def call(self, x, training=None):
+            if training:
+                return x * keras.ops.floor(0.8 + keras.random.uniform((keras.ops.shape(x)[0], 1)))
+            return x
+
+    def build():                    # no keras.utils.set_random_seed, which would reset the generator
+        inputs = keras.Input((6,))
+        hidden = keras.layers.Dense(6, kernel_initializer=keras.initializers.GlorotUniform(seed=1))(inputs)
+        outputs = keras.layers.Dense(2, kernel_initializer=keras.initializers.GlorotUniform(seed=2))(DropPath()(hidden))
+        model = keras.Model(inputs, outputs)
+        model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse")
+        return model
+
+    x, y = np.ones((8, 6), np.float32), np.ones((8, 2), np.float32)
+    unplaced = build()
+    random.seed(0)                  # what a generator made without a seed seeds itself from
+    first = unplaced.fit(x, y, batch_size=8, verbose=0).history["loss"]
+    plan = pardnn.keras.plan(build, (x, y), devices="cpu:1", memory="1MiB", reserve=0,
+                             directory=str(tmp_path / "plan"), verbose=0)
+    assert [v.key for v in plan._variables if v.key.endswith("seed_generator_state")] != []
+    random.seed(0)
+    with plan.scope():
+        model = build()
+    assert model.fit(x, y, batch_size=8, verbose=0).history["loss"] == first

@@ -148,3 +148,32 @@ def test_a_step_calling_a_tf_function_over_a_variable_places_as_profiled(tmp_pat
     placed_step = placed(step, str(csv))
     assert float(placed_step(tf.ones([3, 4]))) == 24.0
     assert float(placed_step(tf.ones([3, 4]))) == pytest.approx(24.0 - 0.1 * 4 * 3 * 2)
+
+
+def test_the_ops_of_an_inner_tf_function_take_no_device_from_the_placement(tmp_path):
+    """An inner tf.function is traced under the step's device functions, but the
+    placement names the step's own ops: an inner op of the same name (its `MatMul`, the
+    `NoOp` its side effects end on) is another op, and runs where its call runs. Given
+    the outer op's device, it was reported moved (ConvNeXt's fit: 'NoOp')."""
+    from pardnn.tf.function import requested_devices
+    w = tf.Variable(tf.ones([4, 2]), name="w")
+
+    @tf.function
+    def step(x):
+        @tf.function
+        def inner():
+            w.assign_add(tf.ones([4, 2]))
+            return tf.matmul(x, w)
+        y = tf.matmul(x, w)
+        return tf.reduce_sum(y + inner())
+    profile_function(step, (tf.ones([3, 4]),), steps=1, out_dir=str(tmp_path / "p"))
+    graph = tf.compat.v1.GraphDef.FromString((tmp_path / "p" / "graph.pb").read_bytes())
+    csv = tmp_path / "p" / "placement.csv"
+    csv.write_text("node,device\n" + "".join(f"{n.name},/device:CPU:0\n" for n in graph.node))
+    placed_step = placed(step, str(csv))
+    placed_step(tf.ones([3, 4]))
+    traced = placed_step.get_concrete_function(tf.ones([3, 4])).graph
+    inner = [node for f in traced.as_graph_def().library.function for node in f.node_def]
+    assert {"MatMul", "NoOp"} <= {node.name for node in inner}
+    assert [node.name for node in inner if node.device] == []
+    assert set(requested_devices(placed_step)) <= {op.name for op in traced.get_operations()}

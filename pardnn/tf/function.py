@@ -335,7 +335,7 @@ def _retraced(step_fn, device_fn=None, before=None, after=None, around=None, inp
         if before is not None:
             before()
         with around() if around else contextlib.nullcontext(), _named_captures(graph), \
-                graph.device(device_fn) if device_fn else contextlib.nullcontext():
+                graph.device(_own_ops(graph, device_fn)) if device_fn else contextlib.nullcontext():
             result = converted(*args, **kwargs)
         state["bypassed"], result = bypass_gathers(graph, result)
         if after is not None:
@@ -343,6 +343,17 @@ def _retraced(step_fn, device_fn=None, before=None, after=None, around=None, inp
         return result
 
     return tf.function(traced, input_signature=input_signature or step_fn.input_signature), state
+
+
+def _own_ops(graph, device_fn):
+    """device_fn for the ops of `graph`, no device for those of a function traced inside
+    it (an inner tf.function's body, a tf.cond's branches: they inherit the device
+    functions of the graph they are traced in). The placement names ops of `graph`
+    only: an inner op of the same name (an inner function's `NoOp`, `MatMul`) is
+    another op, which runs where the op calling it runs."""
+    def device(op):
+        return device_fn(op) if op.graph is graph else ""
+    return device
 
 
 @contextlib.contextmanager
