@@ -12,7 +12,7 @@ import pytest
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 HERE = os.path.dirname(os.path.abspath(__file__))
-CASES = ["normalized:2", "transformer:4", "resnet:2", "bad"]
+CASES = ["normalized:2", "transformer:4", "resnet:2", "bad", "normalized:auto", "normalized:4:early-micro-batch"]
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +38,30 @@ def test_a_micro_batched_step_trains_as_the_unsplit_one(facts, case):
     assert run["weight_gap"] < 1e-5
     assert run["plan_micro_batches"] == int(case.split(":")[1])
     assert f"micro-batches: {case.split(':')[1]} per step, one update" in run["summary"]
+
+
+def test_the_order_a_plan_carries_is_in_the_graphs_tf_runs(facts):
+    """schedule= forced: order.csv's control edges are in the placed step's partition
+    graphs (after Grappler, under TF's default config), and it trains as unsplit."""
+    run = facts["normalized:4:early-micro-batch"]
+    assert run["schedule"] == "early-micro-batch" and run["order"] > 100
+    found, dropped = run["dropped"]
+    assert found > run["order"] // 2 and dropped == 0
+    assert run["moved"] == [] and run["placed"] == pytest.approx(run["unplaced"], rel=1e-5)
+    assert "order early-micro-batch (tried: fifo " in run["summary"]
+
+
+def test_auto_plans_each_count_until_the_step_grows_and_keeps_the_shortest(facts):
+    run = facts["normalized:auto"]
+    line = [x for x in run["summary"].splitlines() if x.startswith("micro-batches auto: ")][0]
+    parts = [part.split() for part in line[len("micro-batches auto: "):].split(", ")]
+    tried = {int(p[0].rstrip(":")): float(p[1]) for p in parts}          # "2: 0.90 ms (kept)"
+    kept = [int(p[0].rstrip(":")) for p in parts if p[-1] == "(kept)"]
+    assert list(tried)[:2] == [1, 2] and set(tried) <= {1, 2, 4, 8}
+    assert len(kept) == 1 and tried[kept[0]] == min(tried.values())
+    assert run["plan_micro_batches"] == kept[0]
+    assert run["moved"] == [] and run["iterations"] == 3
+    assert run["placed"] == pytest.approx(run["unplaced"], rel=1e-5)
 
 
 def test_batch_normalization_gets_per_micro_batch_statistics_and_the_summary_says_so(facts):

@@ -4,6 +4,7 @@ built-in family (per-micro-batch statistics where batch norm couples the samples
 end to end through place and run under TF's default config; bad counts and steps
 that cannot be split are one-line errors."""
 
+import json
 import os
 
 import pytest
@@ -15,6 +16,7 @@ from pardnn.base.errors import UserError
 from pardnn.cli import main
 from pardnn.models import build_model, resolve_knobs
 from pardnn_builtin_models import load_module
+from pardnn.pipeline.schedule import SCHEDULES
 from pardnn.tf.micro_batches import micro_batched_model
 from pardnn.tf.run import run_placed, train
 
@@ -84,15 +86,33 @@ def test_a_step_that_cannot_be_split_is_named(mode, message):
 
 
 @pytest.mark.slow
-def test_profile_place_and_run_a_split_model_under_the_default_config(tmp_path, capsys):
+@pytest.mark.parametrize("schedule", ["auto", "early-micro-batch"])
+def test_profile_place_and_run_a_split_model_under_the_default_config(tmp_path, capsys, schedule):
+    """Through the CLI: the split step placed (with the order it carries, forced or
+    chosen), trained under TF's default config with nothing moved and the unsplit
+    losses; an order's pairs run in order; explain emulates the same step again."""
     prof, placed = tmp_path / "prof", tmp_path / "placed"
     assert main(["profile", "word-rnn", "--size", "tiny", "--steps", "1", "--micro-batches", "2",
                  "-o", str(prof)]) == 0
     assert "micro-batches: 2 per step, one update" in capsys.readouterr().out
-    assert main(["place", str(prof), "--devices", "cpu:4", "-o", str(placed)]) == 0
+    assert main(["place", str(prof), "--devices", "cpu:4", "--schedule", schedule, "-o", str(placed)]) == 0
+    out = capsys.readouterr().out
+    report = json.loads((placed / "report.json").read_text())
+    assert report["micro_batches"] == 2 and set(report["schedules"]) == set(SCHEDULES if schedule == "auto"
+                                                                           else ("fifo", schedule))
+    assert report["makespan_us"] == report["schedules"][report["schedule"]]
+    assert 0.0 < report["bubble"] < 1.0 and f"order {report['schedule']} (tried: fifo" in out
+    if schedule != "auto":
+        assert report["schedule"] == schedule and (placed / "order.csv").exists()
     module = load_module("word-rnn")
     unplaced = losses(build_model(module, "word-rnn", resolve_knobs(module, "tiny")))
     result = run_placed(placed, load_module, STEPS, config="default")
     assert result.check.moved == []
     assert len(result.check.nodes_per_device) == 4
     assert result.losses == pytest.approx(unplaced, rel=1e-5)
+    assert main(["explain", str(placed)]) == 0                   # re-emulated with the order: the same step
+
+
+def test_a_bad_schedule_is_refused(tmp_path, capsys):
+    assert main(["place", str(tmp_path), "--devices", "cpu:2", "--schedule", "zigzag", "-o", str(tmp_path / "o")]) == 2
+    assert "--schedule: unknown schedule 'zigzag' (choose from auto, fifo, " in capsys.readouterr().err

@@ -15,7 +15,9 @@ from pardnn.io.outputs import OutputDir, check_output_dir
 from pardnn.io.summary import print_summary
 from pardnn.pipeline import replicas
 from pardnn.pipeline.place_dir import place_inputs, place_profile, write_place_dir
+from pardnn.pipeline.schedule import SCHEDULES, schedule_line
 from pardnn.placers import registry as algorithms
+from pardnn.base.errors import UserError
 from pardnn.base.progress import stage
 
 
@@ -30,6 +32,9 @@ def add_parser(sub):
     p.add_argument("--replicas", type=int, metavar="R",
                    help="data parallelism: place on the first host's devices, replicate on R hosts "
                         "with gradients averaged (docs/multihost.md)")
+    p.add_argument("--schedule", default="auto", metavar="NAME",
+                   help="a step of micro-batches (`pardnn profile --micro-batches`): the order it carries, "
+                        f"auto (the fastest that fits, default) or one of {', '.join(SCHEDULES)}")
     p.add_argument("-o", "--out", required=True, metavar="OUT_DIR", help="output directory")
     p.add_argument("--explain", action="store_true",
                    help="end with `pardnn explain`'s summary: what sets the step and fills memory, by layer")
@@ -40,12 +45,17 @@ def run(args):
     cluster = cluster_from_args(args)
     algorithms.candidates(args.algorithm)   # reject a bad name before loading anything
     budget_s = budget_from_args(args)
+    if args.schedule not in ("auto",) + SCHEDULES:
+        raise UserError(f"--schedule: unknown schedule {args.schedule!r} (choose from auto, {', '.join(SCHEDULES)})")
     check_output_dir(args.out, inputs=[args.profile, *cluster_inputs(args)])
     placed = place_profile(args.profile, cluster, args.algorithm, budget_s, args.replicas, args.devices,
-                           check=lambda graph, placed_on: refuse_below_least_memory(graph, placed_on, args))
+                           check=lambda graph, placed_on: refuse_below_least_memory(graph, placed_on, args),
+                           schedule=args.schedule)
     with stage(f"writing {args.out}"), OutputDir(args.out) as out:
         report = write_place_dir(out, placed, placed_inputs(args)).to_json()
     print_summary(report, out_dir=args.out)
+    if "schedule" in report:
+        print(schedule_line(report))
     if args.replicas is not None:
         print(replicas.summary_line(report["replicas"]))
     if placed.loader.get("untimed_nodes"):

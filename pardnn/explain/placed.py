@@ -18,6 +18,7 @@ import numpy as np
 
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
+from pardnn.pipeline.schedule import SCHEDULES, ranks
 from pardnn.base.errors import UserError
 from pardnn.hardware import cluster_from_flags
 from pardnn.hardware.hosts import replica_cluster
@@ -88,7 +89,7 @@ def open_placed(folder, inputs, cluster, profile=None) -> Emulated:
                         f"{folder}/report.json {report.get('num_nodes')} and {report.get('num_edges')}: "
                         f"not the graph it placed")
     device = read_csv(os.path.join(folder, "placement.csv"), graph, cluster)
-    schedule = simulate(graph, cluster, device)
+    schedule = simulate(graph, cluster, device, ranks(graph, _schedule_of(folder, report)))
     memory = track_memory(graph, cluster, device, schedule)
     _check_same_step(folder, profile, report, schedule, memory)
     profile_json = info.get("profile")
@@ -96,6 +97,14 @@ def open_placed(folder, inputs, cluster, profile=None) -> Emulated:
         profile_json = read_json(os.path.join(folder, "profile.json"), prefix="PLACED_DIR: ")
     return Emulated(graph, cluster, np.asarray(device, np.int64), schedule, memory, report, inputs,
                   profile_json if isinstance(profile_json, dict) else None, capacity_of(folder))
+
+
+def _schedule_of(folder, report) -> str:
+    """The order the placement carries (report.json's `schedule`; TF's FIFO without one)."""
+    name = report.get("schedule", "fifo")
+    if name != "fifo" and name not in SCHEDULES:
+        raise UserError(f"PLACED_DIR: {folder}/report.json: unknown schedule {name!r}")
+    return name
 
 
 def capacity_of(folder) -> dict | None:

@@ -25,6 +25,8 @@ class Placement:
     stage_seconds: dict = field(default_factory=dict)
     schedule: object = None                 # the judged emulation (pardnn.emulator), if any
     profile: object = None                  # its memory over the step
+    order: object = None                    # control edges it carries (pardnn.graph.order.Order), if any
+    schedule_name: str = "fifo"             # the order's schedule (pardnn.pipeline.schedule)
 
     def counts(self) -> np.ndarray:
         """Number of nodes on each device."""
@@ -39,6 +41,33 @@ class Placement:
             out.writerow(["node", "device"])
             out.writerows(zip(graph.names, (names[d] for d in self.device.tolist())))
         os.replace(tmp, path)
+
+
+    def write_order_csv(self, graph, path) -> None:
+        """Write order.csv: one control edge a line, `before,after` by node name."""
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
+            out = csv.writer(f)
+            out.writerow(["before", "after"])
+            out.writerows((graph.names[b], graph.names[a])
+                          for b, a in zip(self.order.before.tolist(), self.order.after.tolist()))
+        os.replace(tmp, path)
+
+
+def read_order_csv(path) -> list:
+    """The (before, after) name rows of an order.csv; [] when there is none. UserError
+    naming the file and line of a row that is not two names."""
+    if not os.path.exists(path):
+        return []
+    rows = []
+    with open(path, newline="", encoding="utf-8") as f:
+        for lineno, row in enumerate(csv.reader(f), 1):
+            if lineno == 1 and row == ["before", "after"]:
+                continue
+            if len(row) != 2 or not all(row):
+                raise UserError(f"{path}:{lineno}: expected `before,after` (two node names), got {row!r}")
+            rows.append((row[0], row[1]))
+    return rows
 
 
 def read_csv(path, graph, cluster) -> np.ndarray:

@@ -46,7 +46,7 @@ def check_micro_batches(micro_batches, batch) -> int:
     dimension): a UserError naming micro_batches and the batch when it is below 1, above
     the batch, or does not divide it."""
     if isinstance(micro_batches, bool) or not isinstance(micro_batches, int):
-        raise UserError(f"micro_batches: give a whole number of micro-batches (or \"auto\"), got {micro_batches!r}")
+        raise UserError(f"micro_batches: give a whole number of micro-batches, or \"auto\"; got {micro_batches!r}")
     leaves = [leaf for leaf in tf.nest.flatten(batch) if leaf is not None]
     size = int(leaves[0].shape[0]) if leaves and leaves[0].shape.rank else 1
     if not 1 <= micro_batches <= size or size % micro_batches:

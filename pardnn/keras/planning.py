@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from typing import NamedTuple
 
 import keras
@@ -37,6 +38,7 @@ from pardnn.keras.plan_file import FORMAT, PLAN_FILE, variables_json
 from pardnn.keras.specs import check_inputs, model_input, to_json, to_specs
 from pardnn.keras.steps import split_built, training_step, warm_up
 from pardnn.pipeline.place_dir import place_inputs, place_profile, write_place_dir
+from pardnn.pipeline.schedule import SCHEDULES, schedule_line
 from pardnn.placers import registry
 from pardnn.tf.function import profile_function
 from pardnn.tf.plan_devices import local_device
@@ -47,7 +49,8 @@ UNUSED_DEVICE = "/device:CPU:0"     # a variable the step never touches: host me
 
 
 def plan(build, batch_spec, devices, memory="auto", *, step=None, directory="pardnn_plan", reserve=None,
-         algorithm="pardnn", estimate=None, time_budget=None, micro_batches=1, verbose=1) -> Plan:
+         algorithm="pardnn", estimate=None, time_budget=None, micro_batches=1, schedule="auto",
+         verbose=1) -> Plan:
     """Plan `build()`'s model on `devices` and write the plan folder `directory`;
     returns the Plan (`with plan.scope(): model = build()`, then `model.fit`).
 
@@ -58,7 +61,10 @@ def plan(build, batch_spec, devices, memory="auto", *, step=None, directory="par
     memory. estimate: the GPU preset the step's ops are costed for (default: the
     devices' preset, dgx-h100 for cpu:K). time_budget: seconds, as --time-budget.
     micro_batches: M, the step run as M micro-batches of the batch with one update
-    (pardnn.keras.micro_batches; the plan's devices can then run them side by side)."""
+    (pardnn.keras.micro_batches; the plan's devices can then run them side by side),
+    or "auto": the M of AUTO_COUNTS with the shortest emulated step that fits
+    (`_auto`). schedule: the order the micro-batches run in, as `pardnn place
+    --schedule` ("auto": the fastest that fits; pardnn.pipeline.schedule)."""
     if not callable(build):
         raise UserError(f"build: {build!r:.40} is not callable; give the function that builds the model")
     if step is not None and not callable(step):
@@ -70,7 +76,15 @@ def plan(build, batch_spec, devices, memory="auto", *, step=None, directory="par
     batch = to_specs(batch_spec)
     if step is not None:
         batch = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
+    if micro_batches == "auto":
+        def again(m, where, quiet):
+            return plan(build, batch_spec, devices, memory, step=step, directory=where, reserve=reserve,
+                        algorithm=algorithm, estimate=estimate, time_budget=time_budget, micro_batches=m,
+                        schedule=schedule, verbose=0 if quiet else verbose)
+        return _auto(again, model_input(batch, fit=step is None), directory, verbose)
     micro_batches = check_micro_batches(micro_batches, model_input(batch, fit=step is None))
+    if schedule not in ("auto",) + SCHEDULES:
+        raise UserError(f"schedule: unknown schedule {schedule!r} (choose from auto, {', '.join(SCHEDULES)})")
     settings = {"devices": str(devices), "memory": memory if isinstance(memory, (int, str)) else "auto",
                 "algorithm": algorithm, "estimate": estimate_preset(devices, estimate),
                 "micro_batches": micro_batches}
@@ -80,7 +94,7 @@ def plan(build, batch_spec, devices, memory="auto", *, step=None, directory="par
             profile = profile_function(traced.step_fn, traced.args, out_dir=out.temp("profile"),
                                        estimate=settings["estimate"])
             placed = place_profile(os.path.join(out.staging, "profile"), cluster, algorithm, budget_s,
-                                   devices=str(devices))
+                                   devices=str(devices), schedule=schedule)
             report = write_place_dir(out, placed, _inputs(directory, devices, placed.cluster, algorithm,
                                                           time_budget)).to_json()
             doc = _plan_doc(traced, profile, placed, settings, step, batch)
@@ -90,7 +104,34 @@ def plan(build, batch_spec, devices, memory="auto", *, step=None, directory="par
         print_summary(report, out_dir=str(directory))
         if micro_batches > 1:
             print(micro_batch_line(micro_batches, coupled_layers(traced.models)))
+            print(schedule_line(report))
     return Plan(directory, doc)
+
+
+AUTO_COUNTS = (1, 2, 4, 8, 16)      # micro-batch counts "auto" tries, in order, those that divide the batch
+
+
+def _auto(again, batch, directory, verbose) -> Plan:
+    """micro_batches="auto": each count of AUTO_COUNTS that divides the batch planned in
+    turn (again(m, folder, quiet) plans it), until one's emulated step is longer than
+    the best so far (one device's step grows with M, so the steps fall, then rise);
+    the best count that fits (the shortest step; the fewest micro-batches on a tie) is
+    planned into `directory`. Its summary lists every count tried."""
+    size = int([leaf for leaf in tf.nest.flatten(batch) if leaf is not None][0].shape[0])
+    tried = {}
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(str(directory)))) as work:
+        for m in [m for m in AUTO_COUNTS if size % m == 0]:
+            report = again(m, os.path.join(work, f"m{m}"), True).report
+            tried[m] = (not report["feasible"], report["makespan_us"])
+            if m > 1 and tried[m] > min(tried.values()):
+                break
+    best = min(tried, key=lambda m: (tried[m], m))
+    chosen = again(best, directory, False)
+    if verbose:
+        print("micro-batches auto: " + ", ".join(
+            f"{m}: {us / 1000:.2f} ms{'' if not late else ' (does not fit)'}{' (kept)' if m == best else ''}"
+            for m, (late, us) in tried.items()))
+    return chosen
 
 
 class _Traced(NamedTuple):

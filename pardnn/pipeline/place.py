@@ -14,12 +14,13 @@ the refinement's; assembling the report is stage_seconds["evaluate"].
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pardnn.graph.constraints import violations
 from pardnn.io.placement import Placement
 from pardnn.pipeline.portfolio import Chosen, choose
 from pardnn.pipeline.report import Report, placement_report
+from pardnn.pipeline.schedule import carry_order, micro_batches
 
 
 @dataclass(frozen=True)
@@ -29,12 +30,18 @@ class Placed:
     placement: Placement        # the kept placement, its emulation and the stages' wall times
     chosen: Chosen
     seconds: float              # placement_seconds
+    scheduled: list = field(default_factory=list)   # each order tried on a micro-batched step
+    micro_batches: int = 0      # how many micro-batches the step holds (0: not split)
 
 
-def run_placement(graph, cluster, algorithm="pardnn", budget_s=None, judged=None) -> Placed:
+def run_placement(graph, cluster, algorithm="pardnn", budget_s=None, judged=None, schedule="auto",
+                  among=None) -> Placed:
     """Run `algorithm` on graph and cluster. `budget_s` caps the portfolio's work after
     its first candidate (None: no cap). `judged`: its candidates built and judged at
-    this cluster already (portfolio.judge_all), the same placement sooner."""
+    this cluster already (portfolio.judge_all), the same placement sooner. On a step
+    of micro-batches, the placement then carries the order of `schedule` ("auto":
+    the fastest that fits; pardnn.pipeline.schedule), chaining the ops of `among`
+    (pardnn.graph.order.step_mask)."""
     start = time.perf_counter()
     timings = {}
     chosen = choose(graph, cluster, algorithm, timings, budget_s, judged)
@@ -43,7 +50,8 @@ def run_placement(graph, cluster, algorithm="pardnn", budget_s=None, judged=None
     _check_rules(graph, cluster, kept.device, "the memory repair")
     placement = Placement(kept.device, cluster, algorithm, stage_seconds=timings,
                           schedule=kept.schedule, profile=kept.profile)
-    return Placed(placement, chosen, time.perf_counter() - start)
+    placement, scheduled = carry_order(graph, placement, schedule, among)
+    return Placed(placement, chosen, time.perf_counter() - start, scheduled, micro_batches(graph))
 
 
 def place(graph, cluster, algorithm="pardnn", budget_s=None, judged=None) -> tuple[Placement, Report]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from pardnn.emulator.trace import emulated_step
 from pardnn.graph.averaging import check_averaged
+from pardnn.graph.order import step_mask
 from pardnn.hardware.hosts import replica_cluster
 from pardnn.io.tensorboard_graph import graph_def_bytes, write_graph_logdir
 from pardnn.io.trace_events import write_trace
@@ -50,11 +51,12 @@ class PlacedProfile:
 
 
 def place_profile(profile, cluster, algorithm="pardnn", budget_s=None, replicas=None,
-                  devices="", check=None) -> PlacedProfile:
+                  devices="", check=None, schedule="auto") -> PlacedProfile:
     """Load `profile` (a profile dir or cost graph JSON) and place it on `cluster` with
     `algorithm` (pipeline.place.run_placement; `budget_s` caps the portfolio); with
     `replicas`, on the first host's devices, replicated on R hosts (docs/multihost.md).
-    `check(graph, cluster placed on)`, when given, runs before placing (it may refuse)."""
+    `check(graph, cluster placed on)`, when given, runs before placing (it may refuse).
+    `schedule`: the order a step of micro-batches carries (pipeline.schedule)."""
     one_replica = cluster if replicas is None else replica_cluster(cluster, replicas)
     t0 = time.perf_counter()
     with stage(f"loading {profile}"):
@@ -65,9 +67,19 @@ def place_profile(profile, cluster, algorithm="pardnn", budget_s=None, replicas=
     if check is not None:
         check(graph, one_replica)
     with stage(f"placing {graph.num_nodes} nodes with {algorithm} on {cluster.num_devices} devices"):
-        placed = placer.run_placement(graph, one_replica, algorithm, budget_s)
+        placed = placer.run_placement(graph, one_replica, algorithm, budget_s, schedule=schedule,
+                                      among=_step(graph, info))
     loader = {key: info[key] for key in LOADER_FIELDS if key in info}
     return PlacedProfile(graph, info, placed, cluster, algorithm, str(devices), replicas, load_s, loader)
+
+
+def _step(graph, info):
+    """The ops a step runs (pardnn.graph.order.step_mask) by profile.json's fetches and
+    initialiser; None (all) for a cost graph JSON or a tf.function's profile."""
+    doc = info.get("profile") or {}
+    if not doc.get("fetches"):
+        return None
+    return step_mask(graph, doc["fetches"], [doc["init"]] if doc.get("init") else [])
 
 
 def place_inputs(profile, devices, memory=None, reserve=None, bandwidth=None, latency=None,
@@ -103,12 +115,14 @@ def write_placed_files(out, graph, info, placement, cluster, algorithm, devices,
     placed_graph.pb and profile.json (profile dirs only: what `pardnn run` reads), and
     with `views` trace.json and tensorboard/ (`pardnn capacity` writes one per count)."""
     placement.write_csv(graph, out.temp(prefix + "placement.csv"))
+    if placement.order is not None and len(placement.order):
+        placement.write_order_csv(graph, out.temp(prefix + "order.csv"))
     placed_pb = None
     if info.get("profile_dir"):
         placed_pb = out.temp(prefix + "placed_graph.pb")
         if replicas is None:
             from pardnn.tf.placed_graph import write_placed_graph
-            write_placed_graph(info["profile_dir"], graph, placement, placed_pb)
+            write_placed_graph(info["profile_dir"], graph, placement, placed_pb, placement.order)
         else:
             from pardnn.tf.replicate import write_replicated_graph
             write_replicated_graph(info["profile_dir"], graph, placement, cluster, replicas,

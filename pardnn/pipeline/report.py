@@ -20,12 +20,15 @@ from pardnn.emulator.scheduler import simulate
 from pardnn.graph.edge_costs import comm_bytes
 from pardnn.pipeline import replicas as replicated
 from pardnn.pipeline.bounds import step_lower_bound
+from pardnn.pipeline.schedule import idle_share
 from pardnn.repair.least_memory import least_memory_on
 
 # Sections of the report, in the order docs/report.md lists them.
 SECTIONS = {
     "placement": "what was placed where",
     "emulation": "the emulated step of the placement (pardnn/emulator/)",
+    "micro-batches": "a step split into micro-batches only (`pardnn profile --micro-batches`, `pardnn.keras.plan("
+                     "micro_batches=)`): its order (pardnn/pipeline/schedule.py)",
     "repair": "what the memory repair did (pardnn/pipeline/judge.py, docs/repair.md)",
     "portfolio": "`--algorithm pardnn` only: its candidates (pardnn/pipeline/choice.py, docs/algorithm.md)",
     "run": "the command's run: wall times (only these depend on the machine), loader, replicas",
@@ -65,6 +68,13 @@ class Report:
     peak_memory_bytes: list | None = _field("emulation", "emulated memory peak per device")
     peak_time_us: list | None = _field("emulation", "when each device first reaches its peak")
     feasible: bool | None = _field("emulation", "every device's peak fits its capacity (memory minus the reserve)")
+    micro_batches: int | None = _field("micro-batches", "how many micro-batches the step holds")
+    schedule: str | None = _field(
+        "micro-batches", "the order the placement carries (`fifo`: TF's own), its control edges in order.csv "
+        "and placed_graph.pb; `makespan_us` is this order's step")
+    schedules: dict | None = _field("micro-batches", "each order's emulated step on this placement, by name")
+    bubble: float | None = _field(
+        "micro-batches", "the share of the devices' time within the step that none of them computes")
     moved_nodes: int | None = _field("repair", "nodes the memory repair moved")
     peak_memory_before_repair_bytes: list | None = _field("repair", "emulated peak per device before the repair")
     repaired_devices: list | None = _field("repair", "devices whose peak passed their capacity before the repair")
@@ -132,10 +142,12 @@ def placement_report(graph, placed, loader=None, replicas=None, stage_seconds=No
     cluster, judged = placement.cluster, chosen.judged
     graph_bound = step_lower_bound(graph, cluster, emulated=chosen.step_bound)
     more = {**_repair_fields(judged, cluster), **_portfolio_fields(chosen)}
-    report = emulation_report(graph, cluster, placement.device, judged.schedule, judged.profile,
+    report = emulation_report(graph, cluster, placement.device, placement.schedule, placement.profile,
                               placement.algorithm, graph_bound,
                               changed_nodes=int(np.count_nonzero(judged.device != chosen.raw)),
                               placement_seconds=placed.seconds, loader=loader or None, **more)
+    for key, value in _schedule_fields(placed, cluster).items():
+        setattr(report, key, value)
     own = dict(stage_seconds or {})
     report.stage_seconds = {**({"load": own.pop("load")} if "load" in own else {}), **placement.stage_seconds,
                             "evaluate": time.perf_counter() - t0, **own}
@@ -143,6 +155,16 @@ def placement_report(graph, placed, loader=None, replicas=None, stage_seconds=No
         full, count = replicas
         report.replicas = replicated.estimate(graph, placement.device, full, count, report.makespan_us)
     return report
+
+
+def _schedule_fields(placed, cluster) -> dict:
+    """The micro-batch fields (none for a step that is not split)."""
+    if not placed.scheduled:
+        return {}
+    placement = placed.placement
+    return {"micro_batches": placed.micro_batches, "schedule": placement.schedule_name,
+            "schedules": {s.name: s.makespan_us for s in placed.scheduled},
+            "bubble": idle_share(placement.schedule, cluster)}
 
 
 def _repair_fields(judged, cluster) -> dict:

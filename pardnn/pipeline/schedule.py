@@ -25,10 +25,12 @@ fits (FIFO on a tie: it needs no control edges), and the order that carries it i
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
 
+from pardnn.base.errors import UserError
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
 from pardnn.graph.order import Order, device_chains
@@ -47,6 +49,8 @@ class Scheduled(NamedTuple):
     fits: bool
     bubble: float               # share of the devices' time idle within the step
     order: Order                # the control edges that carry it (empty for fifo)
+    schedule: object            # its emulation (pardnn.emulator.scheduler.Schedule)
+    profile: object             # its memory over the step (pardnn.emulator.memory)
 
 
 def micro_batch_of(graph) -> np.ndarray:
@@ -81,19 +85,50 @@ def ranks(graph, name) -> np.ndarray | None:
     return key * graph.num_nodes + n
 
 
-def schedules(graph, cluster, device, names=SCHEDULES) -> list:
-    """Each order of `names` emulated on placement `device` (a Scheduled each)."""
+def schedules(graph, cluster, device, names=SCHEDULES, among=None) -> list:
+    """Each order of `names` emulated on placement `device` (a Scheduled each); its
+    control edges chain the ops of `among` (pardnn.graph.order.step_mask; all ops by
+    default)."""
     device = np.asarray(device, np.int64)
     capacity = cluster.capacity
     out = []
     for name in names:
         schedule = simulate(graph, cluster, device, ranks(graph, name))
-        peak = track_memory(graph, cluster, device, schedule).peak_bytes
-        span = schedule.makespan
-        bubble = 1.0 - float(schedule.busy_us.sum()) / (cluster.num_devices * span) if span > 0 else 0.0
-        order = Order.empty() if name == "fifo" else device_chains(graph, device, schedule.start)
-        out.append(Scheduled(name, span, peak, bool(np.all(peak <= capacity)), bubble, order))
+        profile = track_memory(graph, cluster, device, schedule)
+        peak, span = profile.peak_bytes, schedule.makespan
+        order = Order.empty() if name == "fifo" else device_chains(graph, device, schedule.start, among)
+        out.append(Scheduled(name, span, peak, bool(np.all(peak <= capacity)), idle_share(schedule, cluster),
+                             order, schedule, profile))
     return out
+
+
+def idle_share(schedule, cluster) -> float:
+    """The bubble: the share of the devices' time within the step that none of them computes."""
+    span = schedule.makespan
+    return 1.0 - float(schedule.busy_us.sum()) / (cluster.num_devices * span) if span > 0 else 0.0
+
+
+def micro_batches(graph) -> int:
+    """How many micro-batches the graph's names hold (0: not a split step)."""
+    return int(micro_batch_of(graph).max()) + 1 if graph.num_nodes else 0
+
+
+def carry_order(graph, placement, wanted="auto", among=None):
+    """(placement, Scheduled list): on a step of two or more micro-batches, `placement`
+    with the order of schedule `wanted` ("auto": `choose`'s) carried: its emulation,
+    its control edges and its name (a new Placement); on any other graph, or when
+    TF's own order is kept, `placement` as it is (and [] on other graphs)."""
+    if wanted not in ("auto",) + SCHEDULES:
+        raise UserError(f"--schedule: unknown schedule {wanted!r} (choose from auto, {', '.join(SCHEDULES)})")
+    if micro_batches(graph) < 2:
+        return placement, []
+    names = SCHEDULES if wanted == "auto" else ("fifo", wanted)
+    scheduled = schedules(graph, placement.cluster, placement.device, names, among)
+    best = choose(scheduled) if wanted == "auto" else scheduled[-1]
+    if best.name == "fifo":
+        return placement, scheduled
+    return replace(placement, schedule=best.schedule, profile=best.profile, order=best.order,
+                   schedule_name=best.name), scheduled
 
 
 def choose(scheduled) -> Scheduled:
@@ -103,3 +138,10 @@ def choose(scheduled) -> Scheduled:
     if not fitting:
         return min(scheduled, key=lambda s: float(np.max(s.peak_bytes)))
     return min(fitting, key=lambda s: s.makespan_us)
+
+
+def schedule_line(report) -> str:
+    """The summary's line on a micro-batched step: its order, each order's step, the bubble."""
+    tried = ", ".join(f"{name} {us / 1000:.3f} ms" for name, us in report["schedules"].items())
+    return (f"  micro-batches: {report['micro_batches']}, order {report['schedule']} (tried: {tried}); "
+            f"bubble {100 * report['bubble']:.1f}% of the devices' time")

@@ -28,6 +28,7 @@ import contextlib
 import datetime
 import functools
 import inspect
+import os
 import re
 
 import numpy as np
@@ -38,6 +39,7 @@ from tensorflow.python.eager import context
 from tensorflow.python.framework.ops import EagerTensor
 
 from pardnn.base.errors import UserError
+from pardnn.io.placement import read_order_csv
 from pardnn.models import MAX_TRACED_STEPS
 from pardnn.tf.estimate import costs_doc, estimate_graph, gpu_target
 from pardnn.tf.gathers import bypass_gathers, drop_nodes
@@ -284,6 +286,7 @@ def placed(step_fn, placement_csv, around=None, relax_batch=False, follow=False)
             return
         _check_names(graph, devices, placement_csv, step_fn, set(bypassed))
         _check_variables(graph, devices, placement_csv, names)
+        _carry_order(graph, placement_csv)
 
     if relax_batch:
         fn = _BatchRelaxed(lambda signature: _retraced(step_fn, device_of, requested.clear, check, around,
@@ -292,6 +295,19 @@ def placed(step_fn, placement_csv, around=None, relax_batch=False, follow=False)
         fn, _ = _retraced(step_fn, device_of, requested.clear, check, around)
     setattr(fn, _REQUESTED, requested)
     return fn
+
+
+def _carry_order(graph, placement_csv):
+    """The order a placement carries (order.csv beside placement.csv, pardnn.graph.order)
+    as control inputs of the traced step's ops: `after` waits for `before`."""
+    path = os.path.join(os.path.dirname(os.path.abspath(str(placement_csv))), "order.csv")
+    for before, after in read_order_csv(path):
+        try:
+            first, then = graph.get_operation_by_name(before), graph.get_operation_by_name(after)
+        except KeyError:
+            raise UserError(f"{path}: op {before!r} or {after!r} is not in the trace of the step "
+                            f"(another step than the one placed?)") from None
+        then._add_control_input(first)
 
 
 def relaxed_batch(value):

@@ -6,6 +6,7 @@ beside the same model unplaced and unsplit. Prints one JSON line.
     keras_micro_script.py ROOT NAME:M [NAME:M ...]
 """
 
+import csv
 import io
 import json
 import sys
@@ -17,6 +18,7 @@ import keras
 import tensorflow as tf
 
 from pardnn.base.errors import UserError
+import pardnn.tf.function as placed_function
 from pardnn.tf import check_function_placement, check_nested_placement
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -25,7 +27,7 @@ import keras_models as km
 K, BATCH, STEPS = 4, 8, 3
 
 
-def flow(root, name, m):
+def flow(root, name, m, schedule="auto"):
     build, _ = km.MODELS[name]
     data = km.batches(name, STEPS, BATCH)
     custom = name == "normalized"
@@ -33,7 +35,8 @@ def flow(root, name, m):
     summary = io.StringIO()
     with contextlib.redirect_stdout(summary):
         plan = pardnn.keras.plan(build, km.specs(data[0]), devices=f"cpu:{K}", directory=f"{root}/{name}{m}",
-                                 step=km.train_step if custom else None, micro_batches=m, reserve=0)
+                                 step=km.train_step if custom else None, micro_batches=m, reserve=0,
+                                 schedule=schedule)
     with plan.scope():
         built = build()
     built = built if isinstance(built, tuple) else (built,)
@@ -53,9 +56,36 @@ def flow(root, name, m):
     model = built[0]
     ref_model = reference[0] if custom else reference
     gap = max(float(tf.reduce_max(tf.abs(a - b))) for a, b in zip(model.trainable_weights, ref_model.trainable_weights))
+    order = list(csv.reader(open(f"{plan.directory}/order.csv")))[1:] if os.path.exists(
+        f"{plan.directory}/order.csv") else []
     return {"placed": placed, "unplaced": unplaced, "moved": check.moved, "devices": len(check.nodes_per_device),
+            "order": len(order), "dropped": kept_order(order) if custom else None,
+            "schedule": plan.report.get("schedule"),
             "iterations": iterations, "weight_gap": gap, "summary": summary.getvalue(),
             "plan_micro_batches": json.load(open(f"{root}/{name}{m}/plan.json"))["micro_batches"]}
+
+
+def kept_order(order):
+    """[pairs found in one partition graph of the step's first run, pairs whose control
+    edge TF dropped]: what the executor ran with (Grappler has had its turn by then)."""
+    inputs = {}
+    for function in (SEEN[-1].function_graphs if SEEN else []):
+        for partition in function.partition_graphs:
+            for node in partition.node:
+                inputs[node.name] = set(node.input)
+    pairs = [(b, a) for b, a in order if b in inputs and a in inputs]
+    return [len(pairs), sum(f"^{b}" not in inputs[a] and b not in {i.split(":")[0] for i in inputs[a]}
+                            for b, a in pairs)]
+
+
+def _spy(call):
+    result, metadata = _REAL(call)
+    SEEN.append(metadata)
+    return result, metadata
+
+
+SEEN, _REAL = [], placed_function._with_run_metadata
+placed_function._with_run_metadata = _spy
 
 
 def bad(root):
@@ -90,8 +120,8 @@ def main_script(root, *cases):
         if case == "bad":
             facts["bad"] = bad(root)
             continue
-        name, m = case.split(":")
-        facts[case] = flow(root, name, int(m))
+        name, m, *schedule = case.split(":")
+        facts[case] = flow(root, name, m if m == "auto" else int(m), *schedule)
     print(json.dumps(facts))
 
 
