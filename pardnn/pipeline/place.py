@@ -21,6 +21,7 @@ from pardnn.io.placement import Placement
 from pardnn.pipeline.portfolio import Chosen, choose
 from pardnn.pipeline.report import Report, placement_report
 from pardnn.pipeline.schedule import carry_order, micro_batches
+from pardnn.placers import registry
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,8 @@ def run_placement(graph, cluster, algorithm="pardnn", budget_s=None, judged=None
     _check_rules(graph, cluster, kept.device, "the memory repair")
     placement = Placement(kept.device, cluster, algorithm, stage_seconds=timings,
                           schedule=kept.schedule, profile=kept.profile)
-    placement, scheduled = carry_order(graph, placement, schedule, among)
+    own = registry.schedule_of(algorithm) if schedule == "auto" else None
+    placement, scheduled = carry_order(graph, placement, own or schedule, among)
     return Placed(placement, chosen, time.perf_counter() - start, scheduled, micro_batches(graph))
 
 

@@ -122,7 +122,7 @@ def carry_order(graph, placement, wanted="auto", among=None):
         raise UserError(f"--schedule: unknown schedule {wanted!r} (choose from auto, {', '.join(SCHEDULES)})")
     if micro_batches(graph) < 2:
         return placement, []
-    names = SCHEDULES if wanted == "auto" else ("fifo", wanted)
+    names = SCHEDULES if wanted == "auto" else tuple(dict.fromkeys(("fifo", wanted)))
     scheduled = schedules(graph, placement.cluster, placement.device, names, among)
     best = choose(scheduled) if wanted == "auto" else scheduled[-1]
     if best.name == "fifo":

@@ -64,6 +64,8 @@ class Placer(NamedTuple):
     refines_itself: bool = False    # it refines its placement by emulated trials (Step 1): the
     #                                 portfolio refines it again only when its repair moved nodes
     #                                 (pardnn.pipeline.choice.refinable)
+    schedule: str | None = None     # the order it runs a step of micro-batches in, by name
+    #                                 (pardnn.pipeline.schedule; None: the fastest that fits)
     detailed: str | None = None     # "module:function" (graph, cluster, timings, *, emulate) giving
     #                                 its placement `.device` with its emulation `.schedule` and
     #                                 what it returned `.output` (report.json's step1_output): how
@@ -106,6 +108,12 @@ PLACERS = {
                    reads_memory=True),
     "round-robin": Placer("pardnn.placers.round_robin:place",
                           "colocation groups dealt to devices in topological order", "round-robin", EXTRA, 2),
+    "gpipe": Placer("pardnn.placers.pipeline_stages:gpipe",
+                    "GPipe: K stages of equal forward-op counts, micro-batches in TF's order (a baseline)",
+                    "gpipe", None, 1, schedule="fifo"),
+    "rannc": Placer("pardnn.placers.pipeline_stages:rannc",
+                    "RaNNC-style: K contiguous stages of equal time, micro-batches 1F1B (a baseline)",
+                    "rannc", None, 1, schedule="early-micro-batch"),
     "single": Placer("pardnn.placers.single:place",
                      "everything on device 0, TensorFlow's default", "single", EXTRA, 1, speeds=RATES),
 }
@@ -125,6 +133,12 @@ def candidates(algorithm: str) -> list:
     if not found:
         raise UserError(f"--algorithm: unknown algorithm {algorithm!r} (choose from {', '.join(names())})")
     return found
+
+
+def schedule_of(algorithm: str) -> str | None:
+    """The order `--algorithm NAME` runs a step of micro-batches in, if its placer has one."""
+    found = [p.schedule for p in PLACERS.values() if p.algorithm == algorithm and p.schedule]
+    return found[0] if found else None
 
 
 def get(name: str):
