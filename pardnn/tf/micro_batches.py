@@ -74,12 +74,23 @@ def micro_batched_model(module, name, knobs, micro_batches: int):
         return full, None
     small = build_model(module, name, {**knobs, "batch": knobs["batch"] // micro_batches})
     graph_def, split = split_graph_def(small.graph, full.graph, small.loss, micro_batches, name)
-    graph = tf.Graph()
-    with graph.as_default():
-        tf.graph_util.import_graph_def(graph_def, name="")
+    graph = _imported(small.graph, graph_def)
     model = Model(graph=graph, train_op=small.train_op, loss=small.loss, init=small.init, feed=full.feed,
                   seed=small.seed, extra=dict(small.extra))
     return model, split
+
+
+def _imported(small, graph_def):
+    """A tf.Graph of `graph_def` with the small build's collections (its variables,
+    UPDATE_OPS, ...), which name ops outside the per-sample part and so still exist:
+    the small build's MetaGraphDef with its GraphDef replaced."""
+    with small.as_default():
+        meta = tf.compat.v1.train.export_meta_graph(graph=small)
+    meta.graph_def.CopyFrom(graph_def)
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.compat.v1.train.import_meta_graph(meta)
+    return graph
 
 
 def split_graph_def(small, full, loss, m: int, name: str = "MODEL"):
