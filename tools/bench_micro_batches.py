@@ -13,7 +13,8 @@ For each M of `--micro` and each cluster (one device at M = 1, the baseline, the
 second relative to one device running the unsplit batch, the largest per-device peak,
 the graph's nodes and the time the plan took, and each order of
 pardnn.pipeline.schedule emulated on the plan's placement (its step and the share of
-the devices' time idle). Each plan runs in a child process
+the devices' time idle), and the GPipe and RaNNC-style baselines placed on the same
+micro-batched graph (`--algorithm gpipe`, `rannc`). Each plan runs in a child process
 (`python -m tools.bench_micro_batches --one ...`), one at a time.
 """
 
@@ -29,7 +30,10 @@ import time
 
 from tools.commit_line import ROOT, print_commit, write_rows
 
+from pardnn.base.errors import UserError
 from pardnn.pipeline.schedule import SCHEDULES
+
+BASELINES = ("gpipe", "rannc")
 
 
 def build_gpt(d, blocks, heads, seq, vocab):
@@ -88,11 +92,13 @@ def one(args) -> dict:
 
 
 def scheduled(plan_dir, devices) -> dict:
-    """Each order of pardnn.pipeline.schedule emulated on the plan's placement: its step
-    (us) and bubble share, by name."""
+    """Each order of pardnn.pipeline.schedule emulated on the plan's placement (its step
+    in us and bubble share, by name), and the baselines (`--algorithm gpipe`, `rannc`)
+    placed on the same graph: their step, bubble and whether they fit."""
     from pardnn.hardware import parse_devices
     from pardnn.io.placement import read_csv
     from pardnn.pipeline.load import load_cost_graph
+    from pardnn.pipeline.place import place
     from pardnn.pipeline.schedule import schedules
     graph, _ = load_cost_graph(os.path.join(plan_dir, "profile"))
     cluster = parse_devices(devices)
@@ -101,6 +107,12 @@ def scheduled(plan_dir, devices) -> dict:
     for s in schedules(graph, cluster, device):
         row[f"{s.name}_us"] = round(s.makespan_us, 1)
         row[f"{s.name}_bubble"] = round(s.bubble, 3)
+    for name in BASELINES:
+        try:
+            report = place(graph, cluster, name)[1].to_json()
+            row[f"{name}_us"], row[f"{name}_bubble"] = round(report["makespan_us"], 1), round(report["bubble"], 3)
+        except UserError as exc:         # it does not fit
+            row[f"{name}_us"], row[f"{name}_bubble"] = None, str(exc)[:60]
     return row
 
 
@@ -138,7 +150,7 @@ def main(argv=None) -> int:
         base = base or row["makespan_us"]
         row["throughput_x"] = round(base / row["makespan_us"], 3)
         rows.append(row)
-        orders = " ".join(f"{name} {row[name + '_us']} ({row[name + '_bubble']})" for name in SCHEDULES)
+        orders = " ".join(f"{name} {row[name + '_us']} ({row[name + '_bubble']})" for name in SCHEDULES + BASELINES)
         print(devices, m, row["makespan_us"], f"{row['throughput_x']:.2f}x", f"{row['peak_bytes'] / 2**30:.2f}",
               row["fits"], row["nodes"], row["plan_s"], "|", orders, flush=True)
     if args.csv and rows:
