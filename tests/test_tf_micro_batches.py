@@ -110,7 +110,9 @@ def test_profile_place_and_run_a_split_model_under_the_default_config(tmp_path, 
     assert result.check.moved == []
     assert len(result.check.nodes_per_device) == 4
     assert result.losses == pytest.approx(unplaced, rel=1e-5)
+    capsys.readouterr()
     assert main(["explain", str(placed)]) == 0                   # re-emulated with the order: the same step
+    assert f"micro-batches: 2, in the order {report['schedule']} (each order: fifo " in capsys.readouterr().out
 
 
 def test_a_bad_schedule_is_refused(tmp_path, capsys):

@@ -44,9 +44,18 @@ def explain(placed, top=5, place_again=None, depth=None, budget_s=None) -> dict:
                  "path_by_layer": path_rows,
                  "transfers": step.costliest_transfers(placed, layers, nodes, transfers, top),
                  "devices": step.device_time(placed)},
+        "micro_batches": _micro_batches(placed.report),
         "memory": memory_at_peak.at_peaks(placed, layers, forward, backward),
         "what_if": _what_ifs(placed, layers, path_rows, again, small, budget_s),
     }
+
+
+def _micro_batches(report) -> dict | None:
+    """A step of micro-batches: how many, the order it carries, each order's step and
+    the bubble (report.json's micro-batches section); None for other steps."""
+    if "micro_batches" not in report:
+        return None
+    return {key: report[key] for key in ("micro_batches", "schedule", "schedules", "bubble")}
 
 
 def _what_ifs(placed, layers, path_rows, again, small, budget_s) -> list:

@@ -40,6 +40,11 @@ def _step(e, short, top):
            f"({e['num_nodes']} nodes, {e['layers']['count']} layers by {e['layers']['by']}); "
            f"the bound that binds is the {s['binding']}, {format_time(s['lower_bound_us'])}: gap {s['gap']:.3f}x")
     yield f"  bounds: {bounds}"
+    micro = e.get("micro_batches")
+    if micro:
+        tried = ", ".join(f"{name} {format_time(us)}" for name, us in micro["schedules"].items())
+        yield (f"  micro-batches: {micro['micro_batches']}, in the order {micro['schedule']} (each order: {tried}); "
+               f"the devices idle {micro['bubble']:.1%} of the step")
     yield f"  critical path ({path['ops']} ops, {path['transfers']} transfers): {shares}"
     table = _table("layer", "compute", "transfers", "busy device", "total", "share of step",
                    title=f"critical path by layer (top {top} of {len(s['path_by_layer'])})")
