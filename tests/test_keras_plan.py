@@ -272,3 +272,29 @@ def test_random_ops_without_a_seed_draw_from_the_builds_own_generator(tmp_path):
     with plan.scope():
         model = build()
     assert model.fit(x, y, batch_size=8, verbose=0).history["loss"] == first
+
+
+def test_a_grouped_convolution_trains_placed(tmp_path):
+    """The smallest model of issue 52's ConvNeXt failure: Keras runs a grouped (depthwise)
+    convolution on a CPU through an inner tf.function compiled with XLA, whose variable
+    handle TF named by a process-wide counter; fit refused the plan ('does not match the
+    trace of train_step: 1 of its ... ops are not in the placement')."""
+    import keras
+    import pardnn.keras
+
+    def build():
+        keras.utils.set_random_seed(0)
+        inputs = keras.Input((8, 8, 4))
+        x = keras.layers.Conv2D(4, 3, groups=4, padding="same")(inputs)
+        model = keras.Model(inputs, keras.layers.Dense(2)(keras.layers.GlobalAveragePooling2D()(x)))
+        model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse")
+        return model
+
+    x, y = np.ones((8, 8, 8, 4), np.float32), np.ones((8, 2), np.float32)
+    unplaced = build()
+    first = unplaced.fit(x, y, batch_size=8, verbose=0).history["loss"]
+    plan = pardnn.keras.plan(build, (x, y), devices="cpu:1", memory="1MiB", reserve=0,
+                             directory=str(tmp_path / "plan"), verbose=0)
+    with plan.scope():
+        model = build()
+    assert model.fit(x, y, batch_size=8, verbose=0).history["loss"] == pytest.approx(first, rel=1e-6)
