@@ -110,7 +110,8 @@ def scheduled(plan_dir, devices) -> dict:
     for name in BASELINES:
         try:
             report = place(graph, cluster, name)[1].to_json()
-            row[f"{name}_us"], row[f"{name}_bubble"] = round(report["makespan_us"], 1), round(report["bubble"], 3)
+            row[f"{name}_us"] = round(report["makespan_us"], 1)
+            row[f"{name}_bubble"] = round(report.get("bubble", 0.0), 3)
         except UserError as exc:         # it does not fit
             row[f"{name}_us"], row[f"{name}_bubble"] = None, str(exc)[:60]
     return row
