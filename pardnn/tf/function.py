@@ -299,15 +299,23 @@ def placed(step_fn, placement_csv, around=None, relax_batch=False, follow=False)
 
 def _carry_order(graph, placement_csv):
     """The order a placement carries (order.csv beside placement.csv, pardnn.graph.order)
-    as control inputs of the traced step's ops: `after` waits for `before`."""
+    as control inputs of the traced step's ops: `after` waits for `before`. Its edges
+    chain each device's ops; an op of the profile that this trace lacks (fit's trace
+    returns other outputs than the profiled step's) is stepped over, so the ops that
+    are here keep their order."""
     path = os.path.join(os.path.dirname(os.path.abspath(str(placement_csv))), "order.csv")
-    for before, after in read_order_csv(path):
-        try:
-            first, then = graph.get_operation_by_name(before), graph.get_operation_by_name(after)
-        except KeyError:
-            raise UserError(f"{path}: op {before!r} or {after!r} is not in the trace of the step "
-                            f"(another step than the one placed?)") from None
-        then._add_control_input(first)
+    rows = read_order_csv(path)
+    present = {op.name: op for op in graph.get_operations()}
+    following = dict(rows)
+    for before, _ in rows:
+        if before not in present:
+            continue
+        after, seen = following.get(before), set()
+        while after is not None and after not in present and after not in seen:
+            seen.add(after)
+            after = following.get(after)
+        if after is not None and after in present:
+            present[after]._add_control_input(present[before])
 
 
 def relaxed_batch(value):
