@@ -72,3 +72,15 @@ def test_each_baseline_carries_its_own_order_and_pardnn_beats_both():
     assert reports["pardnn"]["makespan_us"] <= min(reports["gpipe"]["makespan_us"], reports["rannc"]["makespan_us"])
     assert all(0.0 <= r["bubble"] < 1.0 and r["micro_batches"] == 4 for r in reports.values())
     assert np.isclose(reports["rannc"]["makespan_us"], reports["rannc"]["schedules"]["early-micro-batch"])
+
+
+def test_capacity_rows_of_a_micro_batched_step_name_its_order():
+    from pardnn.pipeline.capacity import capacity
+    graph = layered(4)
+    cluster = parse_devices("cpu:2").with_options(memory=2**30, reserve=0.0)
+    rows = capacity(graph, cluster, [1, 2])
+    for row in rows:
+        doc = row.fields(graph.total_work_us())
+        assert doc["schedule_at_memory"] in ("fifo", "early-micro-batch", "backward-first", "forward-first")
+        assert 0.0 <= doc["bubble_at_memory"] < 1.0
+    assert rows[0].fields(graph.total_work_us())["schedule_at_memory"] == "fifo"       # one device: no order helps

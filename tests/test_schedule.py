@@ -124,3 +124,12 @@ def test_the_step_is_what_the_fetches_need_and_the_initialiser_does_not():
     inside = step_mask(graph, ["train", "loss:0"], ["init"])
     assert {graph.names[i] for i in np.flatnonzero(inside)} == {"x", "read", "loss", "train"}
     assert step_mask(graph, ["not_a_node"]).all()
+
+
+def test_on_one_device_every_order_ties_with_fifo_and_fifo_is_kept():
+    graph, _ = pipeline(4, 3)
+    scheduled = schedules(graph, cluster(1), np.zeros(graph.num_nodes, np.int64))
+    assert max(s.makespan_us for s in scheduled) == pytest.approx(min(s.makespan_us for s in scheduled))
+    assert choose(scheduled).name == "fifo"
+    nudged = [scheduled[0]] + [s._replace(makespan_us=scheduled[0].makespan_us * (1 - 1e-12)) for s in scheduled[1:]]
+    assert choose(nudged).name == "fifo"                  # a rounding's gain is no gain

@@ -75,6 +75,9 @@ class Row:
         if self.at_memory is not None:
             step = self.at_memory.report.makespan_us
             doc.update({"step_us_at_memory": step, "speedup_at_memory": one_device_us / step if step else None})
+            if self.at_memory.report.schedule is not None:     # a step of micro-batches: its order there
+                doc.update({"schedule_at_memory": self.at_memory.report.schedule,
+                            "bubble_at_memory": self.at_memory.report.bubble})
         return doc
 
 
