@@ -56,7 +56,8 @@ def place_profile(profile, cluster, algorithm="pardnn", budget_s=None, replicas=
     `algorithm` (pipeline.place.run_placement; `budget_s` caps the portfolio); with
     `replicas`, on the first host's devices, replicated on R hosts (docs/multihost.md).
     `check(graph, cluster placed on)`, when given, runs before placing (it may refuse).
-    `schedule`: the order a step of micro-batches carries (pipeline.schedule)."""
+    `schedule`: the order a step of micro-batches carries (pipeline.schedule); with
+    replicas TF's own (the replicated graph carries no order edges yet)."""
     one_replica = cluster if replicas is None else replica_cluster(cluster, replicas)
     t0 = time.perf_counter()
     with stage(f"loading {profile}"):
@@ -67,7 +68,8 @@ def place_profile(profile, cluster, algorithm="pardnn", budget_s=None, replicas=
     if check is not None:
         check(graph, one_replica)
     with stage(f"placing {graph.num_nodes} nodes with {algorithm} on {cluster.num_devices} devices"):
-        placed = placer.run_placement(graph, one_replica, algorithm, budget_s, schedule=schedule,
+        placed = placer.run_placement(graph, one_replica, algorithm, budget_s,
+                                      schedule=schedule if replicas is None else "fifo",   # not replicated yet
                                       among=_step(graph, info))
     loader = {key: info[key] for key in LOADER_FIELDS if key in info}
     return PlacedProfile(graph, info, placed, cluster, algorithm, str(devices), replicas, load_s, loader)
