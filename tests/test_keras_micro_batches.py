@@ -26,9 +26,9 @@ def facts(tmp_path_factory):
 
 @pytest.mark.parametrize("case", ["normalized:2", "transformer:4"])
 def test_a_micro_batched_step_trains_as_the_unsplit_one(facts, case):
-    """A custom loop (Adam) and fit (an embedding's sparse gradient, SGD with momentum):
-    every op where planned, one update per step, the losses and weights of the unsplit
-    model up to rounding."""
+    """A custom loop (Adam; its last batch of 3 samples cut 2 + 1) and fit (an embedding's
+    sparse gradient, SGD with momentum): every op where planned, one update per step,
+    the losses and weights of the unsplit model up to rounding."""
     run = facts[case]
     assert run["moved"] == [] and run["devices"] == 4
     assert run["iterations"] == 3                            # one optimizer step per step, not M
@@ -81,3 +81,4 @@ def test_bad_micro_batch_counts_and_steps_are_one_line_errors(facts):
                                 "optimizer (optimizer.apply or apply_gradients); pardnn cannot split a step it "
                                 "cannot see update")
     assert bad["written"] is False
+    assert "pardnn: a batch of fewer samples than its 4 micro-batches" in bad["too_small"]

@@ -31,6 +31,8 @@ def flow(root, name, m, schedule="auto"):
     build, _ = km.MODELS[name]
     data = km.batches(name, STEPS, BATCH)
     custom = name == "normalized"
+    if custom:                          # a last, smaller batch: cut 2 + 1, weighted 2/3 and 1/3
+        data[-1] = tf.nest.map_structure(lambda a: a[:3], data[-1])
     reference = build()
     summary = io.StringIO()
     with contextlib.redirect_stdout(summary):
@@ -109,6 +111,16 @@ def bad(root):
     except UserError as exc:
         errors["no_update"] = str(exc)
     errors["written"] = os.path.exists(f"{root}/bad")
+    plan = pardnn.keras.plan(build, km.specs(data[0]), devices=f"cpu:{K}", directory=f"{root}/four",
+                             step=km.train_step, micro_batches=4, verbose=0)
+    with plan.scope():
+        built = build()
+    step = plan.step(km.train_step, *built)
+    try:
+        step(*tf.nest.map_structure(lambda a: a[:2], data[0]))          # 2 samples, 4 micro-batches
+        errors["too_small"] = None
+    except tf.errors.InvalidArgumentError as exc:
+        errors["too_small"] = exc.message
     return errors
 
 
