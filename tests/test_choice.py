@@ -3,8 +3,12 @@ candidates are finalists, which are refined, and which is kept."""
 
 import ast
 from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
 
 from pardnn.base.errors import UserError
+from pardnn.graph import CostGraph
 from pardnn.hardware import parse_devices
 from pardnn.pipeline import choice
 from pardnn.pipeline.choice import Judgement as J
@@ -150,3 +154,64 @@ def test_the_rules_use_no_pool_clock_or_io():
                            "pardnn.pipeline.portfolio", "pardnn.io", "pathlib", "datetime"}
     calls = {node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
     assert "open" not in calls and "print" not in calls
+
+
+def chain(n):
+    """A chain of n nodes of 1 us each."""
+    return CostGraph.build(names=[f"n{i}" for i in range(n)], comp_us=np.ones(n), out_bytes=np.zeros(n, np.int64),
+                           edge_src=np.arange(n - 1), edge_dst=np.arange(1, n))
+
+
+def test_the_extras_are_built_beside_the_others_below_extras_max_nodes_only():
+    one = parse_devices("cpu:4")
+    assert choice.EXTRAS_MAX_NODES == 20_000
+    below = choice.roles("pardnn", chain(19_999), one)
+    at = choice.roles("pardnn", chain(20_000), one)
+    assert "topo" in below.beside and "topo" in below.extra
+    assert "topo" not in at.beside and "topo" in at.extra
+
+
+def test_a_portfolio_of_two_refines_both_finalists():
+    both = choice.refinements({"etf": J(100, 0, 1), "heft": J(110, 0, 1)}, 5000, ["etf", "heft"])
+    assert both == (["etf", "heft"], ["etf", "heft"])
+
+
+def judged_on(device, makespan=100.0, moved=(), rounds=0):
+    """What Judgement.of reads of a judge.Judged."""
+    moved = np.isin(np.arange(len(device)), moved)
+    return SimpleNamespace(device=np.asarray(device), schedule=SimpleNamespace(makespan=makespan),
+                           moved=moved, rounds=rounds)
+
+
+def test_a_judgement_says_whether_the_placement_leaves_the_slower_devices_out():
+    gpus_and_host = parse_devices("dgx-h100:2+host")                   # the host (device 2) is slower
+    assert gpus_and_host.tiers.tolist() == [0, 0, 1]
+    on_gpus, on_host = judged_on([0, 1, 1, 0], 90.0, moved=[1, 2], rounds=2), judged_on([0, 2, 1, 0])
+    assert choice.Judgement.of(on_gpus, gpus_and_host)[:4] == (90.0, 2, 2, True)
+    assert choice.Judgement.of(on_host, gpus_and_host).fastest_only is False
+    assert choice.Judgement.of(on_host).fastest_only is True            # no cluster: taken as alike
+    assert choice.Judgement.of(judged_on([0, 3, 2]), parse_devices("cpu:4")).fastest_only is True
+    assert choice.Judgement.of(on_gpus).digest == choice.Judgement.of(judged_on([0, 1, 1, 0])).digest
+    assert choice.Judgement.of(on_gpus).digest != choice.Judgement.of(on_host).digest
+
+
+def test_the_second_finalist_is_the_fastest_on_the_fastest_devices_alone():
+    order = ["etf", "heft", "metis", "stages"]
+    host = {"etf": J(100, 0, 0, fastest_only=False), "heft": J(110, 0, 0, fastest_only=False)}
+    assert choice.finalists({**host, "metis": J(120, 0, 0), "stages": J(130, 0, 0)}, 1000, order) == ["etf", "metis"]
+    assert choice.finalists(host, 1000, order) == ["etf", "heft"]      # none on the fastest alone
+
+
+def test_refine_first_reads_the_first_finalist_and_the_runner_up(monkeypatch):
+    """The fastest is refined early when it is refinable and the runner-up is not: read
+    of the runner-up (not of a third finalist, the other stage fold) and each of its own
+    judgement, here with the two folds taken as placers that refine themselves."""
+    order = ["step1", "heft", "stages", "stages-live"]
+    assert choice.refine_first({"heft": J(90, 0, 0), "step1": J(100, 0, 0)}, 5000, order) == "heft"
+    for fold in choice.FOLDS:
+        monkeypatch.setitem(registry.PLACERS, fold, registry.PLACERS[fold]._replace(refines_itself=True))
+    folds = {"stages": J(100, 0, 0, digest="a"), "stages-live": J(101, 0, 0, digest="b")}
+    assert choice.finalists({"heft": J(90, 0, 0), **folds}, 5000, order) == ["heft", "stages", "stages-live"]
+    assert choice.refine_first({"heft": J(90, 0, 0), **folds}, 5000, order) == "heft"
+    assert choice.refine_first({"step1": J(90, 0, 1), **folds}, 5000, order) == "step1"
+    assert choice.refine_first({"step1": J(90, 0, 0), **folds}, 5000, order) is None
