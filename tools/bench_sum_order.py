@@ -15,7 +15,8 @@ edges in placed_graph.pb (not built: pardnn writes no such edges): the big sums 
 or AccumulateNV2 with at least `--inputs` data inputs) run one after another, in the
 order the one-device emulation starts them, each one's producers held back by a
 zero-byte control edge from the previous sum (not where the producer already precedes
-the previous sum, the edges added before included: that edge would close a cycle).
+the previous sum, the edges added before included: that edge would close a cycle),
+applied by pardnn.graph.order.
 For each graph and K (cpu:K, no reserve) it prints the least-memory bound of the
 graph as profiled, and pardnn's least fitting memory (bisected as `pardnn capacity`
 does) on the graph as profiled and on the graph with the order, each over that
@@ -38,7 +39,6 @@ SUMS = ("AddN", "AccumulateNV2")
 def with_sum_order(graph, inputs=4):
     """(graph plus the control edges, edges added): the big sums one after another."""
     from pardnn.emulator.scheduler import simulate
-    from pardnn.graph import CostGraph
     from pardnn.hardware import parse_devices
     one = parse_devices("cpu:1")
     start = simulate(graph, one, np.zeros(graph.num_nodes, np.int32)).start
@@ -47,16 +47,17 @@ def with_sum_order(graph, inputs=4):
     sums = [n for n in range(graph.num_nodes) if graph.ops[n] in SUMS and fan_in[n] >= inputs]
     sums.sort(key=lambda n: (start[n], n))
     import networkx as nx
+    from pardnn.graph.order import Order, with_order
     whole = nx.DiGraph(zip(graph.edge_src.tolist(), graph.edge_dst.tolist()))
-    doc, added = graph.to_dict(), 0
+    edges = []
     for before, after in zip(sums, sums[1:]):
         for p in sorted(set(graph.edge_src[data & (graph.edge_dst == after)].tolist())):
             if p == before or nx.has_path(whole, p, before):      # the edge would close a cycle
                 continue
             whole.add_edge(before, p)
-            doc["edges"].append({"src": graph.names[before], "dst": graph.names[p], "bytes": 0, "slot": -1})
-            added += 1
-    return CostGraph.from_dict(doc), added
+            edges.append((before, p))
+    pairs = np.array(edges, np.int64).reshape(-1, 2)
+    return with_order(graph, Order(pairs[:, 0].copy(), pairs[:, 1].copy()))[0], len(edges)
 
 
 def least_fit(graph, k):

@@ -29,6 +29,7 @@ from tools.commit_line import print_commit
 
 from pardnn.emulator.scheduler import simulate
 from pardnn.graph import CostGraph
+from pardnn.graph.order import device_chains, with_order
 from pardnn.hardware import parse_devices
 from pardnn.pipeline import place as placer
 from pardnn.placers import exact
@@ -38,21 +39,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def with_device_order(graph, device, start):
     """`graph` plus a zero-byte control edge from each op to the next one on its device,
-    in the order of `start` (ties by node id, which is topological), and `device`
-    renumbered to the new graph's ids."""
-    order = np.lexsort((np.arange(graph.num_nodes), start, device))
-    same = device[order[1:]] == device[order[:-1]]
-    src = np.concatenate([graph.edge_src, order[:-1][same]])
-    dst = np.concatenate([graph.edge_dst, order[1:][same]])
-    ordered = CostGraph.build(
-        names=graph.names, ops=graph.ops, comp_us=graph.comp_us, out_bytes=graph.out_bytes,
-        persist_bytes=graph.persist_bytes, kind=graph.kind, group=graph.group, pinned=graph.pinned,
-        edge_src=src, edge_dst=dst, edge_bytes=np.concatenate([graph.edge_bytes, np.zeros(same.sum(), np.int64)]),
-        edge_slot=np.concatenate([graph.edge_slot, np.full(same.sum(), -1, np.int32)]),
-        temp_bytes=graph.temp_bytes)
-    index = ordered.index()
+    in the order of `start` (pardnn.graph.order.device_chains), and `device` renumbered
+    to the new graph's ids."""
+    ordered, new_id = with_order(graph, device_chains(graph, device, start))
     renumbered = np.empty(graph.num_nodes, np.int64)
-    renumbered[[index[name] for name in graph.names]] = device
+    renumbered[new_id] = device
     return ordered, renumbered
 
 
