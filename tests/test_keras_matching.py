@@ -77,3 +77,99 @@ def test_variables_created_in_another_order_are_refused_by_their_keys():
     message = str(refused.value)
     assert "\n" not in message and message.startswith("plan.scope(): variable ")
     assert repr(variables[0].key) in message and "not the planned one" in message
+
+
+
+class Shaped(keras.layers.Layer):
+    """One variable `w` of `size` floats."""
+
+    def __init__(self, size, **kwargs):
+        super().__init__(**kwargs)
+        self.size = size
+
+    def build(self, input_shape):
+        self.w = self.add_weight(name="w", shape=(self.size,), initializer="zeros")
+
+    def call(self, x):
+        return x * self.w[:1]
+
+
+def one_line(message) -> str:
+    assert "\n" not in message and message.startswith("plan.scope(): ")
+    return message
+
+
+def refusal(action) -> str:
+    """The one-line UserError message `action()` raises."""
+    with pytest.raises(UserError) as refused:
+        action()
+    return one_line(str(refused.value))
+
+
+def refused_build(variables, *layers) -> str:
+    """The message of the UserError the Matcher of `variables` raised while
+    keras.Sequential(layers) was built under it (Keras may re-raise it otherwise)."""
+    matcher = Matcher("plan.scope()", variables)
+    with pytest.raises((UserError, AttributeError)):
+        with tf.variable_creator_scope(matcher.creator):
+            keras.Sequential([keras.Input((4,)), *layers])
+    assert isinstance(matcher.error, UserError)
+    return one_line(str(matcher.error))
+
+
+def test_the_keys_are_the_variables_paths_in_the_model_and_the_rest_are_numbered():
+    variables, _ = planned(("a", "b"))
+    assert [v.key for v in variables] == ["layers[1]/a", "layers[1]/b"]
+    assert [v.short for v in variables] == ["a", "b"] and variables[0].shape == [4]
+    loose = tf.Variable(1.0)
+    created = [Created(loose, "loose", "no Keras layer"), Created(loose, "again", "no Keras layer")]
+    assert keys_of(created, [], []) == ["created[0]/loose", "created[1]/again"]
+
+
+def test_a_variable_past_the_plans_is_refused_naming_its_layer():
+    variables, _ = planned(("a", "b"))
+    message = refused_build(variables[:1], Pair(("a", "b"), name="pair"))      # a plan of one variable
+    assert "variable 'b' of layer 'pair' (Pair) is not in the plan, which has 1 variables" in message
+
+
+def test_a_variable_of_another_shape_is_refused_with_both_shapes():
+    variables, _ = planned(("a", "b"))
+    message = refused_build(variables, Shaped(3, name="shaped"))
+    assert "of layer 'shaped' (Shaped) has shape [3] float32; the plan's variable created there, " \
+           "'layers[1]/a', has [4] float32" in message
+
+
+def test_a_planned_variable_not_created_is_named():
+    variables, _ = planned(("a", "b"))
+    matcher = Matcher("plan.scope()", variables)
+    with tf.variable_creator_scope(matcher.creator):
+        model = keras.Sequential([keras.Input((4,)), Shaped(4)])
+    message = refusal(lambda: matcher.check_variables([model], []))
+    assert f"the plan's variable 'layers[1]/b' ({variables[1].name}) was not created" in message
+
+
+def test_the_model_built_is_the_outermost_model_noted():
+    variables, layers = planned(("a", "b"))
+    matcher = Matcher("plan.scope()", variables)
+    with tf.variable_creator_scope(matcher.creator):
+        model = keras.Sequential([keras.Input((4,)), Pair(("a", "b"), name="pair")])
+    assert matcher.models() == [model]
+    assert [c.owner for c in matcher.created] == ["layer 'pair' (Pair)"] * 2
+    inner = Matcher("plan.scope()", variables)
+    with tf.variable_creator_scope(inner.creator):
+        outer = keras.Sequential([keras.Input((4,)), keras.Sequential([Pair(("a", "b"))])])  # built in outer's
+    assert inner.models() == [outer] and inner.models()[0] is outer
+
+
+def test_layers_other_than_the_plans_are_refused_naming_the_layer():
+    _, layers = planned(("a", "b"))
+    assert layers == [[["layers[0]", "InputLayer"], ["layers[1]", "Pair"]]]
+    check = Matcher("plan.scope()", []).check_layers
+    other = keras.Sequential([keras.Input((4,)), Shaped(4)])
+    assert "layer layers[1] of the model built is a Shaped, the plan's is a Pair" in refusal(
+        lambda: check([other], layers))
+    more = keras.Sequential([keras.Input((4,)), Pair(("a", "b")), Shaped(4)])
+    assert "layer layers[2] (Shaped) is not in the plan" in refusal(lambda: check([more], layers))
+    fewer = keras.Sequential([keras.Input((4,))])
+    assert "layer layers[1] (Pair) of the plan was not built" in refusal(lambda: check([fewer], layers))
+    check([model_of(("a", "b"))], layers)                           # the planned layers pass
