@@ -14,7 +14,8 @@ second relative to one device running the unsplit batch, the largest per-device 
 the graph's nodes and the time the plan took, and each order of
 pardnn.pipeline.schedule emulated on the plan's placement (its step and the share of
 the devices' time idle), and the GPipe and RaNNC-style baselines placed on the same
-micro-batched graph (`--algorithm gpipe`, `rannc`). Each plan runs in a child process
+micro-batched graph (`--algorithm gpipe`, `rannc`). `--auto` instead times
+`micro_batches="auto"` against one `pardnn place` of the unsplit step's profile. Each plan runs in a child process
 (`python -m tools.bench_micro_batches --one ...`), one at a time.
 """
 
@@ -91,6 +92,30 @@ def one(args) -> dict:
             "nodes": report["num_nodes"], "plan_s": round(time.perf_counter() - t0, 1), **orders}
 
 
+def auto(args) -> dict:
+    """micro_batches="auto" timed against one `pardnn place` of the unsplit step's profile
+    (the issue's yardstick), in this process: the counts tried, the one kept, both walls."""
+    import pardnn.tf.quiet_import
+    import pardnn.keras
+    import tensorflow as tf
+    from pardnn.cli import main as cli
+    spec = tf.TensorSpec([args.batch, args.seq], tf.int32)
+    build = lambda: build_gpt(args.d, args.blocks, args.heads, args.seq, args.vocab)   # noqa: E731
+    with tempfile.TemporaryDirectory(dir=args.work) as work:
+        unsplit = pardnn.keras.plan(build, (spec, spec), devices=args.devices, step=train_step, estimate="dgx-h100",
+                                    directory=os.path.join(work, "one"), verbose=0)
+        t0 = time.perf_counter()
+        assert cli(["place", os.path.join(unsplit.directory, "profile"), "--devices", args.devices,
+                    "-o", os.path.join(work, "placed")]) == 0
+        place_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        chosen = pardnn.keras.plan(build, (spec, spec), devices=args.devices, step=train_step, estimate="dgx-h100",
+                                   micro_batches="auto", directory=os.path.join(work, "auto"), verbose=1)
+        auto_s = time.perf_counter() - t0
+    return {"kept": chosen.micro_batches, "place_s": round(place_s, 1), "auto_s": round(auto_s, 1),
+            "ratio": round(auto_s / place_s, 1)}
+
+
 def scheduled(plan_dir, devices) -> dict:
     """Each order of pardnn.pipeline.schedule emulated on the plan's placement (its step
     in us and bubble share, by name), and the baselines (`--algorithm gpipe`, `rannc`)
@@ -129,6 +154,7 @@ def main(argv=None) -> int:
     ap.add_argument("--micro", default="1,2,4,8")
     ap.add_argument("--work", default=None)
     ap.add_argument("--csv", metavar="FILE")
+    ap.add_argument("--auto", action="store_true", help="time micro_batches=\"auto\" against one pardnn place")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--m", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -136,6 +162,9 @@ def main(argv=None) -> int:
         print(json.dumps(one(args)))
         return 0
     print_commit()
+    if args.auto:
+        print(json.dumps(auto(args)))
+        return 0
     knobs = [f"--{k}={getattr(args, k)}" for k in ("d", "blocks", "heads", "seq", "vocab", "batch")]
     if args.work:
         knobs.append(f"--work={args.work}")
