@@ -88,7 +88,13 @@ TESTS = {
                                  "tests/test_fit.py::test_a_candidate_without_its_profile_tracks_the_same_one_again",
                                  "tests/test_fit.py::test_refining_with_memory_to_spare_tracks_memory_once_with_the_same_result"],
     "pardnn/pipeline/choice.py": ["tests/test_choice.py"],     # its rules on hand-made judged results: all 94 in minutes
-    "pardnn/pipeline/portfolio.py": ["tests/test_stages.py", "tests/test_determinism.py"],
+    # the executor on 150-node graphs, with and without workers and a budget: seconds, where
+    # tests/test_stages.py and tests/test_determinism.py (which cover it too) take minutes
+    "pardnn/pipeline/portfolio.py": ["tests/test_portfolio.py"],
+    "pardnn/pipeline/lanes.py": ["tests/test_lanes.py"],
+    "pardnn/repair/local_search.py": ["tests/test_local_search.py"],     # (tests/test_repair.py runs it in the repair)
+    # in-process Keras builds (TF tests: each mutant's run imports TensorFlow afresh)
+    "pardnn/keras/matching.py": ["tests/test_keras_matching.py"],
     "pardnn/emulator/event_loop.py": ["tests/test_reference_event_loop.py", "tests/test_event_loop.py",
                                       "tests/test_emulator_scheduler.py"],
     "pardnn/emulator/memory.py": ["tests/test_emulator_memory.py", "tests/test_repair_parts.py",
