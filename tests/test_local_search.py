@@ -112,3 +112,17 @@ def test_the_holders_are_the_buffers_alive_and_the_ops_running_at_the_peak():
                                finish=np.array([1, 1, 1, 6, 5, 1, 1, 1], float))    # node 4 ends at it
     # held: group 0 10, group 3 7 + 2 (running), group 6 8, group 4 3, group 5 1
     assert local_search._holders(graph, group_dev, schedule, profile, 0) == [0, 3, 6, 4, 5]
+
+
+def test_a_move_that_only_shifts_the_overflow_is_not_kept():
+    # 40 and 70 B: group 0 to device 1 (over 10 + 0); then group 1 there would leave
+    # device 1 over by as much as device 0 was (10): not kept; group 2 there fits
+    g, c = groups(), parse_devices("cpu:2")
+    tried = []
+
+    def emulate(device):
+        tried.append(device[:3].tolist())
+        return _emulate(g, c, device)
+    found = local_search.descend(g, SimpleNamespace(capacity=np.array([40, 70])), np.array([0, 0, 0]),
+                                 np.ones((3, 2), bool), emulate, limit=1000)
+    assert found.tolist() == [1, 0, 1] and tried == [[0, 0, 0], [1, 0, 0], [1, 1, 0], [1, 0, 1]]
