@@ -190,3 +190,128 @@ def test_the_first_candidate_says_what_step1_returned_only_on_devices_at_rate_1(
     rated = parse_devices("dgx-h100:2+host")
     assert not rated.uniform
     assert portfolio._first(Judging(g, rated.with_options(memory=2**40)), "step1", {})[1] is None
+
+
+def spare(seed=0):
+    """A 150-node chain on 4 devices with memory to spare: candidates judged by emulation
+    alone (no memory tracked), and at seed 0 m-ETF refined past Step 1 as it is."""
+    g = synth_graph(150, seed=seed, shape="chain")
+    return g, parse_devices("cpu:4").with_options(memory=2**50, bandwidth=12000.0, latency=25.0)
+
+
+@pytest.mark.parametrize("cpus", [1, 2])
+def test_the_peaks_before_repair_of_the_refined_winner_are_its_candidates(monkeypatch, cpus):
+    from pardnn.emulator.memory import track_memory
+    from pardnn.emulator.scheduler import simulate
+    g, cluster = spare()
+    forked(monkeypatch, cpus)
+    chosen = portfolio.choose(g, cluster, "pardnn")
+    assert chosen.winner == "etf" and chosen.refinement.batches > 0
+    assert not np.array_equal(chosen.judged.device, chosen.raw)
+    peaks = track_memory(g, cluster, chosen.raw, simulate(g, cluster, chosen.raw)).peak_bytes
+    assert chosen.judged.peak_before.dtype == np.int64 and np.array_equal(chosen.judged.peak_before, peaks)
+
+
+def test_an_early_refinement_is_taken_only_for_the_placement_it_was_run_on():
+    g, cluster = spare()
+    judging = Judging(g, cluster)
+    results, output = portfolio._first(judging, "step1", {})
+    results.update({name: portfolio._build_and_judge(judging, name) for name in ("etf", "heft")})
+    run = portfolio._Run(judging, workers.Inline(judging, portfolio._build_and_judge, portfolio._refine),
+                         math.inf, {})
+
+    def picked(early):
+        return portfolio._pick(run, dict(results), output, early)
+    plain = picked(None)
+    assert plain.winner == "etf" and plain.refinement.batches > 0
+    wrong = portfolio._refine(judging, results["heft"].judged, math.inf)
+    for early in ({"heft": (results["heft"].judged, wrong)}, {"etf": (results["heft"].judged, wrong)}):
+        chosen = picked(early)
+        assert np.array_equal(chosen.judged.device, plain.judged.device) and chosen.candidates == plain.candidates
+    assert picked({"etf": (results["etf"].judged, plain.refinement)}).refinement is plain.refinement
+
+
+def test_each_finalist_is_refined_once(monkeypatch):
+    g, cluster = chain_at(0.35)
+    calls = []
+    refine = portfolio.refine_within_memory
+    monkeypatch.setattr(portfolio, "refine_within_memory", lambda *a, **k: calls.append(1) or refine(*a, **k))
+    chosen = portfolio.choose(g, cluster, "pardnn")
+    assert len(calls) == sum("refined_makespan_us" in c for c in chosen.candidates.values()) == 2
+
+
+def test_the_seconds_recorded_are_the_time_taken():
+    g, cluster = chain_at(0.3)                                      # some candidates do not fit
+    t0 = time.perf_counter()
+    chosen = portfolio.choose(g, cluster, "pardnn", timings=(timings := {}))
+    wall = time.perf_counter() - t0
+    assert all(0.0 <= c["seconds"] <= wall for c in chosen.candidates.values())
+    assert all(0.0 <= s <= wall for s in timings.values()) and timings["refine_memory"] > 0.0
+    failed = [c for c in chosen.candidates.values() if not c["feasible"]]
+    assert failed and all(set(c) == {"feasible", "makespan_us", "reason", "seconds"} and c["makespan_us"] is None
+                          and c["reason"].startswith("memory:") for c in failed)
+    first, _ = portfolio._first(Judging(g, cluster), "step1", {})
+    assert first["step1"].build_s == 0.0 and 0.0 <= first["step1"].repair_s <= wall  # (its stages: timings)
+    for r in (portfolio.SKIPPED, portfolio.DIED):
+        assert (r.device, r.judged, r.error, r.build_s, r.repair_s) == (None, None, None, 0.0, 0.0)
+
+
+def test_a_job_with_time_left_is_waited_for():
+    job = Job("built", done=False)
+    assert portfolio._collect(job, time.perf_counter() + 0.5) == "built" and 0.0 < job.asked[0] <= 0.5
+
+
+def test_a_budget_that_is_not_spent_skips_nothing():
+    g, cluster = chain_at(0.35)
+    chosen = portfolio.choose(g, cluster, "pardnn", budget_s=600.0)
+    assert not any("skipped" in c for c in chosen.candidates.values())
+    assert makespans(chosen) == makespans(portfolio.choose(g, cluster, "pardnn"))
+
+
+def test_only_a_portfolio_of_one_keeps_its_candidates_memory_profile():
+    g, cluster = chain_at(0.35)
+    alone = portfolio.judge_all(g, cluster, "etf")
+    assert list(alone.candidates) == ["etf"] and alone.candidates["etf"].judged.profile is not None
+    many = portfolio.judge_all(g, cluster, "pardnn")
+    assert all(c.judged.profile is None for c in many.candidates.values() if c.judged is not None)
+    assert all(c.judged.profile is None for c in portfolio.searched(Judging(g, cluster), {}).values())
+
+
+def test_the_main_process_builds_the_candidates_no_worker_has_started(monkeypatch, tmp_path):
+    import os
+    log = tmp_path / "built"
+    build = portfolio._build_and_judge
+
+    def logged(judging, name, *args, **kwargs):
+        with open(log, "a") as f:
+            f.write(f"{name} {os.getpid()}\n")
+        return build(judging, name, *args, **kwargs)
+    g, cluster = chain_at(0.35)
+    forked(monkeypatch, 2)
+    monkeypatch.setattr(portfolio, "_build_and_judge", logged)
+    chosen = portfolio.choose(g, cluster, "pardnn")
+    built = [line.split() for line in log.read_text().splitlines()]
+    names = [name for name, _ in built]
+    assert sorted(names) == sorted(set(names)) == sorted(n for n in chosen.candidates if n != "step1")
+    assert str(os.getpid()) in {pid for _, pid in built}                # some taken here
+    assert len({pid for _, pid in built}) == 2                          # and some by the worker
+
+
+def exact_fit_case():
+    """6 nodes, 2 devices at 191 B, where a known placement fits but the greedy rounds
+    get stuck (tests/test_repair.py)."""
+    from pardnn.graph import CostGraph
+    g = CostGraph.build(names=[f"n{i}" for i in range(6)], comp_us=[4, 3, 3, 2, 5, 3],
+                        out_bytes=[42, 24, 7, 20, 41, 21], persist_bytes=[79, 66, 0, 31, 32, 3],
+                        group=[0, 1, 0, 0, 2, 2], edge_src=["n0", "n1", "n2", "n2", "n3"],
+                        edge_dst=["n5", "n2", "n3", "n5", "n5"], edge_bytes=[42, 24, 7, 7, 20])
+    return g, parse_devices("cpu:2").with_options(memory=191, reserve=0)
+
+
+def test_a_candidate_that_fits_only_with_the_local_search_is_kept(monkeypatch):
+    from pardnn.repair import exhaustive
+    g, cluster = exact_fit_case()
+    monkeypatch.setattr(exhaustive, "MAX_PLACEMENTS", 0)           # as for a large graph
+    chosen = portfolio.choose(g, cluster, "single")
+    assert chosen.winner == "single" and chosen.candidates["single"]["feasible"]
+    assert np.all(chosen.judged.profile.peak_bytes <= 191)
