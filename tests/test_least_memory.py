@@ -22,7 +22,8 @@ from pardnn.hardware import Cluster, Device, parse_devices
 from pardnn.io.summary import print_summary
 from pardnn.pipeline import place as placer
 from pardnn.placers import registry
-from pardnn.repair.least_memory import least_memory, least_memory_on, pigeonhole
+from pardnn.repair import least_memory as lm
+from pardnn.repair.least_memory import Bound, LeastMemory, least_memory, least_memory_on, pigeonhole
 from pardnn.graph.live_tensors import ancestor_bytes
 from pardnn.repair.live_at_once import held_at_once
 from pardnn.repair.working_sets import working_sets
@@ -362,3 +363,96 @@ def test_the_least_memory_beside_the_host_is_what_the_host_does_not_hold(host, l
         for algorithm in registry.names():      # one byte less on the GPU: nothing fits
             with pytest.raises(UserError):
                 placer.place(g, gpu_and_host(least - 1, host), algorithm)
+
+
+# The parts on hand-made numbers (the bounds' arithmetic, the packings against brute force)
+
+
+def independent(persist):
+    """Nodes without edges, each its own group holding `persist` bytes."""
+    n = len(persist)
+    return CostGraph.build(names=[f"n{i}" for i in range(n)], comp_us=[1] * n, out_bytes=[0] * n,
+                           persist_bytes=persist, edge_src=[], edge_dst=[])
+
+
+def test_the_bounds_of_an_empty_graph_and_of_a_graph_holding_nothing():
+    empty = CostGraph.build(names=[], comp_us=[], out_bytes=[], edge_src=[], edge_dst=[])
+    assert least_memory(empty, 2).fields() is None and least_memory(empty, 2).bytes == 0
+    assert LeastMemory(2, ()).bytes == 0
+    nothing = CostGraph.build(names=["a", "b"], comp_us=[1, 1], out_bytes=[0, 0], edge_src=["a"], edge_dst=["b"])
+    assert "largest op working set" not in {b.name for b in least_memory(nothing, 2).bounds}
+
+
+def test_the_groups_packed_bound_is_the_exact_packing_where_it_is_larger():
+    # 7 + 4 x 2 on 2 devices: the best packing holds 8 on one ({7}, {2, 2, 2, 2}... {7, 2} is 9);
+    # the pigeonhole bound is 6 (3 of the 5 largest); 5 + 5 + 5: both 10, the pigeonhole's named
+    packed = {b.name: b for b in least_memory(independent([7, 2, 2, 2, 2]), 2).bounds}["groups packed"]
+    assert packed.bytes == 8 and packed.what.startswith("the best packing of the 5 colocation groups")
+    assert lm.pigeonhole(np.array([7, 2, 2, 2, 2]), np.zeros(5, np.int64), 2) == (6, 3, 5)
+    tie = {b.name: b for b in least_memory(independent([5, 5, 5]), 2).bounds}["groups packed"]
+    assert (tie.bytes, tie.what) == (10, "2 of the 3 largest colocation groups on one device")
+
+
+def test_pigeonhole_takes_j_k_plus_1_groups_within_its_work_and_the_first_best(monkeypatch):
+    zeros = np.zeros(6, np.int64)
+    assert lm.pigeonhole(np.array([4, 3, 2]), zeros[:3], 2) == (5, 2, 3)          # all 3 = j k + 1, j = 1
+    assert lm.pigeonhole(np.array([5, 0, 0]), zeros[:3], 1) == (5, 2, 2)          # j = 2 ties: the first kept
+    res = np.array([6, 5, 4, 3, 2, 1])
+    monkeypatch.setattr(lm, "PIGEONHOLE_WORK", 9)        # k = 1: (j + 1) j work: j = 1, 2 (6), not 3 (12)
+    assert lm.pigeonhole(res, zeros, 1) == (15, 3, 3)
+    monkeypatch.setattr(lm, "PIGEONHOLE_WORK", 12)
+    assert lm.pigeonhole(res, zeros, 1) == (18, 4, 4)
+
+
+def brute_least_set(res, extra, size):
+    return min(sum(res[i] for i in s) + max(extra[i] for i in s)
+               for s in itertools.combinations(range(len(res)), size))
+
+
+def brute_packing(res, extra, k):
+    best = None
+    for assign in itertools.product(range(k), repeat=len(res)):
+        need = max((sum(r for r, d in zip(res, assign) if d == x) +
+                    max([e for e, d in zip(extra, assign) if d == x], default=0)) for x in range(k))
+        best = need if best is None else min(best, need)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_least_set_and_the_packing_are_those_of_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(3, 7))
+    res, extra = rng.choice([0, 1, 2, 5, 9], n), rng.choice([0, 0, 1, 3, 8], n)
+    for size in range(1, n + 1):
+        assert lm._least_set(res, extra, size) == brute_least_set(res.tolist(), extra.tolist(), size)
+    for k in (2, 3):
+        some = [(int(r), int(e)) for r, e in zip(res, extra) if r or e]
+        found = lm.packed_exactly(res, extra, k)
+        if len(some) == 0:
+            assert found is None
+        else:
+            assert found == (brute_packing([r for r, _ in some], [e for _, e in some], k), len(some))
+
+
+def test_a_group_of_transients_alone_is_packed():
+    assert lm.packed_exactly(np.array([3, 3, 0]), np.array([0, 0, 1]), 2) == (4, 3)
+    assert lm._greedy_packing([(5, 0), (5, 0), (1, 0)], 2) == 6
+
+
+def test_what_the_bounds_ask_of_each_device_beside_the_host():
+    alone, together = Bound("one", 10, True, "it"), Bound("all", 40, False, "them")
+    host = LeastMemory(3, (together,), host_tier=((2, 100),))
+    assert host.per_device(together) == 0 and host.bytes == 0           # the host holds it all
+    assert host.describe().startswith("0 B per device beside the host's 100 B")
+    small = LeastMemory(3, (together,), host_tier=((2, 10),))           # 30 B over the 2 other devices
+    assert small.per_device(together) == 15
+    assert small.describe() == "15 B per device beside the host's 10 B (all, 40 B over 2 devices and the host: them)"
+    assert LeastMemory(2, (alone,), host_tier=((1, 4),)).per_device(alone) == 10
+
+
+def test_ruled_out_names_the_bound_that_asks_most_per_device():
+    alone, together = Bound("one", 10, True, "it"), Bound("all", 40, False, "them")
+    need = LeastMemory(2, (alone, together))
+    assert need.ruled_out([5]) is together                  # one device: both, and 40 over 2 asks 20 > 10
+    assert need.ruled_out([5, 5]) is together               # both rule out: 40 over 2 asks 20 per device
+    assert need.ruled_out([]) is None and need.ruled_out([20, 20]) is None

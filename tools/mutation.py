@@ -92,7 +92,8 @@ TESTS = {
     # tests/test_stages.py and tests/test_determinism.py (which cover it too) take minutes
     "pardnn/pipeline/portfolio.py": ["tests/test_portfolio.py"],
     "pardnn/pipeline/lanes.py": ["tests/test_lanes.py"],
-    "pardnn/repair/local_search.py": ["tests/test_local_search.py"],     # (tests/test_repair.py runs it in the repair)
+    "pardnn/repair/local_search.py": ["tests/test_local_search.py"],
+    "pardnn/repair/least_memory.py": ["tests/test_least_memory.py"],     # its bounds against placements and brute force     # (tests/test_repair.py runs it in the repair)
     # in-process Keras builds (TF tests: each mutant's run imports TensorFlow afresh)
     "pardnn/keras/matching.py": ["tests/test_keras_matching.py"],
     "pardnn/emulator/event_loop.py": ["tests/test_reference_event_loop.py", "tests/test_event_loop.py",
