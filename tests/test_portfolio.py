@@ -315,3 +315,60 @@ def test_a_candidate_that_fits_only_with_the_local_search_is_kept(monkeypatch):
     chosen = portfolio.choose(g, cluster, "single")
     assert chosen.winner == "single" and chosen.candidates["single"]["feasible"]
     assert np.all(chosen.judged.profile.peak_bytes <= 191)
+
+
+@pytest.mark.parametrize("held", ["single", "round-robin"])
+def test_a_leader_refined_while_a_worker_still_builds_is_the_refinement_kept(monkeypatch, held):
+    """tests/test_stages.py's test of the early refinement on a 150-node chain: Step 1
+    ends while the one worker is held at candidate `held`; m-ETF, the fastest known,
+    has Step 1 as it is for runner-up, so it is refined here at once, and that
+    refinement is kept; the placement is that of a portfolio built in turn. Held at the
+    last candidate, the worker tracks the leader's peaks; held before it (a candidate
+    still queued), the peaks are tracked here."""
+    import multiprocessing
+    import os
+    g, cluster = spare(13)                  # m-ETF the fastest as built, Step 1 next
+    inline = portfolio.choose(g, cluster, "pardnn")
+    forked(monkeypatch, 2)
+    fork = multiprocessing.get_context("fork")
+    reached, go, parent, fired, asked = fork.Event(), fork.Event(), os.getpid(), [], []
+    build, first, early, refine, peaks = (portfolio._build_and_judge, portfolio._first, portfolio._refine_early,
+                                          portfolio._refine, workers.Forked.peaks)
+
+    def held_at(judging, name, timings=None):
+        if os.getpid() != parent and name == held:
+            reached.set()
+            go.wait(120)
+        return build(judging, name, timings)
+
+    def first_then_wait(*args, **kwargs):
+        out = first(*args, **kwargs)
+        assert reached.wait(120)
+        return out
+
+    def recorded(*args):
+        out = early(*args)
+        fired.append(out)
+        go.set()
+        return out
+
+    def released(*args):
+        go.set()
+        return refine(*args)
+
+    def counted(self, device):
+        asked.append(len(fired))
+        return peaks(self, device)
+    monkeypatch.setattr(workers.Forked, "peaks", counted)
+    monkeypatch.setattr(portfolio, "_build_and_judge", held_at)
+    monkeypatch.setattr(portfolio, "_refine", released)
+    monkeypatch.setattr(portfolio, "_first", first_then_wait)
+    monkeypatch.setattr(portfolio, "_refine_early", recorded)
+    chosen = portfolio.choose(g, cluster, "pardnn")
+    assert list(fired[0][0]) == ["etf"] and fired[0][1] is not None
+    assert chosen.winner == "etf" and chosen.refinement is fired[0][0]["etf"][1]
+    assert asked == ([0] if held == "single" else [])
+    # (the worker's lower bound is taken only if ready when the refinement ends: here, it may not be)
+    assert chosen.step_bound in (None, step_lower_bound(g, cluster, exact_model=False))
+    assert np.array_equal(chosen.judged.device, inline.judged.device) and makespans(chosen) == makespans(inline)
+    assert np.array_equal(chosen.judged.peak_before, inline.judged.peak_before)
