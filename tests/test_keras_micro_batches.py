@@ -26,7 +26,7 @@ def facts(tmp_path_factory):
 
 @pytest.mark.parametrize("case", ["normalized:2", "transformer:4"])
 def test_a_micro_batched_step_trains_as_the_unsplit_one(facts, case):
-    """A custom loop (Adam; its last batch of 3 samples cut 2 + 1) and fit (an embedding's
+    """A custom loop (Adam; its last batch of 3 samples cut 2 + 1, weighted) and fit (an embedding's
     sparse gradient, SGD with momentum): every op where planned, one update per step,
     the losses and weights of the unsplit model up to rounding."""
     run = facts[case]

@@ -31,8 +31,8 @@ def flow(root, name, m, schedule="auto"):
     build, _ = km.MODELS[name]
     data = km.batches(name, STEPS, BATCH)
     custom = name == "normalized"
-    if custom:                          # a last, smaller batch: cut 2 + 1, weighted 2/3 and 1/3
-        data[-1] = tf.nest.map_structure(lambda a: a[:3], data[-1])
+    if custom and m != "auto":          # a last, smaller batch of M + 1 samples: one slice of 2, the rest of 1
+        data[-1] = tf.nest.map_structure(lambda a: a[:m + 1], data[-1])
     reference = build()
     summary = io.StringIO()
     with contextlib.redirect_stdout(summary):
