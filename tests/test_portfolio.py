@@ -60,7 +60,13 @@ def test_worker_processes_give_the_same_placement(monkeypatch, cpus):
     g, cluster = chain_at(0.35)
     inline = portfolio.choose(g, cluster, "pardnn")
     forked(monkeypatch, cpus)
+    asked = []
+    for job in ("peaks", "bound"):
+        original = getattr(workers.Forked, job)
+        monkeypatch.setattr(workers.Forked, job, lambda self, *a, job=job, original=original:
+                            asked.append(job) or original(self, *a))
     chosen = portfolio.choose(g, cluster, "pardnn")
+    assert asked == []              # two refined: the second by a worker, the bound found here meanwhile
     assert chosen.winner == inline.winner and np.array_equal(chosen.judged.device, inline.judged.device)
     assert np.array_equal(chosen.raw, inline.raw) and makespans(chosen) == makespans(inline)
     assert chosen.judged.peak_before.tolist() == inline.judged.peak_before.tolist()
@@ -205,8 +211,15 @@ def test_the_peaks_before_repair_of_the_refined_winner_are_its_candidates(monkey
     from pardnn.emulator.scheduler import simulate
     g, cluster = spare()
     forked(monkeypatch, cpus)
+    asked = []
+    for job in ("peaks", "bound"):
+        original = getattr(workers.Forked, job)
+        monkeypatch.setattr(workers.Forked, job, lambda self, *a, job=job, original=original:
+                            asked.append(job) or original(self, *a))
     chosen = portfolio.choose(g, cluster, "pardnn")
     assert chosen.winner == "etf" and chosen.refinement.batches > 0
+    # one finalist refined (Step 1 as it is is not): the worker tracks its peaks meanwhile, then finds the bound
+    assert sorted(asked) == ([] if cpus == 1 else ["bound", "peaks"])
     assert not np.array_equal(chosen.judged.device, chosen.raw)
     peaks = track_memory(g, cluster, chosen.raw, simulate(g, cluster, chosen.raw)).peak_bytes
     assert chosen.judged.peak_before.dtype == np.int64 and np.array_equal(chosen.judged.peak_before, peaks)
