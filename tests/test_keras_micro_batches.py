@@ -60,6 +60,7 @@ def test_auto_plans_each_count_until_the_step_grows_and_keeps_the_shortest(facts
     assert list(tried)[:2] == [1, 2] and set(tried) <= {1, 2, 4, 8}
     assert len(kept) == 1 and tried[kept[0]] == min(tried.values())
     assert run["plan_micro_batches"] == kept[0]
+    assert run["inputs_profile"] == os.path.join(run["directory"], "profile")     # moved, not planned again
     assert run["moved"] == [] and run["iterations"] == 3
     assert run["placed"] == pytest.approx(run["unplaced"], rel=1e-5)
 

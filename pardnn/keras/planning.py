@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from typing import NamedTuple
 
@@ -27,14 +28,14 @@ import tensorflow as tf
 from pardnn.base.errors import UserError
 from pardnn.io.outputs import OutputDir, check_output_dir
 from pardnn.io.summary import print_summary
-from pardnn.base.jsonfile import write_json
+from pardnn.base.jsonfile import read_json, write_json
 from pardnn.keras.devices import estimate_preset, plan_cluster
 from pardnn.keras.keys import layer_summary
 from pardnn.keras.matching import Created, PlannedVariable, keys_of, owner_now
 from pardnn.keras.micro_batches import check_micro_batches, coupled_layers, micro_batch_line
 from pardnn.keras.names import KerasNames
-from pardnn.keras.placed_plan import Plan
-from pardnn.keras.plan_file import FORMAT, PLAN_FILE, variables_json
+from pardnn.keras.placed_plan import Plan, load_plan
+from pardnn.keras.plan_file import FORMAT, PLAN_FILE, read_plan, variables_json
 from pardnn.keras.specs import check_inputs, model_input, to_json, to_specs
 from pardnn.keras.steps import split_built, training_step, warm_up
 from pardnn.pipeline.place_dir import place_inputs, place_profile, write_place_dir
@@ -101,11 +102,16 @@ def plan(build, batch_spec, devices, memory="auto", *, step=None, directory="par
             nodes = doc.pop("nodes")
             write_json({**doc, "variables": variables_json(doc["variables"], nodes)}, out.temp(PLAN_FILE))
     if verbose:
-        print_summary(report, out_dir=str(directory))
-        if micro_batches > 1:
-            print(micro_batch_line(micro_batches, coupled_layers(traced.models)))
-            print(schedule_line(report))
+        _print_summary(report, doc, directory)
     return Plan(directory, doc)
+
+
+def _print_summary(report, doc, directory) -> None:
+    """`pardnn place`'s summary of a plan, and its micro-batches' lines."""
+    print_summary(report, out_dir=str(directory))
+    if doc["micro_batches"] > 1:
+        print(micro_batch_line(doc["micro_batches"], doc["coupled_layers"]))
+        print(schedule_line(report))
 
 
 AUTO_COUNTS = (1, 2, 4, 8, 16)      # micro-batch counts "auto" tries, in order, those that divide the batch
@@ -113,25 +119,40 @@ AUTO_COUNTS = (1, 2, 4, 8, 16)      # micro-batch counts "auto" tries, in order,
 
 def _auto(again, batch, directory, verbose) -> Plan:
     """micro_batches="auto": each count of AUTO_COUNTS that divides the batch planned in
-    turn (again(m, folder, quiet) plans it), until one's emulated step is longer than
-    the best so far (one device's step grows with M, so the steps fall, then rise);
-    the best count that fits (the shortest step; the fewest micro-batches on a tie) is
-    planned into `directory`. Its summary lists every count tried."""
+    turn (again(m, folder, quiet) plans it) into a folder beside `directory`, until
+    one's emulated step is longer than the best so far (one device's step grows with
+    M, so the steps fall, then rise); the best count that fits (the shortest step; the
+    fewest micro-batches on a tie) becomes `directory`, its inputs.json pointing at
+    its profile there. Its summary lists every count tried."""
     size = int([leaf for leaf in tf.nest.flatten(batch) if leaf is not None][0].shape[0])
-    tried = {}
+    tried, plans = {}, {}
     with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(str(directory)))) as work:
         for m in [m for m in AUTO_COUNTS if size % m == 0]:
-            report = again(m, os.path.join(work, f"m{m}"), True).report
+            plans[m] = again(m, os.path.join(work, f"m{m}"), True)
+            report = plans[m].report
             tried[m] = (not report["feasible"], report["makespan_us"])
             if m > 1 and tried[m] > min(tried.values()):
                 break
-    best = min(tried, key=lambda m: (tried[m], m))
-    chosen = again(best, directory, False)
+        best = min(tried, key=lambda m: (tried[m], m))
+        chosen = _moved(plans[best].directory, directory)
     if verbose:
+        _print_summary(chosen.report, read_plan(chosen.directory), directory)
         print("micro-batches auto: " + ", ".join(
             f"{m}: {us / 1000:.2f} ms{'' if not late else ' (does not fit)'}{' (kept)' if m == best else ''}"
             for m, (late, us) in tried.items()))
     return chosen
+
+
+def _moved(source, directory) -> Plan:
+    """The plan folder `source` made `directory` (which check_output_dir allowed: absent,
+    empty, or pardnn's own output), its inputs.json's profile pointing there."""
+    if os.path.isdir(str(directory)):
+        shutil.rmtree(str(directory))
+    os.replace(source, str(directory))
+    inputs = os.path.join(str(directory), "inputs.json")
+    doc = read_json(inputs)
+    write_json({**doc, "profile": os.path.abspath(os.path.join(str(directory), "profile"))}, inputs)
+    return load_plan(directory)
 
 
 class _Traced(NamedTuple):
@@ -171,6 +192,7 @@ def _plan_doc(traced, profile, placed, settings, step, batch) -> dict:
             "step": "train_step" if step is None else getattr(step, "__name__", "step"), **settings,
             "memory_bytes": [int(x) for x in placed.cluster.memory], "reserve": placed.cluster.reserve,
             "batch_spec": to_json(batch), "layers": [layer_summary(m) for m in traced.models],
+            "coupled_layers": coupled_layers(traced.models) if settings["micro_batches"] > 1 else [],
             "variables": planned, "nodes": nodes, "tensorflow": tf.__version__, "keras": keras.__version__}
 
 
