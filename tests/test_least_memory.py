@@ -386,7 +386,9 @@ def test_the_bounds_of_an_empty_graph_and_of_a_graph_holding_nothing():
 def test_the_groups_packed_bound_is_the_exact_packing_where_it_is_larger():
     # 7 + 4 x 2 on 2 devices: the best packing holds 8 on one ({7}, {2, 2, 2, 2}... {7, 2} is 9);
     # the pigeonhole bound is 6 (3 of the 5 largest); 5 + 5 + 5: both 10, the pigeonhole's named
-    packed = {b.name: b for b in least_memory(independent([7, 2, 2, 2, 2]), 2).bounds}["groups packed"]
+    bounds = {b.name: b for b in least_memory(independent([7, 2, 2, 2, 2]), 2).bounds}
+    packed = bounds["groups packed"]
+    assert (bounds["live at once"].bytes, bounds["live at once"].what) == (15, "at the start of op 'n0'")  # op 0
     assert packed.bytes == 8 and packed.what.startswith("the best packing of the 5 colocation groups")
     assert lm.pigeonhole(np.array([7, 2, 2, 2, 2]), np.zeros(5, np.int64), 2) == (6, 3, 5)
     tie = {b.name: b for b in least_memory(independent([5, 5, 5]), 2).bounds}["groups packed"]
@@ -434,6 +436,13 @@ def test_the_least_set_and_the_packing_are_those_of_brute_force(seed):
             assert found == (brute_packing([r for r, _ in some], [e for _, e in some], k), len(some))
 
 
+def test_the_least_set_keeps_the_smallest_state_as_it_goes():
+    # in increasing extra, each item's state smaller than all before it, so the heap of
+    # the two smallest so far changes at every step; the best set is the last three:
+    # 3 + 2 + 1 and the extra 8
+    assert lm._least_set(np.array([9, 8, 7, 6, 5, 4, 3, 2, 1]), np.arange(9), 3) == 14
+
+
 def test_a_group_of_transients_alone_is_packed():
     assert lm.packed_exactly(np.array([3, 3, 0]), np.array([0, 0, 1]), 2) == (4, 3)
     assert lm._greedy_packing([(5, 0), (5, 0), (1, 0)], 2) == 6
@@ -443,7 +452,7 @@ def test_what_the_bounds_ask_of_each_device_beside_the_host():
     alone, together = Bound("one", 10, True, "it"), Bound("all", 40, False, "them")
     host = LeastMemory(3, (together,), host_tier=((2, 100),))
     assert host.per_device(together) == 0 and host.bytes == 0           # the host holds it all
-    assert host.describe().startswith("0 B per device beside the host's 100 B")
+    assert host.describe() == "0 B per device beside the host's 100 B, which holds what every bound asks"
     small = LeastMemory(3, (together,), host_tier=((2, 10),))           # 30 B over the 2 other devices
     assert small.per_device(together) == 15
     assert small.describe() == "15 B per device beside the host's 10 B (all, 40 B over 2 devices and the host: them)"
