@@ -377,7 +377,9 @@ def test_a_leader_refined_while_a_worker_still_builds_is_the_refinement_kept(mon
     monkeypatch.setattr(portfolio, "_refine", released)
     monkeypatch.setattr(portfolio, "_first", first_then_wait)
     monkeypatch.setattr(portfolio, "_refine_early", recorded)
-    chosen = portfolio.choose(g, cluster, "pardnn")
+    t0 = time.perf_counter()
+    chosen = portfolio.choose(g, cluster, "pardnn", timings=(timings := {}))
+    assert 0.0 < timings["refine_memory"] <= time.perf_counter() - t0
     assert list(fired[0][0]) == ["etf"] and fired[0][1] is not None
     assert chosen.winner == "etf" and chosen.refinement is fired[0][0]["etf"][1]
     assert asked == ([0] if held == "single" else [])
