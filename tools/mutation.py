@@ -93,7 +93,8 @@ TESTS = {
     "pardnn/pipeline/portfolio.py": ["tests/test_portfolio.py"],
     "pardnn/pipeline/lanes.py": ["tests/test_lanes.py"],
     "pardnn/repair/local_search.py": ["tests/test_local_search.py"],
-    "pardnn/repair/least_memory.py": ["tests/test_least_memory.py"],     # its bounds against placements and brute force     # (tests/test_repair.py runs it in the repair)
+    "pardnn/repair/least_memory.py": ["tests/test_least_memory.py"],
+    "pardnn/pipeline/capacity.py": ["tests/test_capacity_parts.py", "tests/test_capacity.py"],   # the latter 35 s     # its bounds against placements and brute force     # (tests/test_repair.py runs it in the repair)
     # in-process Keras builds (TF tests: each mutant's run imports TensorFlow afresh)
     "pardnn/keras/matching.py": ["tests/test_keras_matching.py"],
     "pardnn/emulator/event_loop.py": ["tests/test_reference_event_loop.py", "tests/test_event_loop.py",
