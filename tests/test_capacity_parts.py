@@ -5,6 +5,7 @@ device."""
 
 import math
 
+import numpy as np
 import pytest
 
 from pardnn.base.errors import UserError
@@ -45,3 +46,33 @@ def test_capacity_needs_two_devices_or_more():
     cap.check_devices(parse_devices("cpu:2"))
     with pytest.raises(UserError, match=r"^--devices: capacity compares device counts"):
         cap.check_devices(parse_devices("cpu:1"))
+
+
+def chain_case():
+    from tools.synth_graph import synth_graph
+    g = synth_graph(150, seed=0, shape="chain")
+    return g, parse_devices("cpu:4")
+
+
+def test_a_check_at_or_below_complete_at_most_judges_every_candidate():
+    g, cluster = chain_case()
+    memory = int(cluster.memory.max())                   # everything fits there
+    first_fit = cap.Feasibility(g, cluster, "pardnn")
+    assert first_fit.checks == 0 and first_fit.fits(memory) and first_fit.checks == 1
+    assert first_fit.judged is None and first_fit.last is not None           # the first that fits ends it
+    complete = cap.Feasibility(g, cluster, "pardnn")
+    complete.complete_at_most = memory
+    assert complete.fits(memory) and complete.judged_memory == memory
+    assert set(complete.judged.candidates) == set(complete.names)
+
+
+def test_the_rank_of_a_candidate_in_a_first_fit_check():
+    g, cluster = chain_case()
+    f = cap.Feasibility(g, cluster, "pardnn")
+    capacity = int(cluster.capacity[0])
+    f.built["etf"] = cap._Built(None, None, np.array([capacity + 5, capacity - 100, capacity + 2, 0]))
+    assert f._rank("etf", 10, cluster) == (True, False, False, 7)            # 5 + 2 over, the rest not counted
+    assert f._rank("heft", 10, cluster) == (True, False, True, 0)            # not built
+    f.failed["heft"], f.last = 50, "heft"
+    assert f._rank("heft", 10, cluster) == (False, True, True, 0)            # fitted last; failed at more
+    assert f._rank("heft", 50, cluster)[1] is False
