@@ -76,3 +76,11 @@ def test_the_rank_of_a_candidate_in_a_first_fit_check():
     f.failed["heft"], f.last = 50, "heft"
     assert f._rank("heft", 10, cluster) == (False, True, True, 0)            # fitted last; failed at more
     assert f._rank("heft", 50, cluster)[1] is False
+
+
+def test_a_fresh_check_is_first_fit_at_any_memory():
+    g, cluster = chain_case()
+    f = cap.Feasibility(g, cluster, "pardnn")
+    assert not f.fits(1) and f.judged is None                    # nothing fits in a byte
+    assert f.built and all(not cap.registry.PLACERS[n].reads_memory for n in f.built)   # memory-blind ones, once
+    assert set(f.failed) == set(f.names) and set(f.failed.values()) == {1}
