@@ -20,6 +20,7 @@ from pardnn.pipeline.bounds import step_lower_bound
 from pardnn.pipeline.judge import Judging
 from pardnn.placers import registry
 
+from helpers.held_worker import hold_worker_at
 from helpers.training_chain import cluster_at
 from tools.synth_graph import synth_graph
 
@@ -33,6 +34,16 @@ def chain_at(fraction, seed=0):
 def forked(monkeypatch, cpus):
     monkeypatch.setattr(workers, "PARALLEL_MIN_NODES", 0)
     monkeypatch.setattr(workers, "usable_cpus", lambda: cpus)
+
+
+def jobs_asked(monkeypatch) -> list:
+    """The names of the jobs (peaks, bound) the forked workers are asked for, in order."""
+    asked = []
+    for job in ("peaks", "bound"):
+        original = getattr(workers.Forked, job)
+        monkeypatch.setattr(workers.Forked, job, lambda self, *a, job=job, original=original:
+                            asked.append(job) or original(self, *a))
+    return asked
 
 
 def makespans(chosen):
@@ -60,11 +71,7 @@ def test_worker_processes_give_the_same_placement(monkeypatch, cpus):
     g, cluster = chain_at(0.35)
     inline = portfolio.choose(g, cluster, "pardnn")
     forked(monkeypatch, cpus)
-    asked = []
-    for job in ("peaks", "bound"):
-        original = getattr(workers.Forked, job)
-        monkeypatch.setattr(workers.Forked, job, lambda self, *a, job=job, original=original:
-                            asked.append(job) or original(self, *a))
+    asked = jobs_asked(monkeypatch)
     chosen = portfolio.choose(g, cluster, "pardnn")
     assert asked == []              # two refined: the second by a worker, the bound found here meanwhile
     assert chosen.winner == inline.winner and np.array_equal(chosen.judged.device, inline.judged.device)
@@ -211,11 +218,7 @@ def test_the_peaks_before_repair_of_the_refined_winner_are_its_candidates(monkey
     from pardnn.emulator.scheduler import simulate
     g, cluster = spare()
     forked(monkeypatch, cpus)
-    asked = []
-    for job in ("peaks", "bound"):
-        original = getattr(workers.Forked, job)
-        monkeypatch.setattr(workers.Forked, job, lambda self, *a, job=job, original=original:
-                            asked.append(job) or original(self, *a))
+    asked = jobs_asked(monkeypatch)
     chosen = portfolio.choose(g, cluster, "pardnn")
     assert chosen.winner == "etf" and chosen.refinement.batches > 0
     # one finalist refined (Step 1 as it is is not): the worker tracks its peaks meanwhile, then finds the bound
@@ -338,45 +341,10 @@ def test_a_leader_refined_while_a_worker_still_builds_is_the_refinement_kept(mon
     refinement is kept; the placement is that of a portfolio built in turn. Held at the
     last candidate, the worker tracks the leader's peaks; held before it (a candidate
     still queued), the peaks are tracked here."""
-    import multiprocessing
-    import os
     g, cluster = spare(13)                  # m-ETF the fastest as built, Step 1 next
     inline = portfolio.choose(g, cluster, "pardnn")
     forked(monkeypatch, 2)
-    fork = multiprocessing.get_context("fork")
-    reached, go, parent, fired, asked = fork.Event(), fork.Event(), os.getpid(), [], []
-    build, first, early, refine, peaks = (portfolio._build_and_judge, portfolio._first, portfolio._refine_early,
-                                          portfolio._refine, workers.Forked.peaks)
-
-    def held_at(judging, name, timings=None):
-        if os.getpid() != parent and name == held:
-            reached.set()
-            go.wait(120)
-        return build(judging, name, timings)
-
-    def first_then_wait(*args, **kwargs):
-        out = first(*args, **kwargs)
-        assert reached.wait(120)
-        return out
-
-    def recorded(*args):
-        out = early(*args)
-        fired.append(out)
-        go.set()
-        return out
-
-    def released(*args):
-        go.set()
-        return refine(*args)
-
-    def counted(self, device):
-        asked.append(len(fired))
-        return peaks(self, device)
-    monkeypatch.setattr(workers.Forked, "peaks", counted)
-    monkeypatch.setattr(portfolio, "_build_and_judge", held_at)
-    monkeypatch.setattr(portfolio, "_refine", released)
-    monkeypatch.setattr(portfolio, "_first", first_then_wait)
-    monkeypatch.setattr(portfolio, "_refine_early", recorded)
+    fired, asked = hold_worker_at(monkeypatch, held)
     t0 = time.perf_counter()
     chosen = portfolio.choose(g, cluster, "pardnn", timings=(timings := {}))
     assert 0.0 < timings["refine_memory"] <= time.perf_counter() - t0

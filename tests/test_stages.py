@@ -18,6 +18,7 @@ from pardnn.placers import stages, step1
 from pardnn.placers.stages import _cheapest_cuts, fold_positions
 from pardnn.placers.registry import names
 
+from helpers.held_worker import hold_worker_at
 from helpers.training_chain import MB, cluster_at, training_chain
 from tools.synth_graph import synth_graph
 
@@ -315,48 +316,13 @@ def test_a_leader_refined_while_a_worker_still_builds_gives_the_same_placement(m
     of a portfolio built in turn. Held at the last one, the worker tracks the leader's
     peaks before repair; held before it (a candidate still queued, which a job would
     wait behind), they are tracked here."""
-    import multiprocessing
-    import os
     from pardnn.pipeline.bounds import step_lower_bound
     g = synth_graph(1500, seed=0, shape="chain")
     cluster = parse_devices("cpu:4").with_options(memory=2**50, bandwidth=12000.0, latency=25.0)
     inline_placement, inline_report = placer.place(g, cluster, "pardnn")
     monkeypatch.setattr(workers, "PARALLEL_MIN_NODES", 0)
     monkeypatch.setattr(workers, "usable_cpus", lambda: 2)
-    fork = multiprocessing.get_context("fork")
-    reached, go, parent, fired = fork.Event(), fork.Event(), os.getpid(), []
-    build, first, early, refined = portfolio._build_and_judge, portfolio._first, portfolio._refine_early, portfolio._refine
-
-    def held_at_the_last(judging, name, timings=None):
-        if os.getpid() != parent and name == held:
-            reached.set()
-            go.wait(120)
-        return build(judging, name, timings)
-
-    def first_then_wait(*args, **kwargs):
-        out = first(*args, **kwargs)
-        assert reached.wait(120)
-        return out
-
-    def recorded(*args):
-        out = early(*args)
-        fired.append(out)
-        go.set()
-        return out
-
-    def released(*args):            # the worker may be asked for the peaks meanwhile
-        go.set()
-        return refined(*args)
-    peaks, asked = workers.Forked.peaks, []
-
-    def counted(self, device):
-        asked.append(len(fired))
-        return peaks(self, device)
-    monkeypatch.setattr(workers.Forked, "peaks", counted)
-    monkeypatch.setattr(portfolio, "_build_and_judge", held_at_the_last)
-    monkeypatch.setattr(portfolio, "_refine", released)
-    monkeypatch.setattr(portfolio, "_first", first_then_wait)
-    monkeypatch.setattr(portfolio, "_refine_early", recorded)
+    fired, asked = hold_worker_at(monkeypatch, held)
     chosen = []
     monkeypatch.setattr(placer, "choose", lambda *args: chosen.append(portfolio.choose(*args)) or chosen[-1])
     placement, report = placer.place(g, cluster, "pardnn")
