@@ -229,6 +229,8 @@ def test_the_peaks_before_repair_of_the_refined_winner_are_its_candidates(monkey
 
 
 def test_an_early_refinement_is_taken_only_for_the_placement_it_was_run_on():
+    """`_pick` takes a refinement run early only for a finalist, and only for the very
+    placement it was run on; any other (here a deliberately wrong one) is ignored."""
     g, cluster = spare()
     judging = Judging(g, cluster)
     results, output = portfolio._first(judging, "step1", {})

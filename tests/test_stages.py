@@ -2,7 +2,6 @@
 (pardnn.pipeline.portfolio), on hand-made training chains whose answer is known."""
 
 import itertools
-import math
 import time
 
 import numpy as np
@@ -340,32 +339,6 @@ def untimed(report) -> dict:
     out = {k: v for k, v in report.to_json().items() if k not in ("stage_seconds", "placement_seconds")}
     out["candidates"] = {n: {k: v for k, v in c.items() if k != "seconds"} for n, c in report.candidates.items()}
     return out
-
-
-def test_an_early_refinement_is_used_only_for_the_finalist_it_was_run_on():
-    """`_pick` takes a refinement run early only for a finalist, and only for the very
-    placement it was run on; any other (here a deliberately wrong one) is ignored."""
-    from pardnn.pipeline.judge import Judging
-    g = synth_graph(1500, seed=0, shape="chain")
-    cluster = parse_devices("cpu:4").with_options(memory=2**50, bandwidth=12000.0, latency=25.0)
-    judging = Judging(g, cluster)
-    results, output = portfolio._first(judging, "step1", {})
-    results.update({name: portfolio._build_and_judge(judging, name) for name in ("etf", "heft")})
-    run = portfolio._Run(judging, workers.Inline(judging, portfolio._build_and_judge, portfolio._refine),
-                         math.inf, {})
-
-    def picked(early):
-        return portfolio._pick(run, dict(results), output, early)
-    plain = picked(None)
-    assert plain.winner == "heft" and plain.refinement.batches > 0
-    wrong = portfolio._refine(judging, results["etf"].judged, math.inf)     # etf is no finalist
-    for early in ({"etf": (results["etf"].judged, wrong)},
-                  {"heft": (results["etf"].judged, wrong)}):     # not the placement heft gave
-        chosen = picked(early)
-        assert np.array_equal(chosen.judged.device, plain.judged.device)
-        assert chosen.candidates == plain.candidates
-    right = picked({"heft": (results["heft"].judged, plain.refinement)})
-    assert right.refinement is plain.refinement
 
 
 def test_a_worker_killed_while_sending_leaves_no_reader_waiting():
