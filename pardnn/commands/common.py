@@ -56,12 +56,24 @@ def cluster_from_args(args):
                               args.host_memory)
 
 
+RECOMPUTE = ("auto", "on", "off")
+
+
+def add_recompute_arg(parser) -> None:
+    parser.add_argument("--recompute", default="auto", choices=RECOMPUTE,
+                        help="auto (default): when nothing fits, recompute activations in the backward pass "
+                             "instead of keeping them; on: always (where it fits); off: never")
+
+
 def refuse_below_least_memory(graph, cluster, args) -> None:
     """UserError, before any placement, when the devices' usable memory (memory minus
     the reserve) is below what every placement needs (pardnn.repair.least_memory),
-    naming the flag, the bound and what binds it. Beside a host tier, the usable
-    memory named is the other devices' (what --memory sets)."""
+    naming the flag, the bound and what binds it; with `--recompute auto`, the bounds
+    that hold whatever is recomputed. Beside a host tier, the usable memory named is
+    the other devices' (what --memory sets)."""
     need = least_memory_on(graph, cluster)
+    if getattr(args, "recompute", "off") != "off":
+        need = need.recomputing()
     why = need.shortfall(cluster.capacity)
     if why:
         flag = "--memory" if args.memory is not None else "--devices"

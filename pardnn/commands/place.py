@@ -9,12 +9,13 @@ OUT_DIR` can emulate the same step again. `--explain` prints that explanation at
 The flow is pardnn.pipeline.place_dir's, which pardnn.keras.plan runs in-process.
 """
 
-from pardnn.commands.common import (add_budget_arg, add_cluster_args, budget_from_args, cluster_from_args,
-                                   cluster_inputs, refuse_below_least_memory)
+from pardnn.commands.common import (add_budget_arg, add_cluster_args, add_recompute_arg, budget_from_args,
+                                   cluster_from_args, cluster_inputs, refuse_below_least_memory)
 from pardnn.io.outputs import OutputDir, check_output_dir
 from pardnn.io.summary import print_summary
 from pardnn.pipeline import replicas
 from pardnn.pipeline.place_dir import place_inputs, place_profile, write_place_dir
+from pardnn.pipeline.recompute import recompute_line
 from pardnn.pipeline.schedule import SCHEDULES, schedule_line
 from pardnn.placers import registry as algorithms
 from pardnn.base.errors import UserError
@@ -35,6 +36,7 @@ def add_parser(sub):
     p.add_argument("--schedule", default="auto", metavar="NAME",
                    help="a step of micro-batches (`pardnn profile --micro-batches`): the order it carries, "
                         f"auto (the fastest that fits, default) or one of {', '.join(SCHEDULES)}")
+    add_recompute_arg(p)
     p.add_argument("-o", "--out", required=True, metavar="OUT_DIR", help="output directory")
     p.add_argument("--explain", action="store_true",
                    help="end with `pardnn explain`'s summary: what sets the step and fills memory, by layer")
@@ -50,12 +52,14 @@ def run(args):
     check_output_dir(args.out, inputs=[args.profile, *cluster_inputs(args)])
     placed = place_profile(args.profile, cluster, args.algorithm, budget_s, args.replicas, args.devices,
                            check=lambda graph, placed_on: refuse_below_least_memory(graph, placed_on, args),
-                           schedule=args.schedule)
+                           schedule=args.schedule, recompute=args.recompute)
     with stage(f"writing {args.out}"), OutputDir(args.out) as out:
         report = write_place_dir(out, placed, placed_inputs(args)).to_json()
     print_summary(report, out_dir=args.out)
     if "schedule" in report:
         print(schedule_line(report))
+    if "recompute" in report:
+        print(recompute_line(report))
     if args.replicas is not None:
         print(replicas.summary_line(report["replicas"]))
     if placed.loader.get("untimed_nodes"):

@@ -45,6 +45,7 @@ def explain(placed, top=5, place_again=None, depth=None, budget_s=None) -> dict:
                  "transfers": step.costliest_transfers(placed, layers, nodes, transfers, top),
                  "devices": step.device_time(placed)},
         "micro_batches": _micro_batches(placed.report),
+        "recompute": placed.report.get("recompute"),
         "memory": memory_at_peak.at_peaks(placed, layers, forward, backward),
         "what_if": _what_ifs(placed, layers, path_rows, again, small, budget_s),
     }

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from pardnn.explain.memory_at_peak import CATEGORIES
 from pardnn.io.trace_events import short_names
+from pardnn.pipeline.recompute import recompute_line
 from pardnn.base.units import format_size, format_time
 
 CATEGORY_TITLES = {"variables": "variables", "optimizer_state": "optimizer", "activations": "activations",
@@ -45,6 +46,8 @@ def _step(e, short, top):
         tried = ", ".join(f"{name} {format_time(us)}" for name, us in micro["schedules"].items())
         yield (f"  micro-batches: {micro['micro_batches']}, in the order {micro['schedule']} (each order: {tried}); "
                f"the devices idle {micro['bubble']:.1%} of the step")
+    if e.get("recompute"):
+        yield recompute_line(e)
     yield f"  critical path ({path['ops']} ops, {path['transfers']} transfers): {shares}"
     table = _table("layer", "compute", "transfers", "busy device", "total", "share of step",
                    title=f"critical path by layer (top {top} of {len(s['path_by_layer'])})")

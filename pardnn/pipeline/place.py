@@ -14,12 +14,17 @@ the refinement's; assembling the report is stage_seconds["evaluate"].
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+import numpy as np
+
+from pardnn.base.errors import UserError
 from pardnn.graph.constraints import violations
 from pardnn.io.placement import Placement
 from pardnn.pipeline.portfolio import Chosen, choose
+from pardnn.pipeline.recompute import recomputations
 from pardnn.pipeline.report import Report, placement_report
+from pardnn.repair.least_memory import least_memory_on
 from pardnn.pipeline.schedule import carry_order, micro_batches
 from pardnn.placers import registry
 
@@ -33,17 +38,60 @@ class Placed:
     seconds: float              # placement_seconds
     scheduled: list = field(default_factory=list)   # each order tried on a micro-batched step
     micro_batches: int = 0      # how many micro-batches the step holds (0: not split)
+    graph: object = None        # the CostGraph placed: the one given, or the one a lever made
+    recomputation: object = None    # the recomputation placed with (pardnn.pipeline.recompute), or None
 
 
 def run_placement(graph, cluster, algorithm="pardnn", budget_s=None, judged=None, schedule="auto",
-                  among=None) -> Placed:
+                  among=None, recompute="auto") -> Placed:
     """Run `algorithm` on graph and cluster. `budget_s` caps the portfolio's work after
     its first candidate (None: no cap). `judged`: its candidates built and judged at
     this cluster already (portfolio.judge_all), the same placement sooner. On a step
     of micro-batches, the placement then carries the order of `schedule` ("auto":
     the fastest that fits; pardnn.pipeline.schedule), chaining the ops of `among`
-    (pardnn.graph.order.step_mask)."""
+    (pardnn.graph.order.step_mask). When nothing fits for memory and `recompute` is
+    "auto", the graph with its activations recomputed is placed instead
+    (pardnn.pipeline.recompute; `placed.graph` is then that graph); "on" recomputes
+    whenever some recomputation fits, "off" never."""
     start = time.perf_counter()
+    if recompute == "on":
+        return (_recomputing(graph, cluster, algorithm, budget_s, schedule, among, start)
+                or _run_placement(graph, cluster, algorithm, budget_s, judged, schedule, among, start))
+    try:
+        return _run_placement(graph, cluster, algorithm, budget_s, judged, schedule, among, start)
+    except UserError as short:
+        if recompute != "auto" or not str(short).startswith("memory:"):
+            raise
+        placed = _recomputing(graph, cluster, algorithm, budget_s, schedule, among, start)
+        if placed is None:
+            raise
+        return placed
+
+
+def _recomputing(graph, cluster, algorithm, budget_s, schedule, among, start) -> Placed | None:
+    """The placement of the first recomputation (pardnn.pipeline.recompute, best
+    first) that fits, or None."""
+    for lever in recomputations(graph):
+        if least_memory_on(lever.graph, cluster).ruled_out(cluster.capacity) is not None:
+            continue
+        inside = None if among is None else _among(among, lever)
+        try:
+            placed = _run_placement(lever.graph, cluster, algorithm, budget_s, None, schedule, inside, start)
+        except UserError:
+            continue
+        return replace(placed, recomputation=lever)
+    return None
+
+
+def _among(among, lever):
+    """The step mask of the recomputed graph: the copies are in the step."""
+    inside = np.ones(lever.graph.num_nodes, bool)
+    inside[lever.done.new_id] = np.asarray(among, bool)
+    return inside
+
+
+def _run_placement(graph, cluster, algorithm, budget_s, judged, schedule, among, start) -> Placed:
+    """`run_placement` without the levers."""
     timings = {}
     chosen = choose(graph, cluster, algorithm, timings, budget_s, judged)
     _check_rules(graph, cluster, chosen.raw, f"candidate {chosen.winner!r} of {algorithm!r}")
@@ -53,13 +101,14 @@ def run_placement(graph, cluster, algorithm="pardnn", budget_s=None, judged=None
                           schedule=kept.schedule, profile=kept.profile)
     own = registry.schedule_of(algorithm) if schedule == "auto" else None
     placement, scheduled = carry_order(graph, placement, own or schedule, among)
-    return Placed(placement, chosen, time.perf_counter() - start, scheduled, micro_batches(graph))
+    return Placed(placement, chosen, time.perf_counter() - start, scheduled, micro_batches(graph), graph)
 
 
 def place(graph, cluster, algorithm="pardnn", budget_s=None, judged=None) -> tuple[Placement, Report]:
-    """(Placement, Report): `run_placement` and the report of what it placed."""
+    """(Placement, Report): `run_placement` and the report of what it placed (of
+    `placed.graph` when a lever changed the graph)."""
     placed = run_placement(graph, cluster, algorithm, budget_s, judged)
-    return placed.placement, placement_report(graph, placed)
+    return placed.placement, placement_report(placed.graph, placed)
 
 
 def _check_rules(graph, cluster, device, who):

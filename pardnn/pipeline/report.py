@@ -29,6 +29,8 @@ SECTIONS = {
     "emulation": "the emulated step of the placement (pardnn/emulator/)",
     "micro-batches": "a step split into micro-batches only (`pardnn profile --micro-batches`, `pardnn.keras.plan("
                      "micro_batches=)`): its order (pardnn/pipeline/schedule.py)",
+    "levers": "only when nothing fit without them: the memory levers the placement uses "
+              "(pardnn/pipeline/recompute.py, docs/algorithm.md \"Recomputation\")",
     "repair": "what the memory repair did (pardnn/pipeline/judge.py, docs/repair.md)",
     "portfolio": "`--algorithm pardnn` only: its candidates (pardnn/pipeline/choice.py, docs/algorithm.md)",
     "run": "the command's run: wall times (only these depend on the machine), loader, replicas",
@@ -75,6 +77,13 @@ class Report:
     schedules: dict | None = _field("micro-batches", "each order's emulated step on this placement, by name")
     bubble: float | None = _field(
         "micro-batches", "the share of the devices' time within the step that none of them computes")
+    recompute: dict | None = _field(
+        "levers", "activations recomputed in the backward pass instead of kept: `ops` recomputed (their copies "
+        "are `pardnn_recompute/` nodes of placed_graph.pb), `segments` the forward pass was cut into, "
+        "`kept_before_bytes` and `kept_bytes` (the activations kept from the forward to the backward pass "
+        "without and with it), `added_us` (the copies' compute), `least_memory_keeping` (the least memory "
+        "of the graph as profiled, every activation kept) and `least_memory_recomputing` (the bounds that "
+        "hold whatever is recomputed); `least_memory` above is that of the graph as placed, copies included")
     moved_nodes: int | None = _field("repair", "nodes the memory repair moved")
     peak_memory_before_repair_bytes: list | None = _field("repair", "emulated peak per device before the repair")
     repaired_devices: list | None = _field("repair", "devices whose peak passed their capacity before the repair")
@@ -148,6 +157,7 @@ def placement_report(graph, placed, loader=None, replicas=None, stage_seconds=No
                               placement_seconds=placed.seconds, loader=loader or None, **more)
     for key, value in _schedule_fields(placed, cluster).items():
         setattr(report, key, value)
+    report.recompute = _recompute_fields(placed.recomputation, cluster)
     own = dict(stage_seconds or {})
     report.stage_seconds = {**({"load": own.pop("load")} if "load" in own else {}), **placement.stage_seconds,
                             "evaluate": time.perf_counter() - t0, **own}
@@ -165,6 +175,16 @@ def _schedule_fields(placed, cluster) -> dict:
     return {"micro_batches": placed.micro_batches, "schedule": placement.schedule_name,
             "schedules": {s.name: s.makespan_us for s in placed.scheduled},
             "bubble": idle_share(placement.schedule, cluster)}
+
+
+def _recompute_fields(lever, cluster) -> dict | None:
+    """The recompute field of a placement that recomputes (None otherwise)."""
+    if lever is None:
+        return None
+    plan, before = lever.plan, least_memory_on(lever.source, cluster)
+    return {"ops": len(plan.ops), "segments": plan.segments, "kept_before_bytes": plan.saved_bytes,
+            "kept_bytes": plan.kept_bytes, "added_us": plan.recompute_us,
+            "least_memory_keeping": before.bytes, "least_memory_recomputing": before.recomputing().bytes}
 
 
 def _repair_fields(judged, cluster) -> dict:

@@ -40,6 +40,7 @@ from pardnn.base.units import format_size
 PIGEONHOLE_WORK = 200_000   # heap operations the pigeonhole packing may take (a few seconds at most)
 PACKING_WORK = 100_000      # partial packings the exhaustive packing may try before it gives up
 PACKING_MAX_GROUPS = 64     # groups the exhaustive packing takes, those with the most state and transients
+KEEPS_ACTIVATIONS = ("live at once",)   # bounds that assume every activation is kept (not recomputed)
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,13 @@ class LeastMemory:
     @property
     def bytes(self) -> int:
         return self.per_device(self.binding) if self.bounds else 0
+
+    def recomputing(self) -> "LeastMemory":
+        """The bounds that hold whatever is recomputed: those that count only resident
+        state and one op's working set (a recomputed op's copy has the same), without
+        the ones that keep every activation until the backward pass reads it
+        (`KEEPS_ACTIVATIONS`)."""
+        return replace(self, bounds=tuple(b for b in self.bounds if b.name not in KEEPS_ACTIVATIONS))
 
     def fields(self) -> dict | None:
         """report.json's `least_memory`: bytes, binding bound, every bound per device;

@@ -1,0 +1,104 @@
+"""Recomputation as a placement lever (issue 51): the graph a plan would run with its
+activations recomputed, chosen only when the step does not fit as it is.
+
+Which ops of the backward pass read a recomputed copy is decided by time, not by name
+alone: a gradient op that FIFO runs during the forward pass (a shape, a reshape of a
+forward tensor: TF puts them in the gradient scope but they need no gradient) keeps
+reading the original, or the copy would have to run at forward time too. The *late*
+readers are the ops of the backward pass (`backward_pass`: the gradient scopes and what
+follows them) that start, on one device under FIFO (pardnn.emulator.scheduler), no sooner than the last
+saved activation is made: the forward pass's end, in time. The plan
+(pardnn.graph.checkpoints) and the rewrite (pardnn.graph.recompute) take it from there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pardnn.graph import checkpoints
+from pardnn.graph.recompute import Recomputed, with_recompute
+
+
+@dataclass(frozen=True, eq=False)
+class Recomputation:
+    """A recomputed graph and how it was made."""
+
+    graph: object           # the CostGraph with the copies
+    source: object          # the CostGraph it was made from
+    plan: checkpoints.Plan  # what was recomputed (ids of the graph it was made from)
+    done: Recomputed        # where the copies went in `graph`
+
+
+def late_readers(graph, start, finish) -> tuple:
+    """(late readers, backward): bool per node, as the module docstring says, from the
+    schedule `start`, `finish` of `graph` on one device."""
+    backward = backward_pass(graph)
+    data = graph.edge_slot >= 0
+    made = graph.edge_src[data & backward[graph.edge_dst] & ~backward[graph.edge_src]]
+    end = float(finish[made].max()) if len(made) else np.inf
+    return backward & (start >= end), backward
+
+
+def backward_pass(graph) -> np.ndarray:
+    """bool per node: in a gradient scope (pardnn.pipeline.schedule.is_backward), or
+    downstream of one (the sums of a variable's gradients that TF names at the top
+    level, `AddN_7`; the optimizer's updates)."""
+    from pardnn.pipeline.schedule import is_backward
+    mark = is_backward(graph).tolist()
+    for s, d in zip(graph.edge_src.tolist(), graph.edge_dst.tolist()):     # edges by source id: topological
+        if mark[s]:
+            mark[d] = True
+    return np.array(mark, bool)
+
+
+def one_device_times(graph) -> tuple:
+    """(start, finish) per node of `graph` run on one device under FIFO."""
+    from pardnn.emulator.scheduler import simulate
+    from pardnn.hardware import parse_devices
+    schedule = simulate(graph, parse_devices("cpu:1"), np.zeros(graph.num_nodes, np.int32))
+    return schedule.start, schedule.finish
+
+
+def recomputations(graph, counts=(2, 4, 8, 16, 32, 64)) -> list:
+    """A Recomputation per segment count of `counts` that recomputes something, best
+    estimate first (pardnn.graph.checkpoints.Plan.estimate): the levers to try, in
+    the order to try them."""
+    start, finish = one_device_times(graph)
+    readers, backward = late_readers(graph, start, finish)
+    facts = checkpoints.passes(graph, readers, backward)
+    plans = [checkpoints.plan(graph, c, facts) for c in counts]
+    plans = sorted((p for p in plans if len(p.ops)), key=lambda p: (p.estimate, p.segments))
+    out = []
+    for plan in plans:
+        if out and np.array_equal(out[-1].plan.ops, plan.ops):
+            continue
+        new, done = with_recompute(graph, plan.ops, readers, start, finish)
+        out.append(Recomputation(new, graph, plan, done))
+    return out
+
+
+def recomputed(graph, report, source="report.json"):
+    """The graph a placement with report.json `report` placed: `graph` (the profile's)
+    itself, or with the recomputation its `recompute` names made again (the same
+    inputs give the same graph). UserError naming `source` when it cannot be."""
+    from pardnn.base.errors import UserError
+    lever = report.get("recompute")
+    if not lever:
+        return graph
+    made = recomputations(graph, (lever.get("segments"),)) if isinstance(lever.get("segments"), int) else []
+    if not made or len(made[0].plan.ops) != lever.get("ops"):
+        raise UserError(f"{source}: its recompute section does not match this profile (recomputed again, "
+                        f"{len(made[0].plan.ops) if made else 0} ops, not {lever.get('ops')})")
+    return made[0].graph
+
+
+def recompute_line(report) -> str:
+    """The summary's line for a placement that recomputes (report.json's `recompute`)."""
+    from pardnn.base.units import format_size, format_time
+    r = report["recompute"]
+    return (f"  recompute: {r['ops']} ops run again in the backward pass ({r['segments']} segments): "
+            f"activations kept {format_size(r['kept_before_bytes'])} -> {format_size(r['kept_bytes'])}, "
+            f"+{format_time(r['added_us'])} of compute; no placement keeping every activation fits below "
+            f"{format_size(r['least_memory_keeping'])} per device")

@@ -1,0 +1,163 @@
+"""Recomputation on the CostGraph (pardnn.graph.recompute, pardnn.graph.checkpoints) and
+as a placement lever (pardnn.pipeline.recompute, run_placement), on hand-made graphs
+whose answer is known."""
+
+import numpy as np
+import pytest
+
+from pardnn.base.errors import GraphError, UserError
+from pardnn.emulator.memory import track_memory
+from pardnn.emulator.scheduler import simulate
+from pardnn.graph import RESIDUAL, CostGraph, checkpoints
+from pardnn.graph.recompute import copy_name, original_name, with_recompute
+from pardnn.hardware import parse_devices
+from pardnn.pipeline.place import place, run_placement
+from pardnn.pipeline.recompute import late_readers, one_device_times, recomputations
+
+MB = 1000
+
+
+def chain(layers=3, act=100 * MB, weight=10):
+    """A chain of `layers` forward ops (each reads the one before and a weight) and its
+    backward pass: g_i reads the incoming gradient and layer i's input, as a MatMul's
+    gradient does. Every activation is saved for the backward pass."""
+    names, ops, comp, out, kind, edges = [], [], [], [], [], []
+
+    def node(name, op, us, nbytes, k=0):
+        names.append(name), ops.append(op), comp.append(us), out.append(nbytes), kind.append(k)
+
+    node("x", "Placeholder", 0, act)
+    for i in range(layers):
+        node(f"w{i}", "VarHandleOp", 0, weight, RESIDUAL)
+        node(f"f{i}", "Mul", 10, act)
+        edges += [(f"f{i - 1}" if i else "x", f"f{i}", act), (f"w{i}", f"f{i}", weight)]
+    node("loss", "Sum", 1, 4)
+    edges.append((f"f{layers - 1}", "loss", act))
+    node("gradients/seed", "Fill", 1, act)
+    edges.append(("loss", "gradients/seed", 4))
+    grad = "gradients/seed"
+    for i in reversed(range(layers)):
+        node(f"gradients/g{i}", "Mul", 10, act)
+        edges += [(grad, f"gradients/g{i}", act), (f"f{i - 1}" if i else "x", f"gradients/g{i}", act)]
+        grad = f"gradients/g{i}"
+    src, dst, nbytes = zip(*edges)
+    return CostGraph.build(names=names, ops=ops, comp_us=comp, out_bytes=out, kind=kind,
+                           edge_src=list(src), edge_dst=list(dst), edge_bytes=list(nbytes))
+
+
+def peak(graph, k=1):
+    one = parse_devices(f"cpu:{k}")
+    device = np.zeros(graph.num_nodes, np.int32)
+    schedule = simulate(graph, one, device)
+    return int(track_memory(graph, one, device, schedule).peak_bytes[0]), schedule
+
+
+def rewrite(graph, names):
+    start, finish = one_device_times(graph)
+    readers, _ = late_readers(graph, start, finish)
+    index = graph.index()
+    return with_recompute(graph, [index[n] for n in names], readers, start, finish)
+
+
+def edges_of(graph):
+    return {(graph.names[s], graph.names[d], int(k))
+            for s, d, k in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_slot.tolist())}
+
+
+def test_names_round_trip():
+    assert original_name(copy_name("a/b:0")) == "a/b:0"
+    assert original_name("a/b") is None
+
+
+def test_copies_read_copies_and_checkpoints_and_wait_for_the_gradient():
+    graph = chain(3)
+    new, done = rewrite(graph, ["f0", "f1"])
+    edges = edges_of(new)
+    c0, c1 = copy_name("f0"), copy_name("f1")
+    assert new.num_nodes == graph.num_nodes + 2
+    assert ("x", c0, 0) in edges and ("w0", c0, 0) in edges          # checkpoint and weight: originals
+    assert (c0, c1, 0) in edges and ("f0", c1, 0) not in edges        # a recomputed input: its copy
+    assert (c1, "gradients/g2", 0) in edges and ("f1", "gradients/g2", 0) not in edges
+    assert (c0, "gradients/g1", 0) in edges
+    assert ("f1", "f2", 0) in edges                                   # the forward pass is untouched
+    # the segment's first reader is g2, which waits for g... nothing backward but the seed
+    assert ("gradients/seed", c0, -1) in edges
+    assert [new.names[t] for t in done.triggers.tolist()] == ["gradients/seed", "gradients/seed"][:1] + [
+        new.names[t] for t in done.triggers.tolist()][1:]
+    assert done.triggers.tolist()[1] == -1                           # f1's copy reads f0's: no edge of its own
+    assert [new.names[c] for c in done.copies] == [c0, c1]
+    assert new.group[done.copies[0]] == new.group[done.originals[0]]
+
+
+def test_recomputing_lowers_the_peak_by_what_stops_being_kept():
+    graph = chain(4)
+    before, s0 = peak(graph)
+    new, _ = rewrite(graph, ["f0", "f1"])
+    after, s1 = peak(new)
+    assert s1.makespan == pytest.approx(s0.makespan + 20)            # two ops of 10 us run again
+    # before, at g3: x, f0, f1, f2, the seed and g3's output (6 activations); after,
+    # at g2: x, the copies of f0 and f1, g3's and g2's outputs (5): f2 is freed by g3
+    # before the copies run, and the seed by g3
+    assert before == 6 * 100 * MB + 40 and after == 5 * 100 * MB + 40
+
+
+def test_refuses_state_a_reader_and_a_copy():
+    graph = chain(2)
+    start, finish = one_device_times(graph)
+    readers, _ = late_readers(graph, start, finish)
+    index = graph.index()
+    with pytest.raises(GraphError, match="'w0'"):
+        with_recompute(graph, [index["w0"]], readers, start, finish)
+    with pytest.raises(GraphError, match="gradients/g1"):
+        with_recompute(graph, [index["gradients/g1"]], readers, start, finish)
+    new, _ = with_recompute(graph, [index["f0"]], readers, start, finish)
+    s, f = one_device_times(new)
+    r, _ = late_readers(new, s, f)
+    with pytest.raises(GraphError, match="already a copy"):
+        with_recompute(new, [new.index()[copy_name("f0")]], r, s, f)
+
+
+def test_plan_cuts_the_chain_into_segments():
+    graph = chain(8)
+    start, finish = one_device_times(graph)
+    readers, backward = late_readers(graph, start, finish)
+    facts = checkpoints.passes(graph, readers, backward)
+    recomputable, saved = facts
+    # g_i reads layer i's input, the seed reads the loss: f7 alone is not saved
+    assert sorted(graph.names[i] for i in np.flatnonzero(saved)) == sorted(
+        ["x", "loss"] + [f"f{i}" for i in range(7)])
+    assert not recomputable[graph.index()["x"]]                      # a source stays
+    two = checkpoints.plan(graph, 2, facts)
+    # one cut in the middle of the saved bytes, after f3 (every position is as narrow):
+    # f3 is kept, the rest recomputed, f7 with the loss that reads it
+    assert sorted(graph.names[i] for i in two.ops) == ["f0", "f1", "f2", "f4", "f5", "f6", "f7", "loss"]
+    assert sorted(graph.names[i] for i in two.checkpoints) == ["f3", "x"]
+    assert two.kept_bytes == 2 * 100 * MB and two.saved_bytes == 8 * 100 * MB + 4
+    assert two.recompute_us == 71
+    assert two.estimate == two.kept_bytes + 3 * 100 * MB + 4         # the larger segment's saved bytes
+
+
+def test_no_plan_without_a_backward_pass():
+    graph = CostGraph.build(names=["a", "b"], ops=["Placeholder", "Mul"], comp_us=[1, 1],
+                            out_bytes=[8, 8], edge_src=["a"], edge_dst=["b"], edge_bytes=[8])
+    assert recomputations(graph) == []
+
+
+def test_run_placement_recomputes_only_when_memory_binds():
+    graph = chain(6)
+    roomy = parse_devices("cpu:1").with_options(memory=10**9, reserve=0.0)
+    placed = run_placement(graph, roomy)
+    assert placed.recomputation is None and placed.graph is graph
+    need, _ = peak(graph)
+    tight = parse_devices("cpu:1").with_options(memory=need - 150 * MB, reserve=0.0)
+    with pytest.raises(UserError, match="^memory:"):
+        run_placement(graph, tight, recompute="off")
+    placed = run_placement(graph, tight)
+    assert placed.recomputation is not None
+    assert placed.graph.num_nodes > graph.num_nodes
+    assert int(placed.placement.profile.peak_bytes.max()) <= need - 150 * MB
+    _, report = place(graph, tight)
+    doc = report.to_json()["recompute"]
+    assert doc["ops"] == len(placed.recomputation.plan.ops)
+    assert doc["kept_bytes"] < doc["kept_before_bytes"]
+    assert doc["least_memory_recomputing"] <= doc["least_memory_keeping"]
