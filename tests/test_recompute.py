@@ -161,3 +161,56 @@ def test_run_placement_recomputes_only_when_memory_binds():
     assert doc["ops"] == len(placed.recomputation.plan.ops)
     assert doc["kept_bytes"] < doc["kept_before_bytes"]
     assert doc["least_memory_recomputing"] <= doc["least_memory_keeping"]
+
+
+def test_random_ops_are_kept_and_their_draws_read_by_the_copies():
+    """Dropout's mask: the random op is never recomputed; the copy of the op that
+    applies the mask reads the draw the forward pass made, so both runs agree."""
+    names = ["x", "noise", "mask", "drop", "f", "loss", "gradients/seed", "gradients/g_f", "gradients/g_drop"]
+    ops = ["Placeholder", "RandomUniform", "GreaterEqual", "Mul", "Mul", "Sum", "Fill", "Mul", "Mul"]
+    edges = [("x", "drop"), ("noise", "mask"), ("mask", "drop"), ("drop", "f"), ("f", "loss"),
+             ("loss", "gradients/seed"), ("gradients/seed", "gradients/g_f"), ("drop", "gradients/g_f"),
+             ("gradients/g_f", "gradients/g_drop"), ("mask", "gradients/g_drop")]
+    graph = CostGraph.build(names=names, ops=ops, comp_us=[1] * 9, out_bytes=[100] * 9,
+                            edge_src=[a for a, _ in edges], edge_dst=[b for _, b in edges], edge_bytes=[100] * 10)
+    start, finish = one_device_times(graph)
+    readers, backward = late_readers(graph, start, finish)
+    recomputable, _ = checkpoints.passes(graph, readers, backward)
+    assert not recomputable[graph.index()["noise"]]
+    new, done = with_recompute(graph, [graph.index()[n] for n in ("mask", "drop")], readers, start, finish)
+    edges = edges_of(new)
+    assert ("noise", copy_name("mask"), 0) in edges and copy_name("noise") not in new.index()
+    for lever in recomputations(graph):
+        assert "noise" not in {graph.names[i] for i in lever.plan.ops}
+
+
+def test_recompute_on_refuses_a_graph_without_a_backward_pass():
+    graph = CostGraph.build(names=["a", "b"], ops=["Placeholder", "Mul"], comp_us=[1, 1],
+                            out_bytes=[8, 8], edge_src=["a"], edge_dst=["b"], edge_bytes=[8])
+    with pytest.raises(UserError, match="^--recompute on: no op"):
+        run_placement(graph, parse_devices("cpu:1"), recompute="on")
+
+
+def test_place_emulate_and_explain_a_recomputing_placement(tmp_path, capsys):
+    """`pardnn place --recompute on` writes the copies into placement.csv; `emulate` and
+    `explain` rebuild the same graph from those names and agree with report.json."""
+    import json
+
+    from pardnn.cli import main
+    path = tmp_path / "chain.json"
+    chain(6).to_json(str(path))
+    out = tmp_path / "placed"
+    assert main(["place", str(path), "--devices", "cpu:2", "--recompute", "on", "-o", str(out)]) == 0
+    assert "recompute:" in capsys.readouterr().out
+    report = json.loads((out / "report.json").read_text())
+    assert report["recompute"]["ops"] > 0
+    assert copy_name("f0") in (out / "placement.csv").read_text()
+    assert main(["emulate", str(path), "--placement", str(out / "placement.csv"), "--devices", "cpu:2",
+                 "--report", str(tmp_path / "again.json")]) == 0
+    again = json.loads((tmp_path / "again.json").read_text())
+    assert again["makespan_us"] == report["makespan_us"]
+    assert again["peak_memory_bytes"] == report["peak_memory_bytes"]
+    assert main(["explain", str(out)]) == 0
+    assert "recompute:" in capsys.readouterr().out
+    assert main(["place", str(path), "--devices", "cpu:2", "--recompute", "off", "-o", str(tmp_path / "plain")]) == 0
+    assert "recompute" not in json.loads((tmp_path / "plain" / "report.json").read_text())

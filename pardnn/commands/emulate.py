@@ -19,6 +19,7 @@ from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
 from pardnn.base.errors import UserError
 from pardnn.pipeline.load import load_cost_graph
+from pardnn.pipeline.recompute import placed_graph
 from pardnn.io.placement import read_csv
 from pardnn.pipeline.report import emulation_report
 from pardnn.emulator.trace import emulated_step
@@ -45,7 +46,7 @@ def run(args):
     cluster = cluster_from_args(args)
     check_output_files([args.profile, args.placement, *cluster_inputs(args)],
                        **{"--report": args.report, "--plot": args.plot, "--trace": args.trace})
-    graph, _ = load_cost_graph(args.profile)
+    graph = placed_graph(load_cost_graph(args.profile)[0], args.placement)    # with its recomputed copies
     device = read_csv(args.placement, graph, cluster)
     problems = violations(graph, cluster, device)
     if problems:

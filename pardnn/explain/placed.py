@@ -18,7 +18,7 @@ import numpy as np
 
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
-from pardnn.pipeline.recompute import recomputed
+from pardnn.pipeline.recompute import placed_graph
 from pardnn.pipeline.schedule import SCHEDULES, ranks
 from pardnn.base.errors import UserError
 from pardnn.hardware import cluster_from_flags
@@ -85,7 +85,7 @@ def open_placed(folder, inputs, cluster, profile=None) -> Emulated:
         raise UserError(f"PLACED_DIR: {folder}/report.json was placed on other devices than "
                         f"{inputs['devices']!r} gives now ({report['devices'][0]}, ...)")
     graph, info = load_cost_graph(profile)
-    graph = recomputed(graph, report, f"PLACED_DIR: {folder}/report.json")
+    graph = placed_graph(graph, os.path.join(folder, "placement.csv"))
     if graph.num_nodes != report.get("num_nodes") or graph.num_edges != report.get("num_edges"):
         raise UserError(f"PLACED_DIR: {profile} has {graph.num_nodes} nodes and {graph.num_edges} edges, "
                         f"{folder}/report.json {report.get('num_nodes')} and {report.get('num_edges')}: "

@@ -55,6 +55,9 @@ def run_placement(graph, cluster, algorithm="pardnn", budget_s=None, judged=None
     whenever some recomputation fits, "off" never."""
     start = time.perf_counter()
     if recompute == "on":
+        if not recomputations(graph):
+            raise UserError("--recompute on: no op of this graph can be recomputed (it needs a backward pass "
+                            "whose gradient ops read activations that stateless forward ops made)")
         return (_recomputing(graph, cluster, algorithm, budget_s, schedule, among, start)
                 or _run_placement(graph, cluster, algorithm, budget_s, judged, schedule, among, start))
     try:

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pardnn.base.errors import GraphError, UserError
 from pardnn.graph import checkpoints
-from pardnn.graph.recompute import Recomputed, with_recompute
+from pardnn.graph.recompute import PREFIX, Recomputed, original_name, with_recompute
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,19 +80,39 @@ def recomputations(graph, counts=(2, 4, 8, 16, 32, 64)) -> list:
     return out
 
 
-def recomputed(graph, report, source="report.json"):
-    """The graph a placement with report.json `report` placed: `graph` (the profile's)
-    itself, or with the recomputation its `recompute` names made again (the same
-    inputs give the same graph). UserError naming `source` when it cannot be."""
-    from pardnn.base.errors import UserError
-    lever = report.get("recompute")
-    if not lever:
+def with_copies(graph, names, source="placement.csv"):
+    """`graph` (a profile's) with the ops whose copies `names` holds recomputed, as
+    `recomputations` made it (the same ops give the same graph): what a placement
+    that recomputes placed, from its placement.csv's node names. `graph` itself when
+    no name is a copy; UserError naming `source` when a copy's op is not in `graph`."""
+    index = graph.index()
+    ops = []
+    for name in names:
+        original = original_name(name)
+        if original is None:
+            continue
+        if original not in index:
+            raise UserError(f"{source}: {name!r} recomputes {original!r}, which is not in the profile")
+        ops.append(index[original])
+    if not ops:
         return graph
-    made = recomputations(graph, (lever.get("segments"),)) if isinstance(lever.get("segments"), int) else []
-    if not made or len(made[0].plan.ops) != lever.get("ops"):
-        raise UserError(f"{source}: its recompute section does not match this profile (recomputed again, "
-                        f"{len(made[0].plan.ops) if made else 0} ops, not {lever.get('ops')})")
-    return made[0].graph
+    start, finish = one_device_times(graph)
+    readers, _ = late_readers(graph, start, finish)
+    try:
+        return with_recompute(graph, ops, readers, start, finish)[0]
+    except GraphError as exc:
+        raise UserError(f"{source}: {exc}") from None
+
+
+def placed_graph(graph, placement_csv):
+    """`with_copies` of the node names of `placement_csv` (a place output's)."""
+    import csv
+    try:
+        with open(placement_csv, newline="", encoding="utf-8-sig") as f:
+            names = [row[0] for row in csv.reader(f) if row and row[0].startswith(PREFIX)]
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return graph            # read_csv says what is wrong with it
+    return with_copies(graph, names, str(placement_csv))
 
 
 def recompute_line(report) -> str:
