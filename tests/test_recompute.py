@@ -140,7 +140,7 @@ def test_plan_cuts_the_chain_into_segments():
 def test_no_plan_without_a_backward_pass():
     graph = CostGraph.build(names=["a", "b"], ops=["Placeholder", "Mul"], comp_us=[1, 1],
                             out_bytes=[8, 8], edge_src=["a"], edge_dst=["b"], edge_bytes=[8])
-    assert recomputations(graph) == []
+    assert list(recomputations(graph)) == []
 
 
 def test_run_placement_recomputes_only_when_memory_binds():
@@ -204,7 +204,7 @@ def test_place_emulate_and_explain_a_recomputing_placement(tmp_path, capsys):
     assert "recompute:" in capsys.readouterr().out
     report = json.loads((out / "report.json").read_text())
     assert report["recompute"]["ops"] > 0
-    assert copy_name("f0") in (out / "placement.csv").read_text()
+    assert "\npardnn_recompute/" in (out / "placement.csv").read_text()
     assert main(["emulate", str(path), "--placement", str(out / "placement.csv"), "--devices", "cpu:2",
                  "--report", str(tmp_path / "again.json")]) == 0
     again = json.loads((tmp_path / "again.json").read_text())

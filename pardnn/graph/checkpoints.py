@@ -19,9 +19,10 @@ segment at a time), on an op graph rather than a chain of layers:
   bytes (each segment saves about as much), each at the narrowest position of its
   window, and recomputes every saved op that is not a checkpoint, with the recomputable
   ops it needs, back to the cuts;
-- `estimate` scores a plan: the checkpoints plus the largest segment's saved bytes
-  (what one segment's recomputation holds at once in the backward pass), the figure
-  Chen et al. minimise; `choose` takes the segment count with the least.
+- a plan's `estimate` scores it: the checkpoints plus the largest segment's saved
+  bytes (what one segment's recomputation holds at once in the backward pass), the
+  figure Chen et al. minimise; `recompute_us`, the compute its copies add;
+- without `arithmetic`, compute-bound ops are kept (selective recomputation).
 
 Every function is O(V + E) numpy passes over the forward ops, but the closure walk.
 """
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pardnn.graph.costgraph import NORMAL
+from pardnn.graph.op_rates import COMPUTE
 
 # Op types whose second run is not the first: random draws, state, I/O, queues.
 STATEFUL = re.compile(
@@ -46,6 +48,7 @@ class Plan:
     """One recomputation plan."""
 
     segments: int           # how many segments the forward pass was cut into
+    arithmetic: bool        # compute-bound ops (MatMul, convolutions) recomputed too, or kept
     ops: np.ndarray         # int64: the ops to recompute
     checkpoints: np.ndarray  # int64: saved ops kept (they cross a cut, or cannot be recomputed)
     saved_bytes: int        # bytes kept from the forward to the backward pass before
@@ -68,10 +71,15 @@ def passes(graph, readers, backward):
     return recomputable, saved & (graph.kind == NORMAL)
 
 
-def plan(graph, segments, facts) -> Plan:
+def plan(graph, segments, facts, arithmetic=True) -> Plan:
     """The plan with `segments` segments (see the module docstring); `facts` are
-    `passes`'s."""
+    `passes`'s. Without `arithmetic`, the compute-bound ops (pardnn.graph.op_rates:
+    MatMul, convolutions) are kept, not recomputed: the selective recomputation of
+    Korthikanti et al. (MLSys 2023), which frees the cheap ops' large outputs (softmax,
+    activations, norms) for a fraction of the time."""
     recomputable, saved = facts
+    if not arithmetic:
+        recomputable = recomputable & (graph.rate_class != COMPUTE)
     fwd = np.flatnonzero(recomputable)
     pos = np.full(graph.num_nodes, -1, np.int64)
     pos[fwd] = np.arange(len(fwd))
@@ -86,16 +94,8 @@ def plan(graph, segments, facts) -> Plan:
     seg = np.searchsorted(cuts, pos[ops], side="left")
     per_segment = np.bincount(seg, graph.out_bytes[ops] * saved[ops], minlength=len(cuts) + 1)
     kept_bytes = int(graph.out_bytes[kept].sum())
-    return Plan(segments, ops, np.flatnonzero(kept), int(graph.out_bytes[saved].sum()), kept_bytes,
+    return Plan(segments, arithmetic, ops, np.flatnonzero(kept), int(graph.out_bytes[saved].sum()), kept_bytes,
                 kept_bytes + int(per_segment.max(initial=0)), float(graph.comp_us[ops].sum()))
-
-
-def choose(graph, facts, counts=(2, 4, 8, 16, 32, 64, 128, 256)) -> Plan | None:
-    """The plan of `counts` with the least estimate, ties to fewer segments; None when
-    no op can be recomputed. `facts` are `passes`'s."""
-    plans = [plan(graph, c, facts) for c in counts if c <= max(2, int(facts[0].sum()))]
-    plans = [p for p in plans if len(p.ops)]
-    return min(plans, key=lambda p: (p.estimate, p.segments)) if plans else None
 
 
 def ops_mask(graph, ops) -> np.ndarray:

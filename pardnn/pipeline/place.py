@@ -55,7 +55,7 @@ def run_placement(graph, cluster, algorithm="pardnn", budget_s=None, judged=None
     whenever some recomputation fits, "off" never."""
     start = time.perf_counter()
     if recompute == "on":
-        if not recomputations(graph):
+        if next(recomputations(graph), None) is None:
             raise UserError("--recompute on: no op of this graph can be recomputed (it needs a backward pass "
                             "whose gradient ops read activations that stateless forward ops made)")
         return (_recomputing(graph, cluster, algorithm, budget_s, schedule, among, start)
@@ -71,9 +71,15 @@ def run_placement(graph, cluster, algorithm="pardnn", budget_s=None, judged=None
         return placed
 
 
+FITTING_LEVERS = 3      # recomputations placed that fit, the fastest step kept
+
+
 def _recomputing(graph, cluster, algorithm, budget_s, schedule, among, start) -> Placed | None:
-    """The placement of the first recomputation (pardnn.pipeline.recompute, best
-    first) that fits, or None."""
+    """The placement with the shortest step of the first FITTING_LEVERS recomputations
+    (pardnn.pipeline.recompute, least added compute first) that fit, or None: how
+    much a plan keeps decides how well the rest places, so the least added compute
+    is not always the shortest step."""
+    best, fitted = None, 0
     for lever in recomputations(graph):
         if least_memory_on(lever.graph, cluster).ruled_out(cluster.capacity) is not None:
             continue
@@ -82,8 +88,12 @@ def _recomputing(graph, cluster, algorithm, budget_s, schedule, among, start) ->
             placed = _run_placement(lever.graph, cluster, algorithm, budget_s, None, schedule, inside, start)
         except UserError:
             continue
-        return replace(placed, recomputation=lever)
-    return None
+        if best is None or placed.placement.schedule.makespan < best.placement.schedule.makespan:
+            best = replace(placed, recomputation=lever)
+        fitted += 1
+        if fitted == FITTING_LEVERS:
+            break
+    return None if best is None else replace(best, seconds=time.perf_counter() - start)
 
 
 def _among(among, lever):

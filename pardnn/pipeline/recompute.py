@@ -62,22 +62,36 @@ def one_device_times(graph) -> tuple:
     return schedule.start, schedule.finish
 
 
-def recomputations(graph, counts=(2, 4, 8, 16, 32, 64)) -> list:
-    """A Recomputation per segment count of `counts` that recomputes something, best
-    estimate first (pardnn.graph.checkpoints.Plan.estimate): the levers to try, in
-    the order to try them."""
+COUNTS = (2, 4, 8, 16, 32, 64)     # segment counts of the plans tried
+
+
+def recomputations(graph, counts=COUNTS):
+    """The levers to try, in the order to try them: a Recomputation per plan
+    (pardnn.graph.checkpoints) of `counts` segments, selective (compute-bound ops
+    kept) and whole, that recomputes something. Which places best is not known
+    before placing (a plan that keeps less leaves the placement more room, one that
+    recomputes less adds less compute), so three unlike plans come first: the whole
+    and the selective plan of the least estimate, and the plan of the least added
+    compute; then the rest by estimate. Each graph is made when asked for (a
+    generator)."""
     start, finish = one_device_times(graph)
     readers, backward = late_readers(graph, start, finish)
     facts = checkpoints.passes(graph, readers, backward)
-    plans = [checkpoints.plan(graph, c, facts) for c in counts]
-    plans = sorted((p for p in plans if len(p.ops)), key=lambda p: (p.estimate, p.segments))
-    out = []
+    plans = [checkpoints.plan(graph, c, facts, arithmetic) for arithmetic in (False, True) for c in counts]
+    plans = sorted((p for p in plans if len(p.ops)), key=lambda p: (p.estimate, p.segments, p.arithmetic))
+    if plans:
+        first = [min((p for p in plans if p.arithmetic), key=plans.index, default=None),
+                 min((p for p in plans if not p.arithmetic), key=plans.index, default=None),
+                 min(plans, key=lambda p: (p.recompute_us, plans.index(p)))]
+        plans = [p for p in first if p is not None] + plans
+    seen = set()
     for plan in plans:
-        if out and np.array_equal(out[-1].plan.ops, plan.ops):
+        key = plan.ops.tobytes()
+        if key in seen:
             continue
+        seen.add(key)
         new, done = with_recompute(graph, plan.ops, readers, start, finish)
-        out.append(Recomputation(new, graph, plan, done))
-    return out
+        yield Recomputation(new, graph, plan, done)
 
 
 def with_copies(graph, names, source="placement.csv"):

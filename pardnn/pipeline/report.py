@@ -80,6 +80,7 @@ class Report:
     recompute: dict | None = _field(
         "levers", "activations recomputed in the backward pass instead of kept: `ops` recomputed (their copies "
         "are `pardnn_recompute/` nodes of placed_graph.pb), `segments` the forward pass was cut into, "
+        "`arithmetic` (false: compute-bound ops kept, selective recomputation), "
         "`kept_before_bytes` and `kept_bytes` (the activations kept from the forward to the backward pass "
         "without and with it), `added_us` (the copies' compute), `least_memory_keeping` (the least memory "
         "of the graph as profiled, every activation kept) and `least_memory_recomputing` (the bounds that "
@@ -182,7 +183,8 @@ def _recompute_fields(lever, cluster) -> dict | None:
     if lever is None:
         return None
     plan, before = lever.plan, least_memory_on(lever.source, cluster)
-    return {"ops": len(plan.ops), "segments": plan.segments, "kept_before_bytes": plan.saved_bytes,
+    return {"ops": len(plan.ops), "segments": plan.segments, "arithmetic": plan.arithmetic,
+            "kept_before_bytes": plan.saved_bytes,
             "kept_bytes": plan.kept_bytes, "added_us": plan.recompute_us,
             "least_memory_keeping": before.bytes, "least_memory_recomputing": before.recomputing().bytes}
 
