@@ -117,10 +117,11 @@ def _run_placement(graph, cluster, algorithm, budget_s, judged, schedule, among,
     return Placed(placement, chosen, time.perf_counter() - start, scheduled, micro_batches(graph), graph)
 
 
-def place(graph, cluster, algorithm="pardnn", budget_s=None, judged=None) -> tuple[Placement, Report]:
+def place(graph, cluster, algorithm="pardnn", budget_s=None, judged=None,
+          recompute="auto") -> tuple[Placement, Report]:
     """(Placement, Report): `run_placement` and the report of what it placed (of
-    `placed.graph` when a lever changed the graph)."""
-    placed = run_placement(graph, cluster, algorithm, budget_s, judged)
+    `placed.graph` when a lever changed the graph: its `recompute` says so)."""
+    placed = run_placement(graph, cluster, algorithm, budget_s, judged, recompute=recompute)
     return placed.placement, placement_report(placed.graph, placed)
 
 
