@@ -13,8 +13,11 @@ ZeRO-Offload, and the GPUs do the model's arithmetic.) Prints per cluster the la
 model (blocks, parameters), the smallest that did not fit, its emulated step, the share
 of the step during which a transfer to or from the host is in flight, the bytes that
 cross to and from the host per step, and how long planning and placing took.
+`--host-fetch` places each graph with the host-fetch lever (issue 51;
+pardnn.pipeline.host_fetch): the weights read again for the backward pass and every
+read held back by control edges until just before its layer.
 
-    python -m tools.bench_offload [--work DIR] [--configs A,B,...] [--resolution N]
+    python -m tools.bench_offload [--work DIR] [--configs A,B,...] [--resolution N] [--host-fetch]
 
 Each plan (a profile dir per block count, kept in `--work` and reused by every
 cluster) and each placement runs in a child process, one at a time; planning and
@@ -43,7 +46,8 @@ DEFAULT_CONFIGS = ("dgx-h100:1", "dgx-h100:1+host", "dgx-h100:2", "dgx-h100:2+ho
 # First guesses, bytes per block: its float32 weights, two Adam slots and the activations
 # it holds at the step's peak (2.42 + 0.57 GB, measured on 8 blocks); with the host, the
 # GPUs hold the weights' copies and the activations (0.81 + 0.57 GB).
-BYTES_PER_BLOCK, BYTES_PER_BLOCK_HOST = 3.0e9, 1.4e9
+# With --host-fetch, the GPU holds the activations and a few weights' copies (0.6 GB).
+BYTES_PER_BLOCK, BYTES_PER_BLOCK_HOST, BYTES_PER_BLOCK_FETCH = 3.0e9, 1.4e9, 0.6e9
 STEP = 0.08         # growth of the probe while no size has failed yet
 
 PLAN = r'''
@@ -77,8 +81,9 @@ def plan(work, blocks) -> tuple:
         return out, json.load(f)
 
 
-def place_child(profile, spec) -> dict:
-    """What the `--place` child prints: place `profile` on `spec` with pardnn."""
+def place_child(profile, spec, fetch=False) -> dict:
+    """What the `--place` child prints: place `profile` on `spec` with pardnn (with
+    the host-fetch lever when `fetch`)."""
     from pardnn.base.errors import UserError
     from pardnn.graph.op_rates import COMPUTE
     from pardnn.hardware import parse_devices
@@ -89,6 +94,9 @@ def place_child(profile, spec) -> dict:
     graph, _ = load_cost_graph(profile)
     cluster = parse_devices(spec)
     t0 = time.perf_counter()
+    if fetch:
+        from pardnn.pipeline.host_fetch import host_fetch
+        graph = host_fetch(graph).graph
     try:
         placement, report = place(graph, cluster)
     except UserError as exc:
@@ -124,9 +132,10 @@ def host_transfers(graph, cluster, device, schedule) -> tuple:
     return busy / schedule.makespan, int(schedule.transfer_bytes[mine].sum())
 
 
-def fits(work, blocks, spec, log) -> dict:
+def fits(work, blocks, spec, log, fetch=False) -> dict:
     profile, facts = plan(work, blocks)
-    result = json.loads(_child(["-m", "tools.bench_offload", "--place", profile, spec]))
+    result = json.loads(_child(["-m", "tools.bench_offload", "--place", profile, spec]
+                               + ["--host-fetch"] * fetch))
     result.update(facts, blocks=blocks)
     log.append(result)
     why = "" if result["fits"] else (f", {result['host_matmuls']} MatMuls on the host" if "host_matmuls" in result
@@ -136,17 +145,18 @@ def fits(work, blocks, spec, log) -> dict:
     return result
 
 
-def largest(work, spec, resolution, start=None) -> tuple:
+def largest(work, spec, resolution, start=None, fetch=False) -> tuple:
     """(largest fitting result, smallest failing block count) for cluster `spec`,
     searched from `start` blocks (None: a guess by bytes per block)."""
     from pardnn.hardware import parse_devices
     cluster = parse_devices(spec)
-    per_block = BYTES_PER_BLOCK_HOST if cluster.host_device >= 0 else BYTES_PER_BLOCK
+    host = BYTES_PER_BLOCK_FETCH if fetch else BYTES_PER_BLOCK_HOST
+    per_block = host if cluster.host_device >= 0 else BYTES_PER_BLOCK
     gpus = cluster.capacity[np.asarray([not d.host_tier for d in cluster.devices])]
     probe = start or max(1, int(gpus.sum() / per_block))
     log, good, bad = [], None, None
     while True:
-        result = fits(work, probe, spec, log)
+        result = fits(work, probe, spec, log, fetch)
         good, bad = (result, bad) if result["fits"] else (good, probe)
         lo = good["blocks"] if good else 0
         if bad is not None and (bad - lo <= max(1, resolution * lo) or bad == 1):
@@ -165,18 +175,20 @@ def main():
     parser.add_argument("--configs", default=",".join(DEFAULT_CONFIGS))
     parser.add_argument("--resolution", type=float, default=0.0,
                         help="stop when failing - fitting <= this share of the fitting block count")
+    parser.add_argument("--host-fetch", action="store_true",
+                        help="place with the host-fetch lever (pardnn.pipeline.host_fetch)")
     parser.add_argument("--place", nargs=2, metavar=("PROFILE", "SPEC"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.place:
-        print(json.dumps(place_child(*args.place)))
+        print(json.dumps(place_child(*args.place, args.host_fetch)))
         return
     print_commit()
     os.makedirs(args.work, exist_ok=True)
     rows, found = [], {}
     for spec in args.configs.split(","):
         alone = spec[:-len("+host")] if spec.endswith("+host") else None
-        start = 2 * found[alone] if found.get(alone) else None
-        good, bad = largest(args.work, spec, args.resolution, start)
+        start = 2 * found[alone] if found.get(alone) and not args.host_fetch else None
+        good, bad = largest(args.work, spec, args.resolution, start, args.host_fetch)
         found[spec] = good["blocks"] if good else None
         rows.append((spec, good, bad))
     print("cluster | blocks | parameters | fails at | emulated step | host transfers | host bytes/step | "
