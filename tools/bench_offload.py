@@ -103,6 +103,7 @@ def place_child(profile, spec, fetch=False) -> dict:
         return {"fits": False, "nodes": graph.num_nodes, "seconds": time.perf_counter() - t0,
                 "reason": str(exc)[:300], "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     share, crossing = host_transfers(graph, cluster, placement.device, placement.schedule)
+    parts = peak_parts(graph, cluster, placement.device, placement.schedule)
     on_host = np.asarray([d.host_tier for d in cluster.devices])[placement.device]
     arithmetic = int(np.count_nonzero(on_host & (graph.rate_class == COMPUTE)))
     return {"fits": arithmetic == 0, "host_matmuls": arithmetic, "nodes": graph.num_nodes,
@@ -110,7 +111,28 @@ def place_child(profile, spec, fetch=False) -> dict:
             "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "makespan_us": report.makespan_us, "host_share": share, "host_bytes": crossing,
             "candidate": report.candidate, "moved_nodes": report.moved_nodes,
-            "peak_gib": [round(x / 2**30, 2) for x in report.peak_memory_bytes]}
+            "peak_gib": [round(x / 2**30, 2) for x in report.peak_memory_bytes], "peak_parts": parts}
+
+
+def peak_parts(graph, cluster, device, schedule) -> dict:
+    """GB by kind of what fills the first GPU at its peak: "weights" (copies of
+    variable reads received from the host), "activations" (forward outputs and other
+    copies received), "backward" (gradients, their temporaries), "resident"
+    (variables and slots kept on the GPU), "scratch"."""
+    from pardnn.emulator.memory import track_memory
+    from pardnn.pipeline.recompute import backward_pass
+    profile = track_memory(graph, cluster, device, schedule)
+    t = profile.peak_time_us[0]
+    live = (profile.buf_device == 0) & (profile.buf_alloc <= t) & (t < profile.buf_free)
+    node, nbytes = profile.buf_node[live], profile.buf_bytes[live]
+    received = np.asarray(device)[node] != 0
+    read = np.array([graph.ops[n] == "ReadVariableOp" for n in node.tolist()], bool)
+    back = backward_pass(graph)[node]
+    running = (np.asarray(device) == 0) & (schedule.start <= t) & (t < schedule.finish)
+    gb = {"weights": nbytes[received & read].sum(), "activations": nbytes[~read & ~back].sum(),
+          "backward": nbytes[~read & back].sum(), "resident": profile.resident_bytes[0],
+          "scratch": graph.temp_bytes[running].sum()}
+    return {k: round(float(v) / 1e9, 2) for k, v in gb.items()}
 
 
 def host_transfers(graph, cluster, device, schedule) -> tuple:
@@ -192,7 +214,7 @@ def main():
         found[spec] = good["blocks"] if good else None
         rows.append((spec, good, bad))
     print("cluster | blocks | parameters | fails at | emulated step | host transfers | host bytes/step | "
-          "nodes | plan s, RSS | place s, RSS")
+          "nodes | plan s, RSS | place s, RSS | GPU peak, GB")
     for spec, good, bad in rows:
         if good is None:
             print(f"{spec} | none fits | | {bad} | | | | | |")
@@ -200,7 +222,8 @@ def main():
         print(f"{spec} | {good['blocks']} | {good['parameters'] / 1e9:.2f} B | {bad} | "
               f"{good['makespan_us'] / 1e6:.3f} s | {good['host_share']:.0%} | {good['host_bytes'] / 1e9:.1f} GB | "
               f"{good['nodes']} | {good['plan_seconds']:.0f}, {good['plan_rss_mib'] / 1024:.1f} GiB | "
-              f"{good['seconds']:.0f}, {good['rss_mib'] / 1024:.1f} GiB")
+              f"{good['seconds']:.0f}, {good['rss_mib'] / 1024:.1f} GiB | "
+              + ", ".join(f"{k} {v}" for k, v in good["peak_parts"].items()))
 
 
 def _child(argv) -> str:
