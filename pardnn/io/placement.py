@@ -3,17 +3,24 @@
 `placement.csv` has the header `node,device` and one row per node with the full
 TensorFlow device name. When reading, the device column may also be a device index
 or a short name (`GPU:1`). Every error names the file and the first offending line.
+Beside it, order.csv holds the control edges of a placement's order, and
+recompute.csv the edges into and out of the recomputed ops' copies
+(pardnn.graph.recompute), which a placed tf.function rebuilds (docs/tf2.md).
 """
 
 from __future__ import annotations
 
 import csv
 import os
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from pardnn.base.errors import UserError
+from pardnn.graph.recompute import original_name
+
+RECOMPUTE_HEADER = ["producer", "slot", "consumer"]
 
 
 @dataclass
@@ -67,6 +74,47 @@ def read_order_csv(path) -> list:
             if len(row) != 2 or not all(row):
                 raise UserError(f"{path}:{lineno}: expected `before,after` (two node names), got {row!r}")
             rows.append((row[0], row[1]))
+    return rows
+
+
+def recompute_rows(graph) -> list:
+    """(producer, slot, consumer) names of every edge of `graph` (a CostGraph) into or
+    out of a recomputed op's copy, slot -1 for a control edge, in edge order; [] for
+    a graph without copies."""
+    copies = np.array([original_name(name) is not None for name in graph.names], bool)
+    if not copies.any():
+        return []
+    names = graph.names
+    return [(names[graph.edge_src[e]], int(graph.edge_slot[e]), names[graph.edge_dst[e]])
+            for e in np.flatnonzero(copies[graph.edge_src] | copies[graph.edge_dst]).tolist()]
+
+
+def write_recompute_csv(graph, path) -> None:
+    """Write recompute.csv: `producer,slot,consumer`, the rows of `recompute_rows`."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
+        out = csv.writer(f)
+        out.writerow(RECOMPUTE_HEADER)
+        out.writerows(recompute_rows(graph))
+    os.replace(tmp, path)
+
+
+def read_recompute_csv(path) -> list:
+    """The (producer, slot, consumer) rows of a recompute.csv; [] when there is none.
+    UserError naming the file and line of a row that is not two names around a slot
+    (an output index, or -1 for a control edge)."""
+    if not os.path.exists(path):
+        return []
+    rows = []
+    with open(path, newline="", encoding="utf-8") as f:
+        for lineno, row in enumerate(csv.reader(f), 1):
+            if lineno == 1 and row == RECOMPUTE_HEADER:
+                continue
+            slot = row[1].strip() if len(row) == 3 else ""
+            if len(row) != 3 or not row[0] or not row[2] or not re.fullmatch(r"-1|[0-9]+", slot):
+                raise UserError(f"{path}:{lineno}: expected `producer,slot,consumer` (a node name, an "
+                                f"output index or -1, a node name), got {row!r}")
+            rows.append((row[0], int(slot), row[2]))
     return rows
 
 

@@ -1,7 +1,9 @@
 """Write a placed GraphDef: graph.pb with the full device name of its placement on
 every node and nothing else changed, without TensorFlow (pardnn.tf.protos); given an
 order (pardnn.graph.order), each of its edges becomes a control input `^before` of
-`after`, so TF's executor runs them in that order.
+`after`, so TF's executor runs them in that order. A graph with recomputed ops
+(pardnn.graph.recompute) gets their copies as NodeDefs, its readers rewired to them
+(pardnn.tf.recompute), after checking that each op copied may run twice.
 
 A node pinned to a device kind the cluster lacks (a CPU-only op when placing on
 GPUs) goes to the CPU of the host its group was placed on — with its whole
@@ -17,6 +19,7 @@ import numpy as np
 
 from pardnn.base.errors import UserError
 from pardnn.tf.graphdef import read_graph_def
+from pardnn.tf.recompute import carry_recompute
 
 
 def placed_devices(graph, placement) -> list:
@@ -34,9 +37,12 @@ def placed_devices(graph, placement) -> list:
 
 
 def write_placed_graph(profile_dir, graph, placement, out_path, order=None) -> None:
-    """Write graph.pb of `profile_dir` with every node's device set, and the control
-    inputs of `order` (an Order of `graph`'s ids) added, to `out_path`."""
-    graph_def = read_graph_def(os.path.join(str(profile_dir), "graph.pb"))
+    """Write graph.pb of `profile_dir` with every node's device set, the copies of
+    the ops `graph` recomputes added, and the control inputs of `order` (an Order of
+    `graph`'s ids) added, to `out_path`."""
+    source = os.path.join(str(profile_dir), "graph.pb")
+    graph_def = read_graph_def(source)
+    carry_recompute(profile_dir, graph_def, graph, source)
     devices = placed_devices(graph, placement)
     index = graph.index()
     waits = {}
