@@ -51,7 +51,7 @@ UNUSED_DEVICE = "/device:CPU:0"     # a variable the step never touches: host me
 
 def plan(build, batch_spec, devices, memory="auto", *, step=None, directory="pardnn_plan", reserve=None,
          algorithm="pardnn", estimate=None, time_budget=None, micro_batches=1, schedule="auto",
-         verbose=1) -> Plan:
+         recompute="auto", verbose=1) -> Plan:
     """Plan `build()`'s model on `devices` and write the plan folder `directory`;
     returns the Plan (`with plan.scope(): model = build()`, then `model.fit`).
 
@@ -65,7 +65,10 @@ def plan(build, batch_spec, devices, memory="auto", *, step=None, directory="par
     (pardnn.keras.micro_batches; the plan's devices can then run them side by side),
     or "auto": the M of AUTO_COUNTS with the shortest emulated step that fits
     (`_auto`). schedule: the order the micro-batches run in, as `pardnn place
-    --schedule` ("auto": the fastest that fits; pardnn.pipeline.schedule)."""
+    --schedule` ("auto": the fastest that fits; pardnn.pipeline.schedule). recompute:
+    as `pardnn place --recompute` ("auto": activations are recomputed only when
+    nothing fits otherwise; "on", "off"); the placed step runs the copies
+    (pardnn.tf.recompute_trace)."""
     if not callable(build):
         raise UserError(f"build: {build!r:.40} is not callable; give the function that builds the model")
     if step is not None and not callable(step):
@@ -81,11 +84,13 @@ def plan(build, batch_spec, devices, memory="auto", *, step=None, directory="par
         def again(m, where, quiet):
             return plan(build, batch_spec, devices, memory, step=step, directory=where, reserve=reserve,
                         algorithm=algorithm, estimate=estimate, time_budget=time_budget, micro_batches=m,
-                        schedule=schedule, verbose=0 if quiet else verbose)
+                        schedule=schedule, recompute=recompute, verbose=0 if quiet else verbose)
         return _auto(again, model_input(batch, fit=step is None), directory, verbose)
     micro_batches = check_micro_batches(micro_batches, model_input(batch, fit=step is None))
     if schedule not in ("auto",) + SCHEDULES:
         raise UserError(f"schedule: unknown schedule {schedule!r} (choose from auto, {', '.join(SCHEDULES)})")
+    if recompute not in ("auto", "on", "off"):
+        raise UserError(f"recompute: expected auto, on or off, got {recompute!r}")
     settings = {"devices": str(devices), "memory": memory if isinstance(memory, (int, str)) else "auto",
                 "algorithm": algorithm, "estimate": estimate_preset(devices, estimate),
                 "micro_batches": micro_batches}
@@ -95,7 +100,7 @@ def plan(build, batch_spec, devices, memory="auto", *, step=None, directory="par
             profile = profile_function(traced.step_fn, traced.args, out_dir=out.temp("profile"),
                                        estimate=settings["estimate"])
             placed = place_profile(os.path.join(out.staging, "profile"), cluster, algorithm, budget_s,
-                                   devices=str(devices), schedule=schedule)
+                                   devices=str(devices), schedule=schedule, recompute=recompute)
             report = write_place_dir(out, placed, _inputs(directory, devices, placed.cluster, algorithm,
                                                           time_budget)).to_json()
             doc = _plan_doc(traced, profile, placed, settings, step, batch)

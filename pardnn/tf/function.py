@@ -16,7 +16,9 @@ variables as resident memory, and every other node keeps its name in the trace.
 Python function the same way under a device function giving every op its placed
 device (names are stable from one trace of a function to the next), variable
 reads and updates included; its trace refuses variables that are not on their
-planned devices (pardnn.tf.variables creates them there). `requested_devices(fn)`
+planned devices (pardnn.tf.variables creates them there). The plan's order
+(order.csv) and recomputed ops (recompute.csv, pardnn.tf.recompute_trace) are
+carried into each trace. `requested_devices(fn)`
 gives the devices asked for. `check_function_placement(fn, args)` calls a fresh
 placed function once and reads where TF ran each op from the function's
 partition graphs.
@@ -46,6 +48,7 @@ from pardnn.tf.gathers import bypass_gathers, drop_nodes
 from pardnn.tf.plan_devices import local_device, read_devices
 from pardnn.tf.profiling import traced_steps, write_profile_dir
 from pardnn.tf.variables import creation_order, planned_variable_names, untouched_variables
+from pardnn.tf.recompute_trace import carry_recompute
 from pardnn.tf.rewrite import compare_partitions
 from pardnn.tf.session import parse_profile_devices, session_config
 
@@ -286,6 +289,7 @@ def placed(step_fn, placement_csv, around=None, relax_batch=False, follow=False)
             return
         _check_names(graph, devices, placement_csv, step_fn, set(bypassed))
         _check_variables(graph, devices, placement_csv, names)
+        carry_recompute(graph, placement_csv, devices, requested)
         _carry_order(graph, placement_csv)
 
     if relax_batch:
