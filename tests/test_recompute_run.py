@@ -23,7 +23,7 @@ from pardnn.pipeline.recompute import late_readers, one_device_times, recomputat
 from pardnn.tf.graphdef import read_graph_def
 from pardnn.tf.placed_graph import write_placed_graph
 from pardnn.tf.recompute import MARK, recomputable
-from tools.bench_recompute_run import emulated_peaks, measured, place, profile, write_recomputed
+from tools.bench_recompute_run import emulated_peaks, measured, place, profile, unplaced_loss, write_recomputed
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 KNOBS = ["layers=6", "hidden=256", "batch=64"]
@@ -48,12 +48,18 @@ def mlp(prof):
     return placed_twice(*prof, 2)
 
 
+@pytest.fixture(scope="module")
+def one(prof):
+    return placed_twice(*prof, 1)
+
+
 @pytest.mark.parametrize("config", ["pardnn", "default"])
 def test_a_recomputed_graph_trains_as_placed_and_its_copies_run(mlp, config):
     plain = measured(mlp["placed"], config)
     rc = measured(mlp["rc"], config, mlp["copies"])
     assert rc["moved"] == [] and plain["moved"] == []
     assert rc["loss"] == pytest.approx(plain["loss"], rel=1e-6)
+    assert rc["loss"] == pytest.approx(unplaced_loss(mlp["placed"]), rel=1e-6)
     copies = mlp["copies"]
     assert len(copies) > 10
     if config == "pardnn":
@@ -77,10 +83,10 @@ def test_the_copies_are_marked_and_read_by_the_backward_pass(mlp):
     assert readers and all(n.name.startswith("gradients/") for n in readers)
 
 
-def test_recomputation_lowers_the_allocators_peak(prof):
+def test_recomputation_lowers_the_allocators_peak(one):
     """On one device: with two, the order in which TF's executor runs ready ops (and so
     the peaks) changes from run to run even with every op in the calling thread."""
-    mlp = placed_twice(*prof, 1)
+    mlp = one
     plain, rc = measured(mlp["placed"], "pardnn"), measured(mlp["rc"], "pardnn", mlp["copies"])
     emulated = (emulated_peaks(mlp["graph"], mlp["cluster"], mlp["device"]),
                 emulated_peaks(mlp["new"], mlp["cluster"], mlp["new_device"]))
@@ -127,3 +133,16 @@ def test_place_recompute_on_writes_the_copies_that_pardnn_run_trains(prof, mlp, 
         ran = {n.node_name for d in result.check.run_metadata.step_stats.dev_stats for n in d.node_stats}
         assert result.check.moved == [] and result.losses == pytest.approx(plain.losses, rel=1e-6)
         assert copies <= ran if config == "pardnn" else len(copies & ran) >= len(copies) // 4
+
+
+def test_copies_run_in_a_session_with_no_config_at_all(one):
+    """tf.compat.v1.Session()'s own ConfigProto (Grappler on, one CPU device): the copies
+    of the one-device placement that compute (float outputs) ran unless their original
+    was rewritten away too."""
+    mlp = one
+    rc = measured(mlp["rc"], None, mlp["copies"])
+    assert rc["moved"] == [] and rc["loss"] == pytest.approx(unplaced_loss(mlp["placed"]), rel=1e-6)
+    nodes = {n.name: n for n in read_graph_def(os.path.join(mlp["rc"], "placed_graph.pb")).node}
+    merged = [c for c in mlp["copies"] if c not in rc["ran"] and original_name(c) in rc["ran"]
+              and nodes[c].attr["T"].type == 1]
+    assert merged == [] and len(rc["copies_ran"]) >= len(mlp["copies"]) // 4

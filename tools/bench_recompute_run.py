@@ -1,14 +1,15 @@
 """Recomputation in a real run: what TF's allocator holds with and without it (issue 51).
 
     python -m tools.bench_recompute_run [--family mlp] [--size small] [--set k=v ...]
-        [--devices 2] [--config pardnn|default] [--dir DIR]
+        [--devices 2] [--config pardnn|default|none] [--dir DIR]
 
 Profiles a built-in family (`pardnn profile`), places it round-robin on cpu:K, then
 runs the placed graph twice on K virtual CPU devices (pardnn.tf.run): as placed, and
 with the recomputation the planner ranks first (pardnn.pipeline.recompute), written
 into placed_graph.pb by pardnn.tf.placed_graph with every op on its placed device
 and each copy on its original's. For both it prints the first loss, the ops TF moved,
-the copies that ran, and per device the allocator's peak over the step
+the copies that ran, and per device the allocator's peak over the step (config
+none: tf.compat.v1.Session's own ConfigProto, one CPU device)
 (pardnn.tf.allocations, FULL_TRACE) beside the emulator's (pardnn.emulator.memory's
 peak less what is resident: variables and slots, which the allocator's records of
 one step leave out).
@@ -64,8 +65,11 @@ def measured(placed_dir, config, copies=()) -> dict:
         doc = json.load(f)
     model = build_model(load_module(doc["model"]), doc["model"], doc.get("knobs", {}))
     graph_def = read_graph_def(os.path.join(placed_dir, "placed_graph.pb"))
-    config = SESSION_CONFIGS[config](*device_counts(graph_def))
-    config.intra_op_parallelism_threads = 1
+    if config is None:                  # TF's own ConfigProto, nothing set (one CPU device)
+        config = tf.compat.v1.ConfigProto()
+    else:
+        config = SESSION_CONFIGS[config](*device_counts(graph_def))
+        config.intra_op_parallelism_threads = 1
     graph = tf.Graph()
     with graph.as_default():
         import_placed_graph(graph_def)
@@ -82,6 +86,23 @@ def measured(placed_dir, config, copies=()) -> dict:
     peaks = [peak for device, peak in sorted(step_peaks(metadata.step_stats).items()) if device != HOST]
     return {"loss": float(loss), "moved": moved, "peaks": peaks, "ran": ran,
             "copies_ran": sorted(c for c in copies if c in ran)}
+
+
+def unplaced_loss(placed_dir) -> float:
+    """The first loss of the model placed_dir's profile.json names, built and trained
+    as it is (its own graph, no placement, pardnn's session config)."""
+    import json
+    import tensorflow as tf
+    from pardnn.models import build_model
+    from pardnn.tf.session import session_config
+    from pardnn_builtin_models import load_module
+    with open(os.path.join(placed_dir, "profile.json")) as f:
+        doc = json.load(f)
+    model = build_model(load_module(doc["model"]), doc["model"], doc.get("knobs", {}))
+    with tf.compat.v1.Session(graph=model.graph, config=session_config()) as session:
+        session.run(model.init)
+        _, loss = session.run([model.train_op, model.loss], model.feed(0) if model.feed else None)
+    return float(loss)
 
 
 def profile(root, family, size, knobs) -> str:
@@ -127,7 +148,7 @@ def main(argv=None):
     parser.add_argument("--size", default="small")
     parser.add_argument("--set", action="append", default=[], dest="knobs")
     parser.add_argument("--devices", type=int, default=2)
-    parser.add_argument("--config", default="pardnn", choices=["pardnn", "default"])
+    parser.add_argument("--config", default="pardnn", choices=["pardnn", "default", "none"])
     parser.add_argument("--dir", default=None)
     args = parser.parse_args(argv)
     print_commit()
@@ -135,11 +156,12 @@ def main(argv=None):
     prof = profile(root, args.family, args.size, args.knobs)
     placed, graph, cluster, device = place(prof, root, args.devices)
     new, new_device, copies = write_recomputed(prof, placed, graph, cluster, device, placed + "_rc")
-    runs = {"plain": (measured(placed, args.config), emulated_peaks(graph, cluster, device)),
-            "recomputed": (measured(placed + "_rc", args.config, copies),
+    config = None if args.config == "none" else args.config
+    runs = {"plain": (measured(placed, config), emulated_peaks(graph, cluster, device)),
+            "recomputed": (measured(placed + "_rc", config, copies),
                            emulated_peaks(new, cluster, new_device))}
     print(f"{args.family} --size {args.size} {' '.join(args.knobs)} on cpu:{args.devices}, config "
-          f"{args.config}: {len(copies)} ops recomputed")
+          f"{args.config}: {len(copies)} ops recomputed; unplaced first loss {unplaced_loss(placed):.8g}")
     print("run         first loss    moved  copies ran  measured peak per device   emulated peak per device")
     for name, (run, emulated) in runs.items():
         ran = f"{len(run['copies_ran'])}/{len(copies)}" if name == "recomputed" else "-"
