@@ -4,15 +4,16 @@
         [--devices 2] [--config pardnn|default|none] [--dir DIR]
 
 Profiles a built-in family (`pardnn profile`), places it round-robin on cpu:K, then
-runs the placed graph twice on K virtual CPU devices (pardnn.tf.run): as placed, and
-with the recomputation the planner ranks first (pardnn.pipeline.recompute), written
-into placed_graph.pb by pardnn.tf.placed_graph with every op on its placed device
-and each copy on its original's. For both it prints the first loss, the ops TF moved,
-the copies that ran, and per device the allocator's peak over the step (config
-none: tf.compat.v1.Session's own ConfigProto, one CPU device)
+runs one step of the placed graph twice on K virtual CPU devices: as placed, and with
+the recomputation the planner ranks first (pardnn.pipeline.recompute), written into
+placed_graph.pb by pardnn.tf.placed_graph with every op on its placed device and each
+copy on its original's (config none: tf.compat.v1.Session's own ConfigProto, one CPU
+device). For both it prints the first loss (and the unplaced model's), the ops TF
+moved, the copies that ran, and per device the allocator's peak over the step
 (pardnn.tf.allocations, FULL_TRACE) beside the emulator's (pardnn.emulator.memory's
-peak less what is resident: variables and slots, which the allocator's records of
-one step leave out).
+peak less what is resident: variables and slots, which the allocator's records of one
+step leave out). On one device the measured peaks repeat exactly; on two, TF's
+executor orders the devices' ready ops differently from run to run (`measured`).
 """
 
 from __future__ import annotations
