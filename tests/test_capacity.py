@@ -178,8 +178,8 @@ def test_the_least_memory_is_placed_as_pardnn_place_places_it(monkeypatch):
     gives there, whether it took the candidates a check judged there (a check at the
     near-bound memory or below judges them all) or built them again; both happen."""
     real, reused = capacity_module.place, []
-    monkeypatch.setattr(capacity_module, "place", lambda graph, cluster, algorithm, judged=None: (
-        reused.append(judged is not None) or real(graph, cluster, algorithm, judged=judged)))
+    monkeypatch.setattr(capacity_module, "place", lambda graph, cluster, algorithm, judged=None, **more: (
+        reused.append(judged is not None) or real(graph, cluster, algorithm, judged=judged, **more)))
     for g, cluster in synth_cases():
         row = capacity(g, cluster, [cluster.num_devices])[0]
         placement, report = real(g, cluster.with_options(memory=row.least.memory))

@@ -8,8 +8,12 @@ to fit, until the bracket is within TOLERANCE of its top. Each memory tried asks
 decides whether `pardnn place --memory M` succeeds (`Feasibility`: some candidate of
 the portfolio fits after its repair), without refining; the least memory found is then
 placed exactly as `pardnn place --memory M` would (pardnn.pipeline.place.place), as is
-the cluster's own memory (the step the user gets there). The search counts memories
-tried, not seconds: the same inputs give the same answer on any machine.
+the cluster's own memory (the step the user gets there). Where no candidate fits as
+TF's executor orders the step, a memory fits too when one does with an order that
+lowers the peak (pardnn.pipeline.order_lever), which the placement there then
+carries; it is tried only then, so a memory that fits without it is placed as
+before. The search counts memories tried, not seconds: the same inputs give the
+same answer on any machine.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pardnn.graph.node_memory import resident_bytes
 from pardnn.pipeline.judge import Judging, fits_with_search, judge
 from pardnn.pipeline.lanes import in_lanes
 from pardnn.pipeline.bounds import step_lower_bound
+from pardnn.pipeline.order_lever import on_graph, ordered_graphs
 from pardnn.pipeline.place import place
 from pardnn.pipeline import choice
 from pardnn.pipeline.portfolio import build, judge_all
@@ -72,6 +77,10 @@ class Row:
                "step_lower_bound_us": self.step_bound.us,
                "fits_at_memory": self.at_memory is not None,
                "placements": self.placements, "memories_tried": self.checks}
+        order = self.least.placement.order
+        if order is not None and len(order):        # the order lever (pardnn.pipeline.order_lever)
+            doc.update({"order_at_least_memory": self.least.placement.schedule_name,
+                        "control_edges_at_least_memory": len(order)})
         if self.at_memory is not None:
             step = self.at_memory.report.makespan_us
             doc.update({"step_us_at_memory": step, "speedup_at_memory": one_device_us / step if step else None})
@@ -126,25 +135,27 @@ def count_rows(graph, cluster, counts, algorithm="pardnn", then=None) -> list:
                     f"finding the least memory on {len(counts)} device counts")
 
 
-def count_row(graph, cluster, algorithm) -> Row:
+def count_row(graph, cluster, algorithm, orders=True) -> Row:
     """The Row of `cluster` (all its devices): the least memory bisected with
     `Feasibility`, then placed as `pardnn place --memory` would; and the placement at
-    the cluster's own memory."""
+    the cluster's own memory. `orders`: a memory where nothing fits in TF's own order
+    may fit with an order the placement carries (pardnn.pipeline.order_lever)."""
     k, reserve = cluster.num_devices, cluster.reserve
     bound, step_bound = least_memory_on(graph, cluster), step_lower_bound(graph, cluster)
     memory = int(cluster.memory.max())
-    feasible = Feasibility(graph, cluster, algorithm)
+    feasible = Feasibility(graph, cluster, algorithm, orders)
     placed = [0]
 
     def full(m, judged=None):
         placed[0] += 1
         with stage(f"placing on {k} devices with {format_size(m)} each"):
-            try:
-                at = cluster.with_options(memory=m) if judged is None else judged.cluster
-                placement, report = place(graph, at, algorithm, judged=judged)
-            except UserError:
-                return None
-        return Fit(m, placement, report)
+            fit = _placed(graph, cluster, algorithm, m, judged)
+            for ordered, check in feasible.ordered() if fit is None else ():
+                fit = _placed(ordered.graph, cluster, algorithm, m,
+                              check.judged if check.judged_memory == m else None)
+                if fit is not None:
+                    return Fit(m, on_graph(graph, ordered, fit.placement), fit.report)
+        return fit
 
     if k == 1:                                      # one placement: its peak is the answer
         least = full(_memory(_one_device_peak(graph, cluster), reserve))
@@ -161,6 +172,17 @@ def count_row(graph, cluster, algorithm) -> Row:
         raise RuntimeError(f"{algorithm} found a fit at {format_size(least_memory_found)} on {k} devices "
                            f"and then did not place there")
     return Row(k, bound, step_bound, least, at_memory, placed[0], feasible.checks)
+
+
+def _placed(graph, cluster, algorithm, m, judged=None):
+    """The Fit of `pardnn place --memory m` (`judged`: its candidates judged there
+    already), None when nothing fits."""
+    try:
+        at = cluster.with_options(memory=m) if judged is None else judged.cluster
+        placement, report = place(graph, at, algorithm, judged=judged, recompute="off")
+    except UserError:
+        return None
+    return Fit(m, placement, report)
 
 
 class Feasibility:
@@ -181,10 +203,15 @@ class Feasibility:
     the first fit there) every candidate is built and judged as `pardnn place` judges
     them (portfolio.judge_all, in worker processes on large graphs), and when one fits
     they are kept (`judged`, at `judged_memory`): the placement there takes them as
-    they are."""
+    they are.
 
-    def __init__(self, graph, cluster, algorithm):
+    With `orders`, a memory at which none fits still fits when some order of
+    pardnn.pipeline.order_lever fits (`ordered`: a Feasibility of each ordered graph,
+    without orders, made when first needed)."""
+
+    def __init__(self, graph, cluster, algorithm, orders=False):
         self.graph, self.cluster, self.algorithm = graph, cluster, algorithm
+        self.orders, self._ordered = orders, None
         roles = choice.roles(algorithm, graph, cluster)
         self.names = [n for n in roles.order if n == roles.first or n in roles.beside]
         self.built, self.last, self.checks = {}, None, 0
@@ -194,6 +221,22 @@ class Feasibility:
 
     def fits(self, memory) -> bool:
         self.checks += 1
+        if self._fits_as_is(memory):
+            return True
+        return any(check.fits(memory) for _, check in self.ordered())
+
+    def ordered(self) -> list:
+        """[(order_lever.Ordered, its Feasibility)] to try when none fits as is; [] without `orders`."""
+        if not self.orders:
+            return []
+        if self._ordered is None:
+            self._ordered = [(o, Feasibility(o.graph, self.cluster, self.algorithm))
+                             for o in ordered_graphs(self.graph)]
+        for _, check in self._ordered:
+            check.complete_at_most = self.complete_at_most
+        return self._ordered
+
+    def _fits_as_is(self, memory) -> bool:
         cluster = self.cluster.with_options(memory=memory)
         with stage(f"trying {format_size(memory)} per device on {cluster.num_devices} devices"):
             if memory <= self.complete_at_most:
