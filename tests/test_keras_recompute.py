@@ -1,7 +1,7 @@
 """pardnn.keras.plan(..., recompute="on"): the plan's recomputed ops (recompute.csv)
 carried into the placed tf.function (pardnn.tf.recompute_trace), trained on 2 logical
 CPU devices in a subprocess (as a user's script runs) under TF's default function
-config (Grappler on), beside the same model unplaced. tests/helpers/
+config (Grappler on) and with Grappler off, beside the same model unplaced. tests/helpers/
 keras_recompute_script.py does the runs."""
 
 import json
@@ -14,7 +14,7 @@ import pytest
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 HERE = os.path.dirname(os.path.abspath(__file__))
-CASES = ["normalized", "transformer", "siamese", "bad"]
+CASES = ["normalized", "transformer", "siamese", "normalized:grappler-off", "bad"]
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def facts(tmp_path_factory):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("case", ["normalized", "transformer", "siamese"])
+@pytest.mark.parametrize("case", ["normalized", "transformer", "siamese", "normalized:grappler-off"])
 def test_a_recomputed_step_trains_as_the_unplaced_one_and_runs_its_copies(facts, case):
     """A custom loop (normalized), fit (transformer; siamese, with dropout): every op
     where planned, the unplaced losses, the copies in the graphs TF ran and read by
@@ -39,6 +39,8 @@ def test_a_recomputed_step_trains_as_the_unplaced_one_and_runs_its_copies(facts,
     checked, merged = run["merged"]
     assert checked >= 5 and merged == 0
     assert run["read"] >= 5
+    if case.endswith("grappler-off"):                   # every copy a reader in the trace reads ran
+        assert set(run["copies"]) - set(run["unread"]) <= set(run["ran"])
 
 
 def test_a_dropout_models_random_ops_are_not_recomputed(facts):

@@ -1,10 +1,10 @@
 """Run by tests/test_keras_recompute.py in a subprocess (K logical CPU devices must be
 set before TensorFlow initialises), as a user's script runs: models of
 tests/helpers/keras_models.py planned with recompute="on", built placed and trained
-under TF's default function config (Grappler on), beside the same model unplaced.
-Prints one JSON line.
+under TF's default function config (Grappler on; NAME:grappler-off: off), beside the
+same model unplaced. Prints one JSON line.
 
-    keras_recompute_script.py ROOT NAME [NAME ...]
+    keras_recompute_script.py ROOT NAME[:grappler-off] [...] [bad]
 """
 
 import csv
@@ -38,12 +38,12 @@ def _spy(call):
 placed_function._with_run_metadata = _spy
 
 
-def flow(root, name):
+def flow(root, name, folder=None):
     build, _ = km.MODELS[name]
     data = km.batches(name, STEPS, BATCH)
     custom = name == "normalized"
     reference = build()
-    plan = pardnn.keras.plan(build, km.specs(data[0]), devices=f"cpu:{K}", directory=f"{root}/{name}",
+    plan = pardnn.keras.plan(build, km.specs(data[0]), devices=f"cpu:{K}", directory=f"{root}/{folder or name}",
                              step=km.train_step if custom else None, reserve=0, recompute="on", verbose=0)
     with plan.scope():
         built = build()
@@ -162,7 +162,17 @@ def bad(root):
 def main_script(root, *names):
     tf.config.set_logical_device_configuration(
         tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * K)
-    print(json.dumps({name: bad(root) if name == "bad" else flow(root, name) for name in names}))
+    facts = {}
+    for name in names:
+        if name == "bad":
+            facts[name] = bad(root)
+        elif name.endswith(":grappler-off"):        # as pardnn's session config: no graph rewrites
+            tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+            facts[name] = flow(root, name.split(":")[0], name.replace(":", "_"))
+            tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": False})
+        else:
+            facts[name] = flow(root, name)
+    print(json.dumps(facts))
 
 
 if __name__ == "__main__":
