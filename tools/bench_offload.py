@@ -15,9 +15,13 @@ of the step during which a transfer to or from the host is in flight, the bytes 
 cross to and from the host per step, and how long planning and placing took.
 `--host-fetch` places each graph with the host-fetch lever (issue 51;
 pardnn.pipeline.host_fetch): the weights read again for the backward pass and every
-read held back by control edges until just before its layer.
+read held back by control edges until just before its layer; `--recompute N` tries the
+first N recomputations of each graph (pardnn.pipeline.recompute), the first that fits
+kept (without it, none: the placements are made with `recompute="off"`); `--start B`
+is the first block count tried.
 
-    python -m tools.bench_offload [--work DIR] [--configs A,B,...] [--resolution N] [--host-fetch]
+    python -m tools.bench_offload [--work DIR] [--configs A,B,...] [--resolution N]
+                                  [--host-fetch] [--recompute N] [--start B]
 
 Each plan (a profile dir per block count, kept in `--work` and reused by every
 cluster) and each placement runs in a child process, one at a time; planning and
@@ -81,37 +85,50 @@ def plan(work, blocks) -> tuple:
         return out, json.load(f)
 
 
-def place_child(profile, spec, fetch=False) -> dict:
+def place_child(profile, spec, fetch=False, recompute=0) -> dict:
     """What the `--place` child prints: place `profile` on `spec` with pardnn (with
-    the host-fetch lever when `fetch`)."""
-    from pardnn.base.errors import UserError
-    from pardnn.graph.op_rates import COMPUTE
+    the host-fetch lever when `fetch`); with `recompute` > 0, each of the first
+    `recompute` recomputations (pardnn.pipeline.recompute.recomputations) in turn
+    instead, until one fits."""
+    import itertools
+    import resource
+
     from pardnn.hardware import parse_devices
     from pardnn.pipeline.load import load_cost_graph
-    from pardnn.pipeline.place import place
-
-    import resource
+    from pardnn.pipeline.recompute import recomputations
     graph, _ = load_cost_graph(profile)
     cluster = parse_devices(spec)
     t0 = time.perf_counter()
-    if fetch:
-        from pardnn.pipeline.host_fetch import host_fetch
-        graph = host_fetch(graph).graph
+    graphs = itertools.islice((r.graph for r in recomputations(graph)), recompute) if recompute else [graph]
+    result = {"fits": False, "nodes": graph.num_nodes, "reason": "no recomputation"}
+    for tried, g in enumerate(graphs, 1):
+        if fetch:
+            from pardnn.pipeline.host_fetch import host_fetch
+            g = host_fetch(g).graph
+        result = {**_placed(g, cluster), "recomputations_tried": tried * bool(recompute)}
+        if result["fits"]:
+            break
+    return {**result, "seconds": time.perf_counter() - t0,
+            "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def _placed(graph, cluster) -> dict:
+    """`place_child`'s figures for one graph."""
+    from pardnn.base.errors import UserError
+    from pardnn.graph.op_rates import COMPUTE
+    from pardnn.pipeline.place import place
     try:
-        placement, report = place(graph, cluster)
+        placement, report = place(graph, cluster, recompute="off")
     except UserError as exc:
-        return {"fits": False, "nodes": graph.num_nodes, "seconds": time.perf_counter() - t0,
-                "reason": str(exc)[:300], "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+        return {"fits": False, "nodes": graph.num_nodes, "reason": str(exc)[:300]}
     share, crossing = host_transfers(graph, cluster, placement.device, placement.schedule)
-    parts = peak_parts(graph, cluster, placement.device, placement.schedule)
     on_host = np.asarray([d.host_tier for d in cluster.devices])[placement.device]
     arithmetic = int(np.count_nonzero(on_host & (graph.rate_class == COMPUTE)))
     return {"fits": arithmetic == 0, "host_matmuls": arithmetic, "nodes": graph.num_nodes,
-            "seconds": time.perf_counter() - t0,
-            "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "makespan_us": report.makespan_us, "host_share": share, "host_bytes": crossing,
             "candidate": report.candidate, "moved_nodes": report.moved_nodes,
-            "peak_gib": [round(x / 2**30, 2) for x in report.peak_memory_bytes], "peak_parts": parts}
+            "peak_gib": [round(x / 2**30, 2) for x in report.peak_memory_bytes],
+            "peak_parts": peak_parts(graph, cluster, placement.device, placement.schedule)}
 
 
 def peak_parts(graph, cluster, device, schedule) -> dict:
@@ -154,10 +171,10 @@ def host_transfers(graph, cluster, device, schedule) -> tuple:
     return busy / schedule.makespan, int(schedule.transfer_bytes[mine].sum())
 
 
-def fits(work, blocks, spec, log, fetch=False) -> dict:
+def fits(work, blocks, spec, log, fetch=False, recompute=0) -> dict:
     profile, facts = plan(work, blocks)
     result = json.loads(_child(["-m", "tools.bench_offload", "--place", profile, spec]
-                               + ["--host-fetch"] * fetch))
+                               + ["--host-fetch"] * fetch + ["--recompute", str(recompute)]))
     result.update(facts, blocks=blocks)
     log.append(result)
     why = "" if result["fits"] else (f", {result['host_matmuls']} MatMuls on the host" if "host_matmuls" in result
@@ -167,7 +184,7 @@ def fits(work, blocks, spec, log, fetch=False) -> dict:
     return result
 
 
-def largest(work, spec, resolution, start=None, fetch=False) -> tuple:
+def largest(work, spec, resolution, start=None, fetch=False, recompute=0) -> tuple:
     """(largest fitting result, smallest failing block count) for cluster `spec`,
     searched from `start` blocks (None: a guess by bytes per block)."""
     from pardnn.hardware import parse_devices
@@ -178,7 +195,7 @@ def largest(work, spec, resolution, start=None, fetch=False) -> tuple:
     probe = start or max(1, int(gpus.sum() / per_block))
     log, good, bad = [], None, None
     while True:
-        result = fits(work, probe, spec, log, fetch)
+        result = fits(work, probe, spec, log, fetch, recompute)
         good, bad = (result, bad) if result["fits"] else (good, probe)
         lo = good["blocks"] if good else 0
         if bad is not None and (bad - lo <= max(1, resolution * lo) or bad == 1):
@@ -199,10 +216,13 @@ def main():
                         help="stop when failing - fitting <= this share of the fitting block count")
     parser.add_argument("--host-fetch", action="store_true",
                         help="place with the host-fetch lever (pardnn.pipeline.host_fetch)")
+    parser.add_argument("--recompute", type=int, default=0, metavar="N",
+                        help="try the first N recomputations of each graph (default 0: none)")
+    parser.add_argument("--start", type=int, help="the first block count to try (default: a guess)")
     parser.add_argument("--place", nargs=2, metavar=("PROFILE", "SPEC"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.place:
-        print(json.dumps(place_child(*args.place, args.host_fetch)))
+        print(json.dumps(place_child(*args.place, args.host_fetch, args.recompute)))
         return
     print_commit()
     os.makedirs(args.work, exist_ok=True)
@@ -210,7 +230,8 @@ def main():
     for spec in args.configs.split(","):
         alone = spec[:-len("+host")] if spec.endswith("+host") else None
         start = 2 * found[alone] if found.get(alone) and not args.host_fetch else None
-        good, bad = largest(args.work, spec, args.resolution, start, args.host_fetch)
+        good, bad = largest(args.work, spec, args.resolution, args.start or start, args.host_fetch,
+                            args.recompute)
         found[spec] = good["blocks"] if good else None
         rows.append((spec, good, bad))
     print("cluster | blocks | parameters | fails at | emulated step | host transfers | host bytes/step | "
