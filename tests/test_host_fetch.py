@@ -165,3 +165,10 @@ def test_a_placement_of_the_lever_carries_its_order_on_the_refetched_graph():
     assert np.array_equal(np.asarray(carried.device), on_host(lever.refetched))
     again, _ = with_order(lever.refetched, carried.order)
     assert again.names == lever.graph.names
+
+
+def test_a_graph_without_large_reads_is_left_as_it_is():
+    g = layers()
+    lever = host_fetch(g, min_bytes=W + 1)
+    assert len(lever.order) == 0 and len(lever.refetch.copies) == 0
+    assert lever.graph.names == g.names and np.array_equal(lever.graph.edge_src, g.edge_src)
