@@ -214,3 +214,17 @@ def test_place_emulate_and_explain_a_recomputing_placement(tmp_path, capsys):
     assert "recompute:" in capsys.readouterr().out
     assert main(["place", str(path), "--devices", "cpu:2", "--recompute", "off", "-o", str(tmp_path / "plain")]) == 0
     assert "recompute" not in json.loads((tmp_path / "plain" / "report.json").read_text())
+
+
+def test_a_segment_nothing_in_the_backward_pass_waits_for_is_not_recomputed():
+    """The loss's only backward reader is the gradient's seed, which waits for no other
+    backward op: its copy would run at forward time and save nothing, so it is dropped
+    and the rest stays."""
+    graph = chain(3)
+    new, done = rewrite(graph, ["loss"])
+    assert new is graph and len(done) == 0
+    new, done = rewrite(graph, ["f0", "f1", "loss"])
+    assert sorted(new.names[c] for c in done.copies) == [copy_name("f0"), copy_name("f1")]
+    for lever in recomputations(chain(8)):
+        assert "loss" not in {lever.source.names[i] for i in lever.plan.ops}
+        assert len(lever.plan.ops) == len(lever.done)

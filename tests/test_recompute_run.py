@@ -61,7 +61,7 @@ def test_a_recomputed_graph_trains_as_placed_and_its_copies_run(mlp, config):
     assert rc["loss"] == pytest.approx(plain["loss"], rel=1e-6)
     assert rc["loss"] == pytest.approx(unplaced_loss(mlp["placed"]), rel=1e-6)
     copies = mlp["copies"]
-    assert len(copies) > 10
+    assert len(copies) >= 6             # two layers or more, their MatMul, BiasAdd and relu
     if config == "pardnn":
         assert rc["copies_ran"] == sorted(copies)
         return
@@ -110,7 +110,11 @@ def test_a_dropout_models_random_ops_are_never_recomputed(tmp_path):
     dropout = next(i for i in random if graph.names[i].startswith("dropout"))
     start, finish = one_device_times(graph)
     readers, _ = late_readers(graph, start, finish)
-    new, done = with_recompute(graph, [dropout], readers, start, finish)
+    # with the ops that read the draw (the mask the backward pass reads), so that its
+    # segment has a reader to wait for and is kept
+    after = [int(d) for d in graph.successors(dropout) if not readers[d]]
+    new, done = with_recompute(graph, [dropout] + after, readers, start, finish)
+    assert graph.names[dropout] in {new.names[o] for o in done.originals}
     cluster = parse_devices("cpu:1")
     with pytest.raises(UserError, match=f"cannot recompute op '{graph.names[dropout]}': RandomUniform is stateful"):
         write_placed_graph(prof, new, Placement(np.zeros(new.num_nodes, np.int32), cluster), tmp_path / "p.pb")
@@ -126,7 +130,7 @@ def test_place_recompute_on_writes_the_copies_that_pardnn_run_trains(prof, mlp, 
     assert main(["place", prof[1], "--devices", "cpu:2", "--recompute", "on", "-o", out]) == 0
     rows = read_recompute_csv(os.path.join(out, "recompute.csv"))
     copies = {n for p, _, c in rows for n in (p, c) if original_name(n) is not None}
-    assert len(copies) > 10
+    assert len(copies) >= 6             # two layers or more, their MatMul, BiasAdd and relu
     plain = run_placed(mlp["placed"], load_module, 2)
     for config in ("pardnn", "default"):
         result = run_placed(out, load_module, 2, config=config)

@@ -18,13 +18,14 @@ import numpy as np
 
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
+from pardnn.graph.order import read_order_rows, with_order
 from pardnn.pipeline.recompute import placed_graph
 from pardnn.pipeline.schedule import SCHEDULES, ranks
 from pardnn.base.errors import UserError
 from pardnn.hardware import cluster_from_flags
 from pardnn.hardware.hosts import replica_cluster
 from pardnn.io.outputs import MANIFEST
-from pardnn.io.placement import read_csv
+from pardnn.io.placement import read_csv, read_order_csv
 from pardnn.base.jsonfile import read_json
 from pardnn.pipeline.load import load_cost_graph
 
@@ -90,6 +91,9 @@ def open_placed(folder, inputs, cluster, profile=None) -> Emulated:
         raise UserError(f"PLACED_DIR: {profile} has {graph.num_nodes} nodes and {graph.num_edges} edges, "
                         f"{folder}/report.json {report.get('num_nodes')} and {report.get('num_edges')}: "
                         f"not the graph it placed")
+    if report.get("memory_order"):      # the order lever's edges: the step the report emulated
+        rows = read_order_csv(os.path.join(folder, "order.csv"))
+        graph = with_order(graph, read_order_rows(graph, rows, f"PLACED_DIR: {folder}/order.csv"))[0]
     device = read_csv(os.path.join(folder, "placement.csv"), graph, cluster)
     schedule = simulate(graph, cluster, device, ranks(graph, _schedule_of(folder, report)))
     memory = track_memory(graph, cluster, device, schedule)

@@ -30,7 +30,7 @@ Every function is O(V + E) numpy passes over the forward ops, but the closure wa
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -55,6 +55,8 @@ class Plan:
     kept_bytes: int         # bytes still kept with the plan
     estimate: int           # kept bytes plus the largest segment's recomputed bytes
     recompute_us: float     # compute time the copies add
+    cuts: np.ndarray = field(repr=False, default=None)       # positions of the cuts among the forward ops
+    position: np.ndarray = field(repr=False, default=None)   # per node: its position among them, or -1
 
 
 def passes(graph, readers, backward):
@@ -90,12 +92,26 @@ def plan(graph, segments, facts, arithmetic=True) -> Plan:
     for t in cuts.tolist():
         checkpoint[fwd[(np.arange(len(fwd)) <= t) & (last > t)]] = True
     ops = _closure(graph, saved & recomputable & ~checkpoint, recomputable & ~checkpoint)
+    return Plan(segments, arithmetic, ops, *_figures(graph, ops, saved, pos, cuts), cuts=cuts, position=pos)
+
+
+def narrowed(graph, plan_, ops, saved) -> Plan:
+    """`plan_` recomputing only `ops` (a subset of its ops: pardnn.graph.recompute drops
+    the segments that nothing in the backward pass waits for), its figures again."""
+    ops = np.asarray(ops, np.int64)
+    return replace(plan_, ops=ops, **dict(zip(
+        ("checkpoints", "saved_bytes", "kept_bytes", "estimate", "recompute_us"),
+        _figures(graph, ops, saved, plan_.position, plan_.cuts))))
+
+
+def _figures(graph, ops, saved, pos, cuts) -> tuple:
+    """(checkpoints, saved bytes, kept bytes, estimate, added compute) of recomputing `ops`."""
     kept = (saved & ~ops_mask(graph, ops)) | _inputs(graph, ops)
     seg = np.searchsorted(cuts, pos[ops], side="left")
     per_segment = np.bincount(seg, graph.out_bytes[ops] * saved[ops], minlength=len(cuts) + 1)
     kept_bytes = int(graph.out_bytes[kept].sum())
-    return Plan(segments, arithmetic, ops, np.flatnonzero(kept), int(graph.out_bytes[saved].sum()), kept_bytes,
-                kept_bytes + int(per_segment.max(initial=0)), float(graph.comp_us[ops].sum()))
+    return (np.flatnonzero(kept), int(graph.out_bytes[saved].sum()), kept_bytes,
+            kept_bytes + int(per_segment.max(initial=0)), float(graph.comp_us[ops].sum()))
 
 
 def ops_mask(graph, ops) -> np.ndarray:

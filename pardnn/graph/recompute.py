@@ -23,7 +23,8 @@ The rewrite, for the chosen ops (`ops`):
   backward op that the first reader of their segment (copies joined by data edges)
   waits for. Without it a copy would be ready at forward time, since its checkpoints
   are, and TF's executor (first in, first out) would run it at once, keeping its output
-  as long as the original's. The trigger precedes the segment's first reader, so the
+  as long as the original's: a segment whose first reader waits for no backward op
+  is therefore not recomputed at all. The trigger precedes the segment's first reader, so the
   edge closes no cycle (docs/algorithm.md gives the argument).
 """
 
@@ -85,7 +86,9 @@ def with_recompute(graph, ops, readers, start, finish):
     in_src = np.where(data[into] & (copy_of[src[into]] >= 0), copy_of[src[into]], src[into])
     in_dst = copy_of[dst[into]]
     links = Links(in_src - n, in_dst - n, in_src >= n, copy_of[src[moved]] - n, dst[moved])
-    trigger = _triggers(graph, m, links, readers & (copy_of < 0), np.asarray(start), np.asarray(finish))
+    trigger, waiting = _triggers(graph, m, links, readers & (copy_of < 0), np.asarray(start), np.asarray(finish))
+    if not waiting.all():       # a segment nothing waits for would run at forward time: no saving
+        return with_recompute(graph, ops[waiting], readers, start, finish)
     roots = np.flatnonzero(trigger >= 0)
     new = CostGraph.build(
         names=list(graph.names) + [copy_name(graph.names[x]) for x in ops.tolist()],
@@ -132,11 +135,13 @@ def _check(graph, ops, readers) -> None:
             raise GraphError(f"recompute: op {name!r} {why}")
 
 
-def _triggers(graph, m, links, waits, start, finish) -> np.ndarray:
-    """int64 per copy: the op its control edge comes from, or -1 (a copy that reads
-    another copy, or whose segment's first reader waits for no other reader). Each
-    segment (copies joined by data edges) waits for the predecessor of its first
-    reader (by `start`, ties by id) among `waits` that finishes last."""
+def _triggers(graph, m, links, waits, start, finish) -> tuple:
+    """(trigger, waiting): int64 per copy, the op its control edge comes from, or -1 (a
+    copy that reads another copy, or whose segment waits for nothing); bool per copy,
+    its segment waits for an op. Each segment (copies joined by data edges) waits for
+    the predecessor of its first reader (by `start`, ties by id) among `waits` that
+    finishes last; a segment whose first reader has none, or that no reader reads,
+    waits for nothing."""
     segment = _segments(m, links.a, links.b, links.joined)
     seg = segment[links.read]
     first = {}
@@ -151,7 +156,8 @@ def _triggers(graph, m, links, waits, start, finish) -> np.ndarray:
             wait[s] = int(preds[np.lexsort((preds, finish[preds]))[-1]])
     reads_copy = np.zeros(m, bool)
     reads_copy[links.b[links.joined]] = True
-    return np.array([-1 if reads_copy[i] else wait.get(int(segment[i]), -1) for i in range(m)], np.int64)
+    trigger = np.array([-1 if reads_copy[i] else wait.get(int(segment[i]), -1) for i in range(m)], np.int64)
+    return trigger, np.isin(segment, np.fromiter(wait, np.int64, len(wait)))
 
 
 def _segments(m, a, b, joined) -> np.ndarray:

@@ -111,7 +111,7 @@ def schedule_on_graph(graph, ordered, schedule):
     kept = np.unique(carried[carried >= 0])
     number = np.full(len(schedule.transfer_edge), -1, np.int64)
     number[kept] = np.arange(len(kept))
-    edge_transfer = np.where(carried >= 0, number[np.maximum(carried, 0)], -1)
+    edge_transfer = np.where(carried >= 0, number[np.maximum(carried, 0)], -1) if len(number) else carried
     first = np.full(len(kept), graph.num_edges, np.int64)
     on = np.flatnonzero(edge_transfer >= 0)
     np.minimum.at(first, edge_transfer[on], on)

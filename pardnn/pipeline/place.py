@@ -22,6 +22,7 @@ from pardnn.base.errors import UserError
 from pardnn.graph.constraints import violations
 from pardnn.io.placement import Placement
 from pardnn.pipeline.portfolio import Chosen, choose
+from pardnn.pipeline.order_lever import on_graph, ordered_graphs
 from pardnn.pipeline.recompute import recomputations
 from pardnn.pipeline.report import Report, placement_report
 from pardnn.repair.least_memory import least_memory_on
@@ -49,10 +50,11 @@ def run_placement(graph, cluster, algorithm="pardnn", budget_s=None, judged=None
     this cluster already (portfolio.judge_all), the same placement sooner. On a step
     of micro-batches, the placement then carries the order of `schedule` ("auto":
     the fastest that fits; pardnn.pipeline.schedule), chaining the ops of `among`
-    (pardnn.graph.order.step_mask). When nothing fits for memory and `recompute` is
-    "auto", the graph with its activations recomputed is placed instead
-    (pardnn.pipeline.recompute; `placed.graph` is then that graph); "on" recomputes
-    whenever some recomputation fits, "off" never."""
+    (pardnn.graph.order.step_mask). When nothing fits for memory, the levers: an
+    order that lowers the peak (pardnn.pipeline.order_lever, carried by the
+    placement), then, with `recompute` "auto", the graph with its activations
+    recomputed (pardnn.pipeline.recompute; `placed.graph` is then that graph); "on"
+    recomputes whenever some recomputation fits, "off" never."""
     start = time.perf_counter()
     if recompute == "on":
         if next(recomputations(graph), None) is None:
@@ -63,12 +65,29 @@ def run_placement(graph, cluster, algorithm="pardnn", budget_s=None, judged=None
     try:
         return _run_placement(graph, cluster, algorithm, budget_s, judged, schedule, among, start)
     except UserError as short:
-        if recompute != "auto" or not str(short).startswith("memory:"):
+        if not str(short).startswith("memory:"):
             raise
-        placed = _recomputing(graph, cluster, algorithm, budget_s, schedule, among, start)
+        placed = _ordering(graph, cluster, algorithm, budget_s, schedule, among, start)
+        if placed is None and recompute == "auto":
+            placed = _recomputing(graph, cluster, algorithm, budget_s, schedule, among, start)
         if placed is None:
             raise
         return placed
+
+
+def _ordering(graph, cluster, algorithm, budget_s, schedule, among, start) -> Placed | None:
+    """The placement of the first order of pardnn.pipeline.order_lever with which the
+    step fits (the big gradient sums one after another: the lever that adds no
+    compute, tried first), carrying that order; None when none fits."""
+    for ordered in ordered_graphs(graph):
+        inside = None if among is None else np.asarray(among, bool)[np.argsort(ordered.ids)]
+        try:
+            placed = _run_placement(ordered.graph, cluster, algorithm, budget_s, None, schedule, inside, start)
+        except UserError:
+            continue
+        return replace(placed, placement=on_graph(graph, ordered, placed.placement), graph=graph,
+                       seconds=time.perf_counter() - start)
+    return None
 
 
 FITTING_LEVERS = 3      # recomputations placed that fit, the fastest step kept

@@ -91,6 +91,11 @@ def recomputations(graph, counts=COUNTS):
             continue
         seen.add(key)
         new, done = with_recompute(graph, plan.ops, readers, start, finish)
+        if len(done) < len(plan.ops):       # segments nothing waits for were dropped
+            plan = checkpoints.narrowed(graph, plan, np.flatnonzero(np.isin(done.new_id, done.originals)), facts[1])
+            if not len(plan.ops) or plan.ops.tobytes() in seen:
+                continue
+            seen.add(plan.ops.tobytes())
         yield Recomputation(new, graph, plan, done)
 
 

@@ -77,6 +77,9 @@ class Report:
     schedules: dict | None = _field("micro-batches", "each order's emulated step on this placement, by name")
     bubble: float | None = _field(
         "micro-batches", "the share of the devices' time within the step that none of them computes")
+    memory_order: dict | None = _field(
+        "levers", "an order that lowers the peak (pardnn/pipeline/order_lever.py): its `name` and its "
+        "`control_edges`, carried as order.csv and as control inputs of placed_graph.pb")
     recompute: dict | None = _field(
         "levers", "activations recomputed in the backward pass instead of kept: `ops` recomputed (their copies "
         "are `pardnn_recompute/` nodes of placed_graph.pb), `segments` the forward pass was cut into, "
@@ -159,6 +162,8 @@ def placement_report(graph, placed, loader=None, replicas=None, stage_seconds=No
     for key, value in _schedule_fields(placed, cluster).items():
         setattr(report, key, value)
     report.recompute = _recompute_fields(placed.recomputation, cluster)
+    if not placed.scheduled and placement.order is not None and len(placement.order):
+        report.memory_order = {"name": placement.schedule_name, "control_edges": len(placement.order)}
     own = dict(stage_seconds or {})
     report.stage_seconds = {**({"load": own.pop("load")} if "load" in own else {}), **placement.stage_seconds,
                             "evaluate": time.perf_counter() - t0, **own}
