@@ -177,12 +177,13 @@ def test_the_least_memory_is_placed_as_pardnn_place_places_it(monkeypatch):
     """Each row's placement at its least memory is the one `pardnn place --memory`
     gives there, whether it took the candidates a check judged there (a check at the
     near-bound memory or below judges them all) or built them again; both happen."""
-    real, reused = capacity_module.place, []
-    monkeypatch.setattr(capacity_module, "place", lambda graph, cluster, algorithm, judged=None, **more: (
+    from pardnn.pipeline.place import place
+    real, reused = capacity_module.run_placement, []
+    monkeypatch.setattr(capacity_module, "run_placement", lambda graph, cluster, algorithm, judged=None, **more: (
         reused.append(judged is not None) or real(graph, cluster, algorithm, judged=judged, **more)))
     for g, cluster in synth_cases():
         row = capacity(g, cluster, [cluster.num_devices])[0]
-        placement, report = real(g, cluster.with_options(memory=row.least.memory))
+        placement, report = place(g, cluster.with_options(memory=row.least.memory))
         assert np.array_equal(placement.device, row.least.placement.device)
         assert report.makespan_us == row.least.report.makespan_us
         assert report.peak_memory_bytes == row.least.report.peak_memory_bytes

@@ -41,3 +41,25 @@ def test_explain_emulates_the_ordered_step_again(tmp_path, capsys):
     assert report["memory_order"]["name"] == "sum-order" and (out / "order.csv").exists()
     assert main(["explain", str(out), "--json", str(tmp_path / "e.json")]) == 0
     assert json.loads((tmp_path / "e.json").read_text())["step"]["makespan_us"] == report["makespan_us"]
+
+
+def test_capacity_recomputes_at_the_devices_memory_when_nothing_else_fits(tmp_path):
+    """A `pardnn capacity` row whose devices' memory fits only with recomputation is
+    placed there as `pardnn place` places it, and its folder holds the copies."""
+    import json
+
+    from pardnn.cli import main
+    from tests.test_recompute import chain, peak
+    graph = chain(6)
+    need, _ = peak(graph)
+    path = tmp_path / "chain.json"
+    graph.to_json(str(path))
+    memory = str(need - 150_000)
+    assert main(["capacity", str(path), "--devices", "cpu:2", "--memory", memory, "--reserve", "0",
+                 "-o", str(tmp_path / "cap")]) == 0
+    doc = json.loads((tmp_path / "cap" / "capacity.json").read_text())
+    one = [r for r in doc["rows"] if r["devices"] == 1][0]
+    assert one["fits_at_memory"] and one["recompute_at_memory"]["ops"] > 0
+    assert "pardnn_recompute/" in (tmp_path / "cap" / "k1" / "placement.csv").read_text()
+    _, report = place(graph, parse_devices("cpu:1").with_options(memory=int(memory), reserve=0.0))
+    assert one["step_us_at_memory"] == report.makespan_us

@@ -138,8 +138,8 @@ def write_count(args, graph, info, out, row) -> list:
     fit = row.at_memory or row.least
     prefix = f"k{row.devices}/"
     cluster = fit.placement.cluster
-    write_placed_files(out, graph, info, fit.placement, cluster, args.algorithm, args.devices, prefix=prefix,
-                       views=False)
+    write_placed_files(out, fit.graph or graph, info, fit.placement, cluster, args.algorithm, args.devices,
+                       prefix=prefix, views=False)
     spec = count_spec(args, cluster, fit.memory)
     if spec is not None:
         write_json(placed_inputs(args, spec, str(fit.memory)), out.temp(prefix + "inputs.json"))

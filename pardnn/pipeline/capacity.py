@@ -32,7 +32,8 @@ from pardnn.pipeline.judge import Judging, fits_with_search, judge
 from pardnn.pipeline.lanes import in_lanes
 from pardnn.pipeline.bounds import step_lower_bound
 from pardnn.pipeline.order_lever import on_graph, ordered_graphs
-from pardnn.pipeline.place import place
+from pardnn.pipeline.place import run_placement
+from pardnn.pipeline.report import placement_report
 from pardnn.pipeline import choice
 from pardnn.pipeline.portfolio import build, judge_all
 from pardnn.placers import registry
@@ -53,6 +54,7 @@ class Fit:
     memory: int                 # bytes per device, the reserve included (as --memory)
     placement: object           # pardnn.io.placement.Placement
     report: object              # its report.json (pardnn.pipeline.report.Report)
+    graph: object = None        # the graph placed when it recomputes (pardnn.pipeline.recompute), else None
 
 
 @dataclass
@@ -84,6 +86,8 @@ class Row:
         if self.at_memory is not None:
             step = self.at_memory.report.makespan_us
             doc.update({"step_us_at_memory": step, "speedup_at_memory": one_device_us / step if step else None})
+            if self.at_memory.report.recompute is not None:     # recomputed there (pardnn.pipeline.recompute)
+                doc["recompute_at_memory"] = self.at_memory.report.recompute
             if self.at_memory.report.schedule is not None:     # a step of micro-batches: its order there
                 doc.update({"schedule_at_memory": self.at_memory.report.schedule,
                             "bubble_at_memory": self.at_memory.report.bubble})
@@ -146,7 +150,7 @@ def count_row(graph, cluster, algorithm, orders=True) -> Row:
     feasible = Feasibility(graph, cluster, algorithm, orders)
     placed = [0]
 
-    def full(m, judged=None):
+    def full(m, judged=None, recompute=False):
         placed[0] += 1
         with stage(f"placing on {k} devices with {format_size(m)} each"):
             fit = _placed(graph, cluster, algorithm, m, judged)
@@ -155,14 +159,16 @@ def count_row(graph, cluster, algorithm, orders=True) -> Row:
                               check.judged if check.judged_memory == m else None)
                 if fit is not None:
                     return Fit(m, on_graph(graph, ordered, fit.placement), fit.report)
+            if fit is None and recompute:       # the devices' own memory: as `pardnn place` there
+                fit = _placed(graph, cluster, algorithm, m, recompute="on")
         return fit
 
     if k == 1:                                      # one placement: its peak is the answer
         least = full(_memory(_one_device_peak(graph, cluster), reserve))
-        return Row(k, bound, step_bound, least, full(memory) if memory >= least.memory else None, placed[0], 0)
+        return Row(k, bound, step_bound, least, full(memory, recompute=True), placed[0], 0)
     low = _memory(bound.bytes, reserve)             # nothing fits below it
     feasible.complete_at_most = _near(low)
-    at_memory = full(memory) if memory >= low else None
+    at_memory = full(memory, recompute=True) if memory >= _memory(bound.recomputing().bytes, reserve) else None
     top = _fitting_top(graph, cluster, at_memory, low, feasible)
     least_memory_found = _bisect(low, top, feasible.fits)
     judged = feasible.judged if feasible.judged is not None and feasible.judged_memory == least_memory_found else None
@@ -174,15 +180,17 @@ def count_row(graph, cluster, algorithm, orders=True) -> Row:
     return Row(k, bound, step_bound, least, at_memory, placed[0], feasible.checks)
 
 
-def _placed(graph, cluster, algorithm, m, judged=None):
+def _placed(graph, cluster, algorithm, m, judged=None, recompute="off"):
     """The Fit of `pardnn place --memory m` (`judged`: its candidates judged there
-    already), None when nothing fits."""
+    already) without its levers (the callers try them), or with `recompute` "on" the
+    placement of a recomputed graph; None when nothing fits."""
     try:
         at = cluster.with_options(memory=m) if judged is None else judged.cluster
-        placement, report = place(graph, at, algorithm, judged=judged, recompute="off")
+        placed = run_placement(graph, at, algorithm, judged=judged, recompute=recompute, orders=False)
     except UserError:
         return None
-    return Fit(m, placement, report)
+    return Fit(m, placed.placement, placement_report(placed.graph, placed),
+               placed.graph if placed.recomputation is not None else None)
 
 
 class Feasibility:

@@ -44,7 +44,7 @@ class Placed:
 
 
 def run_placement(graph, cluster, algorithm="pardnn", budget_s=None, judged=None, schedule="auto",
-                  among=None, recompute="auto") -> Placed:
+                  among=None, recompute="auto", orders=True) -> Placed:
     """Run `algorithm` on graph and cluster. `budget_s` caps the portfolio's work after
     its first candidate (None: no cap). `judged`: its candidates built and judged at
     this cluster already (portfolio.judge_all), the same placement sooner. On a step
@@ -54,7 +54,8 @@ def run_placement(graph, cluster, algorithm="pardnn", budget_s=None, judged=None
     order that lowers the peak (pardnn.pipeline.order_lever, carried by the
     placement), then, with `recompute` "auto", the graph with its activations
     recomputed (pardnn.pipeline.recompute; `placed.graph` is then that graph); "on"
-    recomputes whenever some recomputation fits, "off" never."""
+    recomputes whenever some recomputation fits, "off" never. `orders` False: no
+    order lever."""
     start = time.perf_counter()
     if recompute == "on":
         if next(recomputations(graph), None) is None:
@@ -67,7 +68,7 @@ def run_placement(graph, cluster, algorithm="pardnn", budget_s=None, judged=None
     except UserError as short:
         if not str(short).startswith("memory:"):
             raise
-        placed = _ordering(graph, cluster, algorithm, budget_s, schedule, among, start)
+        placed = _ordering(graph, cluster, algorithm, budget_s, schedule, among, start) if orders else None
         if placed is None and recompute == "auto":
             placed = _recomputing(graph, cluster, algorithm, budget_s, schedule, among, start)
         if placed is None:
