@@ -63,3 +63,42 @@ def test_capacity_recomputes_at_the_devices_memory_when_nothing_else_fits(tmp_pa
     assert "pardnn_recompute/" in (tmp_path / "cap" / "k1" / "placement.csv").read_text()
     _, report = place(graph, parse_devices("cpu:1").with_options(memory=int(memory), reserve=0.0))
     assert one["step_us_at_memory"] == report.makespan_us
+
+
+def slow_host(gpu_memory):
+    """tests.test_host_fetch's GPU beside a host whose MatMuls are 33x slower."""
+    from pardnn.hardware import Cluster, Device
+    from tests.test_host_fetch import gpu_and_host
+    both = gpu_and_host()
+    devices = (Device("/device:GPU:0", "GPU", gpu_memory),
+               Device("/device:CPU:0", "CPU", 1 << 40, compute_rate=0.03, memory_rate=0.2, host_tier=True))
+    return Cluster(devices, both.latency_us, both.bandwidth).with_options(reserve=0.0)
+
+
+def test_the_host_fetch_lever_when_the_host_runs_matmuls(monkeypatch):
+    """Weights kept on the host: where the placement without the lever runs MatMuls on
+    the host for lack of GPU memory, the lever (each weight read again for the
+    backward, the reads ordered) gives a shorter step, with no more of them there;
+    with room on the GPU nothing changes. A placement with it is written for the refetched
+    graph, which pardnn.pipeline.recompute.with_copies makes again from its names."""
+    from pardnn.io.placement import Placement
+    from pardnn.pipeline.levers import host_compute
+    from pardnn.pipeline.recompute import with_copies
+    from tests import test_host_fetch
+    monkeypatch.setattr(test_host_fetch, "W", 4 << 20)          # weights of 4 MiB: worth holding back
+    monkeypatch.setattr(test_host_fetch, "A", 40 << 10)
+    graph = test_host_fetch.layers(4)
+    tight = slow_host(18 << 20)
+    plain = run_placement(graph, tight, fetch="off")
+    placed = run_placement(graph, tight)
+    assert placed.host_fetch is not None and placed.graph is placed.host_fetch.refetched
+    assert placed.placement.schedule.makespan < plain.placement.schedule.makespan
+    assert 0 < host_compute(placed, tight) <= host_compute(plain, tight)
+    assert placed.placement.schedule_name == "host-fetch" and len(placed.placement.order) > 0
+    again = with_copies(graph, placed.graph.names)
+    assert again.names == placed.graph.names and np.array_equal(again.edge_src, placed.graph.edge_src)
+    report = place(graph, tight)[1].to_json()
+    assert report["host_fetch"]["reads"] == 4 and report["memory_order"]["name"] == "host-fetch"
+    assert isinstance(placed.placement, Placement)
+    roomy = slow_host(10**6)
+    assert run_placement(graph, roomy).host_fetch is None

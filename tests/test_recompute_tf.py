@@ -6,7 +6,8 @@ import pytest
 
 from pardnn.base.errors import UserError
 from pardnn.graph import CostGraph
-from pardnn.io.placement import read_recompute_csv, recompute_rows, write_recompute_csv
+from pardnn.graph.recompute import recompute_rows
+from pardnn.io.placement import read_recompute_csv, write_recompute_csv
 from pardnn.tf.protos import GraphDef
 from pardnn.tf.recompute import MARK, add_copies, check_recomputable, mapped_input, rewiring
 
@@ -81,7 +82,7 @@ def test_mapped_input_keeps_the_texts_form(text, want):
 def test_recompute_csv_round_trip_and_bad_rows(tmp_path):
     graph = cost_graph()
     path = tmp_path / "recompute.csv"
-    write_recompute_csv(graph, path)
+    write_recompute_csv(recompute_rows(graph), path)
     assert path.read_text().splitlines()[0] == "producer,slot,consumer"
     assert read_recompute_csv(path) == recompute_rows(graph)
     assert read_recompute_csv(tmp_path / "none.csv") == []

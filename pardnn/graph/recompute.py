@@ -175,3 +175,15 @@ def _segments(m, a, b, joined) -> np.ndarray:
         if rx != ry:
             parent[max(rx, ry)] = min(rx, ry)
     return np.array([root(i) for i in range(m)], np.int64)
+
+
+def recompute_rows(graph) -> list:
+    """(producer, slot, consumer) names of every edge of `graph` (a CostGraph) into or
+    out of a recomputed op's copy, slot -1 for a control edge, in edge order; [] for
+    a graph without copies."""
+    copies = np.array([original_name(name) is not None for name in graph.names], bool)
+    if not copies.any():
+        return []
+    names = graph.names
+    return [(names[graph.edge_src[e]], int(graph.edge_slot[e]), names[graph.edge_dst[e]])
+            for e in np.flatnonzero(copies[graph.edge_src] | copies[graph.edge_dst]).tolist()]

@@ -5,7 +5,7 @@ TensorFlow device name. When reading, the device column may also be a device ind
 or a short name (`GPU:1`). Every error names the file and the first offending line.
 Beside it, order.csv holds the control edges of a placement's order, and
 recompute.csv the edges into and out of the recomputed ops' copies
-(pardnn.graph.recompute), which a placed tf.function rebuilds (docs/tf2.md).
+(pardnn.graph.recompute.recompute_rows), which a placed tf.function rebuilds (docs/tf2.md).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pardnn.base.errors import UserError
-from pardnn.graph.recompute import original_name
 
 RECOMPUTE_HEADER = ["producer", "slot", "consumer"]
 
@@ -77,25 +76,14 @@ def read_order_csv(path) -> list:
     return rows
 
 
-def recompute_rows(graph) -> list:
-    """(producer, slot, consumer) names of every edge of `graph` (a CostGraph) into or
-    out of a recomputed op's copy, slot -1 for a control edge, in edge order; [] for
-    a graph without copies."""
-    copies = np.array([original_name(name) is not None for name in graph.names], bool)
-    if not copies.any():
-        return []
-    names = graph.names
-    return [(names[graph.edge_src[e]], int(graph.edge_slot[e]), names[graph.edge_dst[e]])
-            for e in np.flatnonzero(copies[graph.edge_src] | copies[graph.edge_dst]).tolist()]
-
-
-def write_recompute_csv(graph, path) -> None:
-    """Write recompute.csv: `producer,slot,consumer`, the rows of `recompute_rows`."""
+def write_recompute_csv(rows, path) -> None:
+    """Write recompute.csv: `producer,slot,consumer`, one row per edge into or out of a
+    copy (pardnn.graph.recompute.recompute_rows)."""
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w", newline="", encoding="utf-8") as f:
         out = csv.writer(f)
         out.writerow(RECOMPUTE_HEADER)
-        out.writerows(recompute_rows(graph))
+        out.writerows(rows)
     os.replace(tmp, path)
 
 

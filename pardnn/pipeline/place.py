@@ -16,16 +16,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
-import numpy as np
 
 from pardnn.base.errors import UserError
 from pardnn.graph.constraints import violations
 from pardnn.io.placement import Placement
 from pardnn.pipeline.portfolio import Chosen, choose
-from pardnn.pipeline.order_lever import on_graph, ordered_graphs
+from pardnn.pipeline.levers import fetching, host_compute, ordering, recomputing
 from pardnn.pipeline.recompute import recomputations
 from pardnn.pipeline.report import Report, placement_report
-from pardnn.repair.least_memory import least_memory_on
 from pardnn.pipeline.schedule import carry_order, micro_batches
 from pardnn.placers import registry
 
@@ -41,86 +39,47 @@ class Placed:
     micro_batches: int = 0      # how many micro-batches the step holds (0: not split)
     graph: object = None        # the CostGraph placed: the one given, or the one a lever made
     recomputation: object = None    # the recomputation placed with (pardnn.pipeline.recompute), or None
+    host_fetch: object = None       # the host-fetch lever placed with (pardnn.pipeline.host_fetch), or None
 
 
 def run_placement(graph, cluster, algorithm="pardnn", budget_s=None, judged=None, schedule="auto",
-                  among=None, recompute="auto", orders=True) -> Placed:
+                  among=None, recompute="auto", orders=True, fetch="auto") -> Placed:
     """Run `algorithm` on graph and cluster. `budget_s` caps the portfolio's work after
     its first candidate (None: no cap). `judged`: its candidates built and judged at
     this cluster already (portfolio.judge_all), the same placement sooner. On a step
     of micro-batches, the placement then carries the order of `schedule` ("auto":
     the fastest that fits; pardnn.pipeline.schedule), chaining the ops of `among`
-    (pardnn.graph.order.step_mask). When nothing fits for memory, the levers: an
-    order that lowers the peak (pardnn.pipeline.order_lever, carried by the
-    placement), then, with `recompute` "auto", the graph with its activations
-    recomputed (pardnn.pipeline.recompute; `placed.graph` is then that graph); "on"
-    recomputes whenever some recomputation fits, "off" never. `orders` False: no
-    order lever."""
+    (pardnn.graph.order.step_mask).
+
+    The memory levers (pardnn.pipeline.levers), only when memory binds: when nothing
+    fits, an order that lowers the peak (unless `orders` is False), then, with
+    `recompute` "auto", recomputation ("on": whenever some recomputation fits; "off":
+    never); on a cluster with a host tier, when the placement runs compute-bound ops
+    on the host, the host-fetch lever with `fetch` "auto" ("on": always; "off":
+    never). `placed.graph` is the graph the placement is written for."""
     start = time.perf_counter()
-    if recompute == "on":
-        if next(recomputations(graph), None) is None:
-            raise UserError("--recompute on: no op of this graph can be recomputed (it needs a backward pass "
-                            "whose gradient ops read activations that stateless forward ops made)")
-        return (_recomputing(graph, cluster, algorithm, budget_s, schedule, among, start)
-                or _run_placement(graph, cluster, algorithm, budget_s, judged, schedule, among, start))
+
+    def attempt(g, inside, known=None):
+        return _run_placement(g, cluster, algorithm, budget_s, known, schedule, inside, start)
+    if recompute == "on" and next(recomputations(graph), None) is None:
+        raise UserError("--recompute on: no op of this graph can be recomputed (it needs a backward pass "
+                        "whose gradient ops read activations that stateless forward ops made)")
     try:
-        return _run_placement(graph, cluster, algorithm, budget_s, judged, schedule, among, start)
+        placed = (recomputing(graph, attempt, among, cluster) if recompute == "on" else None) \
+            or attempt(graph, among, judged)
     except UserError as short:
         if not str(short).startswith("memory:"):
             raise
-        placed = _ordering(graph, cluster, algorithm, budget_s, schedule, among, start) if orders else None
+        placed = ordering(graph, attempt, among) if orders else None
         if placed is None and recompute == "auto":
-            placed = _recomputing(graph, cluster, algorithm, budget_s, schedule, among, start)
+            placed = recomputing(graph, attempt, among, cluster)
+        if placed is None and fetch != "off":
+            placed = fetching(graph, attempt, among, cluster)
         if placed is None:
             raise
-        return placed
-
-
-def _ordering(graph, cluster, algorithm, budget_s, schedule, among, start) -> Placed | None:
-    """The placement of the first order of pardnn.pipeline.order_lever with which the
-    step fits (the big gradient sums one after another: the lever that adds no
-    compute, tried first), carrying that order; None when none fits."""
-    for ordered in ordered_graphs(graph):
-        inside = None if among is None else np.asarray(among, bool)[np.argsort(ordered.ids)]
-        try:
-            placed = _run_placement(ordered.graph, cluster, algorithm, budget_s, None, schedule, inside, start)
-        except UserError:
-            continue
-        return replace(placed, placement=on_graph(graph, ordered, placed.placement), graph=graph,
-                       seconds=time.perf_counter() - start)
-    return None
-
-
-FITTING_LEVERS = 3      # recomputations placed that fit, the fastest step kept
-
-
-def _recomputing(graph, cluster, algorithm, budget_s, schedule, among, start) -> Placed | None:
-    """The placement with the shortest step of the first FITTING_LEVERS recomputations
-    (pardnn.pipeline.recompute, least added compute first) that fit, or None: how
-    much a plan keeps decides how well the rest places, so the least added compute
-    is not always the shortest step."""
-    best, fitted = None, 0
-    for lever in recomputations(graph):
-        if least_memory_on(lever.graph, cluster).ruled_out(cluster.capacity) is not None:
-            continue
-        inside = None if among is None else _among(among, lever)
-        try:
-            placed = _run_placement(lever.graph, cluster, algorithm, budget_s, None, schedule, inside, start)
-        except UserError:
-            continue
-        if best is None or placed.placement.schedule.makespan < best.placement.schedule.makespan:
-            best = replace(placed, recomputation=lever)
-        fitted += 1
-        if fitted == FITTING_LEVERS:
-            break
-    return None if best is None else replace(best, seconds=time.perf_counter() - start)
-
-
-def _among(among, lever):
-    """The step mask of the recomputed graph: the copies are in the step."""
-    inside = np.ones(lever.graph.num_nodes, bool)
-    inside[lever.done.new_id] = np.asarray(among, bool)
-    return inside
+    if fetch == "on" or (fetch == "auto" and cluster.host_device >= 0 and host_compute(placed, cluster)):
+        placed = fetching(graph, attempt, among, cluster, placed, always=fetch == "on") or placed
+    return replace(placed, seconds=time.perf_counter() - start)
 
 
 def _run_placement(graph, cluster, algorithm, budget_s, judged, schedule, among, start) -> Placed:

@@ -17,7 +17,8 @@ from pardnn.emulator.trace import emulated_step
 from pardnn.graph.averaging import check_averaged
 from pardnn.graph.order import step_mask
 from pardnn.hardware.hosts import replica_cluster
-from pardnn.io.placement import recompute_rows, write_recompute_csv
+from pardnn.graph.recompute import recompute_rows
+from pardnn.io.placement import write_recompute_csv
 from pardnn.io.tensorboard_graph import graph_def_bytes, write_graph_logdir
 from pardnn.io.trace_events import write_trace
 from pardnn.base.jsonfile import write_json
@@ -123,8 +124,9 @@ def write_placed_files(out, graph, info, placement, cluster, algorithm, devices,
     placement.write_csv(graph, out.temp(prefix + "placement.csv"))
     if placement.order is not None and len(placement.order):
         placement.write_order_csv(graph, out.temp(prefix + "order.csv"))
-    if recompute_rows(graph):
-        write_recompute_csv(graph, out.temp(prefix + "recompute.csv"))
+    rows = recompute_rows(graph)
+    if rows:
+        write_recompute_csv(rows, out.temp(prefix + "recompute.csv"))
     placed_pb = None
     if info.get("profile_dir"):
         placed_pb = out.temp(prefix + "placed_graph.pb")

@@ -100,27 +100,34 @@ def recomputations(graph, counts=COUNTS):
 
 
 def with_copies(graph, names, source="placement.csv"):
-    """`graph` (a profile's) with the ops whose copies `names` holds recomputed, as
-    `recomputations` made it (the same ops give the same graph): what a placement
-    that recomputes placed, from its placement.csv's node names. `graph` itself when
-    no name is a copy; UserError naming `source` when a copy's op is not in `graph`."""
+    """`graph` (a profile's) with the copies `names` holds made again as the levers
+    made them (the same ops give the same graph): recomputed ops as
+    `recomputations` does, then second reads of variables as the host-fetch lever
+    does (pardnn.graph.host_fetch). What a placement that uses them placed, from its
+    placement.csv's node names; `graph` itself when no name is a copy; UserError
+    naming `source` when a copy's op is not in `graph`."""
+    from pardnn.graph.host_fetch import READS, with_refetch
     index = graph.index()
-    ops = []
+    originals = []
     for name in names:
         original = original_name(name)
-        if original is None:
-            continue
-        if original not in index:
+        if original is not None and original not in index:
             raise UserError(f"{source}: {name!r} recomputes {original!r}, which is not in the profile")
-        ops.append(index[original])
-    if not ops:
-        return graph
-    start, finish = one_device_times(graph)
-    readers, _ = late_readers(graph, start, finish)
+        if original is not None:
+            originals.append(original)
+    ops = [index[o] for o in originals if graph.ops[index[o]] not in READS]
+    reads = [o for o in originals if graph.ops[index[o]] in READS]
     try:
-        return with_recompute(graph, ops, readers, start, finish)[0]
+        if ops:
+            start, finish = one_device_times(graph)
+            graph = with_recompute(graph, ops, late_readers(graph, start, finish)[0], start, finish)[0]
+        if reads:
+            start, finish = one_device_times(graph)
+            index = graph.index()
+            graph = with_refetch(graph, [index[r] for r in reads], late_readers(graph, start, finish)[0])[0]
     except GraphError as exc:
         raise UserError(f"{source}: {exc}") from None
+    return graph
 
 
 def placed_graph(graph, placement_csv):

@@ -80,6 +80,10 @@ class Report:
     memory_order: dict | None = _field(
         "levers", "an order that lowers the peak (pardnn/pipeline/order_lever.py): its `name` and its "
         "`control_edges`, carried as order.csv and as control inputs of placed_graph.pb")
+    host_fetch: dict | None = _field(
+        "levers", "on a cluster with a host tier: the weights read again for the backward pass (`reads`, "
+        "`pardnn_recompute/` reads in placed_graph.pb) and the reads' order (`control_edges`, in order.csv), "
+        "pardnn/pipeline/host_fetch.py; the placement without it ran compute-bound ops on the host")
     recompute: dict | None = _field(
         "levers", "activations recomputed in the backward pass instead of kept: `ops` recomputed (their copies "
         "are `pardnn_recompute/` nodes of placed_graph.pb), `segments` the forward pass was cut into, "
@@ -162,6 +166,9 @@ def placement_report(graph, placed, loader=None, replicas=None, stage_seconds=No
     for key, value in _schedule_fields(placed, cluster).items():
         setattr(report, key, value)
     report.recompute = _recompute_fields(placed.recomputation, cluster)
+    if placed.host_fetch is not None:
+        report.host_fetch = {"reads": len(placed.host_fetch.refetch.copies),
+                             "control_edges": len(placed.host_fetch.order)}
     if not placed.scheduled and placement.order is not None and len(placement.order):
         report.memory_order = {"name": placement.schedule_name, "control_edges": len(placement.order)}
     own = dict(stage_seconds or {})

@@ -6,7 +6,7 @@ Its edges say everything TF needs: a data edge (copy(P), k) -> copy(X) makes the
 copy read the other copy's output instead of P's kept one; a control edge T ->
 copy(X) is the backward op (the trigger) the copy waits for, so it runs just before
 its first reader and not at forward time; a data edge (copy(X), k) -> C makes the
-reader C read copy(X):k instead of X:k. pardnn.io.placement's `recompute_rows`
+reader C read copy(X):k instead of X:k. pardnn.graph.recompute's `recompute_rows`
 lists those edges (what recompute.csv holds beside placement.csv), `rewiring` turns
 them into what to do, and `add_copies` does it to a GraphDef (placed_graph.pb);
 pardnn.tf.recompute_trace does it to a traced tf.function. A copy's NodeDef is its
@@ -35,9 +35,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pardnn.base.errors import UserError
-from pardnn.graph.recompute import original_name
-from pardnn.io.placement import recompute_rows
-from pardnn.tf import op_defs as op_registry
+from pardnn.graph.recompute import original_name, recompute_rows
+import pardnn.tf.op_defs as op_registry
 from pardnn.tf.graphdef import FUNCTIONAL_OPS, graph_table, read_graph_def
 from pardnn.tf.protos import DT_RESOURCE
 

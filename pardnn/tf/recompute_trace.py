@@ -20,7 +20,7 @@ import pardnn.tf.quiet_import  # noqa: F401  (first: hides TensorFlow's start-up
 from tensorflow.core.framework import attr_value_pb2
 
 from pardnn.io.placement import read_recompute_csv
-from pardnn.tf import op_defs as op_registry
+import pardnn.tf.op_defs as op_registry
 from pardnn.tf.recompute import MARK, check_recomputable, not_recomputable, rewiring, twin_wait
 
 
