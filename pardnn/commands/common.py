@@ -65,6 +65,13 @@ def add_recompute_arg(parser) -> None:
                              "instead of keeping them; on: always (where it fits); off: never")
 
 
+def add_fetch_arg(parser) -> None:
+    parser.add_argument("--host-fetch", default="auto", choices=RECOMPUTE,
+                        help="with a host tier (PRESET+host): auto (default) reads the weights kept on the host "
+                             "just before their layer, again for the backward pass, when the placement without "
+                             "it runs MatMuls on the host and the step is shorter; on: always; off: never")
+
+
 def refuse_below_least_memory(graph, cluster, args) -> None:
     """UserError, before any placement, when the devices' usable memory (memory minus
     the reserve) is below what every placement needs (pardnn.repair.least_memory),

@@ -9,7 +9,7 @@ OUT_DIR` can emulate the same step again. `--explain` prints that explanation at
 The flow is pardnn.pipeline.place_dir's, which pardnn.keras.plan runs in-process.
 """
 
-from pardnn.commands.common import (add_budget_arg, add_cluster_args, add_recompute_arg, budget_from_args,
+from pardnn.commands.common import (add_budget_arg, add_cluster_args, add_fetch_arg, add_recompute_arg, budget_from_args,
                                    cluster_from_args, cluster_inputs, refuse_below_least_memory)
 from pardnn.io.outputs import OutputDir, check_output_dir
 from pardnn.io.summary import print_summary
@@ -37,6 +37,7 @@ def add_parser(sub):
                    help="a step of micro-batches (`pardnn profile --micro-batches`): the order it carries, "
                         f"auto (the fastest that fits, default) or one of {', '.join(SCHEDULES)}")
     add_recompute_arg(p)
+    add_fetch_arg(p)
     p.add_argument("-o", "--out", required=True, metavar="OUT_DIR", help="output directory")
     p.add_argument("--explain", action="store_true",
                    help="end with `pardnn explain`'s summary: what sets the step and fills memory, by layer")
@@ -52,7 +53,7 @@ def run(args):
     check_output_dir(args.out, inputs=[args.profile, *cluster_inputs(args)])
     placed = place_profile(args.profile, cluster, args.algorithm, budget_s, args.replicas, args.devices,
                            check=lambda graph, placed_on: refuse_below_least_memory(graph, placed_on, args),
-                           schedule=args.schedule, recompute=args.recompute)
+                           schedule=args.schedule, recompute=args.recompute, fetch=args.host_fetch)
     with stage(f"writing {args.out}"), OutputDir(args.out) as out:
         report = write_place_dir(out, placed, placed_inputs(args)).to_json()
     print_summary(report, out_dir=args.out)
@@ -60,6 +61,9 @@ def run(args):
         print(schedule_line(report))
     if "recompute" in report:
         print(recompute_line(report))
+    if "host_fetch" in report:
+        print(f"  host fetch: {report['host_fetch']['reads']} weights read again for the backward pass, "
+              f"the reads ordered by {report['host_fetch']['control_edges']} control edges")
     if args.replicas is not None:
         print(replicas.summary_line(report["replicas"]))
     if placed.loader.get("untimed_nodes"):

@@ -100,7 +100,8 @@ def plan(build, batch_spec, devices, memory="auto", *, step=None, directory="par
             profile = profile_function(traced.step_fn, traced.args, out_dir=out.temp("profile"),
                                        estimate=settings["estimate"])
             placed = place_profile(os.path.join(out.staging, "profile"), cluster, algorithm, budget_s,
-                                   devices=str(devices), schedule=schedule, recompute=recompute)
+                                   devices=str(devices), schedule=schedule, recompute=recompute,
+                                   fetch="off")     # the placed tf.function cannot read a variable twice
             report = write_place_dir(out, placed, _inputs(directory, devices, placed.cluster, algorithm,
                                                           time_budget)).to_json()
             doc = _plan_doc(traced, profile, placed, settings, step, batch)

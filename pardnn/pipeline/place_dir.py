@@ -53,14 +53,15 @@ class PlacedProfile:
 
 
 def place_profile(profile, cluster, algorithm="pardnn", budget_s=None, replicas=None,
-                  devices="", check=None, schedule="auto", recompute="auto") -> PlacedProfile:
+                  devices="", check=None, schedule="auto", recompute="auto", fetch="auto") -> PlacedProfile:
     """Load `profile` (a profile dir or cost graph JSON) and place it on `cluster` with
     `algorithm` (pipeline.place.run_placement; `budget_s` caps the portfolio); with
     `replicas`, on the first host's devices, replicated on R hosts (docs/multihost.md).
     `check(graph, cluster placed on)`, when given, runs before placing (it may refuse).
     `schedule`: the order a step of micro-batches carries (pipeline.schedule); with
     replicas TF's own (the replicated graph carries no order edges yet). `recompute`:
-    "auto" recomputes activations when nothing fits otherwise, "off" never (the
+    "auto" recomputes activations when nothing fits otherwise, "off" never; `fetch`,
+    the host-fetch lever on a cluster with a host tier, likewise (the
     placed graph, with its copies, is then PlacedProfile.graph)."""
     one_replica = cluster if replicas is None else replica_cluster(cluster, replicas)
     t0 = time.perf_counter()
@@ -74,7 +75,8 @@ def place_profile(profile, cluster, algorithm="pardnn", budget_s=None, replicas=
     with stage(f"placing {graph.num_nodes} nodes with {algorithm} on {cluster.num_devices} devices"):
         placed = placer.run_placement(graph, one_replica, algorithm, budget_s,
                                       schedule=schedule if replicas is None else "fifo",   # not replicated yet
-                                      among=_step(graph, info), recompute=recompute if replicas is None else "off")
+                                      among=_step(graph, info), recompute=recompute if replicas is None else "off",
+                                      fetch=fetch if replicas is None else "off")
     loader = {key: info[key] for key in LOADER_FIELDS if key in info}
     return PlacedProfile(placed.graph, info, placed, cluster, algorithm, str(devices), replicas, load_s, loader)
 
