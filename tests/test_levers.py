@@ -41,6 +41,7 @@ def test_explain_emulates_the_ordered_step_again(tmp_path, capsys):
     assert report["memory_order"]["name"] == "sum-order" and (out / "order.csv").exists()
     assert main(["explain", str(out), "--json", str(tmp_path / "e.json")]) == 0
     assert json.loads((tmp_path / "e.json").read_text())["step"]["makespan_us"] == report["makespan_us"]
+    assert "memory order: sum-order, 12 control edges" in capsys.readouterr().out
 
 
 def test_capacity_recomputes_at_the_devices_memory_when_nothing_else_fits(tmp_path):

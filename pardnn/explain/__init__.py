@@ -46,6 +46,8 @@ def explain(placed, top=5, place_again=None, depth=None, budget_s=None) -> dict:
                  "devices": step.device_time(placed)},
         "micro_batches": _micro_batches(placed.report),
         "recompute": placed.report.get("recompute"),
+        "memory_order": placed.report.get("memory_order"),
+        "host_fetch": placed.report.get("host_fetch"),
         "memory": memory_at_peak.at_peaks(placed, layers, forward, backward),
         "what_if": _what_ifs(placed, layers, path_rows, again, small, budget_s),
     }

@@ -48,6 +48,12 @@ def _step(e, short, top):
                f"the devices idle {micro['bubble']:.1%} of the step")
     if e.get("recompute"):
         yield recompute_line(e)
+    if e.get("host_fetch"):
+        yield (f"  host fetch: {e['host_fetch']['reads']} weights read again for the backward pass, the reads "
+               f"ordered by {e['host_fetch']['control_edges']} control edges (order.csv)")
+    elif e.get("memory_order"):
+        yield (f"  memory order: {e['memory_order']['name']}, {e['memory_order']['control_edges']} control edges "
+               f"(order.csv) that lower the peak")
     yield f"  critical path ({path['ops']} ops, {path['transfers']} transfers): {shares}"
     table = _table("layer", "compute", "transfers", "busy device", "total", "share of step",
                    title=f"critical path by layer (top {top} of {len(s['path_by_layer'])})")
