@@ -1,12 +1,15 @@
 """The largest GPT-style model that `pardnn place --devices dgx-h100` fits (issue 40, item 4).
 
     python -m tools.bench_largest [--lo 128] [--hi 200] [--work DIR] [--devices dgx-h100]
+        [--recompute auto|on|off]
 
 A GPT-style Keras decoder (tools/keras_models.py `gpt`: d = 4096, 32 heads, sequence
 1024, vocabulary 50,257, batch 1, Adam in float32) of L blocks is planned shape-only
 with estimate="dgx-h100" (pardnn.tf.shape_only_variables, profile_function) in a
 child process, then placed by `pardnn place PROF --devices dgx-h100` in another; L is
-bisected between --lo (fits) and --hi (does not) to one block. Each child's peak RSS
+bisected between --lo (fits) and --hi (does not) to one block. `pardnn place`
+pulls its memory levers as it does for a user (`--recompute auto`: activations are
+recomputed when nothing fits otherwise); `--recompute off` measures without them. Each child's peak RSS
 is measured (ru_maxrss), one child at a time. Prints, per size tried: parameters,
 whether it fits, planning and placement seconds and peak RSS, and the least-memory
 bound (report.json `least_memory` or the refusal); then the largest that fits and its
@@ -54,7 +57,7 @@ def child(cmd) -> tuple:
     return proc.returncode, proc.stdout, proc.stderr
 
 
-def try_size(layers, work, devices, estimate) -> dict:
+def try_size(layers, work, devices, estimate, recompute="auto") -> dict:
     """Plan and place a model of `layers` blocks; the row printed for it."""
     prof, placed = os.path.join(work, f"prof{layers}"), os.path.join(work, f"placed{layers}")
     rc, out, err = child(["nice", "-n", "10", sys.executable, "-m", "tools.bench_largest", "--plan-child",
@@ -65,7 +68,7 @@ def try_size(layers, work, devices, estimate) -> dict:
     t0 = time.perf_counter()
     place = [sys.executable, "-c", "import resource, sys; from pardnn.cli import main; rc = main(sys.argv[1:]); "
              "print('rss_kib', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss); sys.exit(rc)",
-             "place", prof, "--devices", devices, "-o", placed]
+             "place", prof, "--devices", devices, "--recompute", recompute, "-o", placed]
     rc, out, err = child(["nice", "-n", "10", *place])
     row = {"layers": layers, "parameters": planned["parameters"], "plan_s": planned["seconds"],
            "plan_rss_mib": planned["rss_kib"] / 1024, "place_s": time.perf_counter() - t0, "fits": rc == 0}
@@ -78,6 +81,7 @@ def try_size(layers, work, devices, estimate) -> dict:
         row["peaks_gib"] = [round(p / 2**30, 1) for p in report["peak_memory_bytes"]]
         row["step_ms"] = report["makespan_us"] / 1e3
         row["candidate"] = report.get("candidate")
+        row["recompute"] = report.get("recompute")
     else:
         row["error"] = err.strip().splitlines()[-1] if err.strip() else f"exit {rc}"
     print(json.dumps(row), flush=True)
@@ -90,6 +94,7 @@ def main(argv=None):
     ap.add_argument("--hi", type=int, default=200, help="blocks that do not fit (checked)")
     ap.add_argument("--devices", default="dgx-h100")
     ap.add_argument("--estimate", default="dgx-h100")
+    ap.add_argument("--recompute", default="auto", choices=("auto", "on", "off"), help="as pardnn place's")
     ap.add_argument("--work", metavar="DIR", help="where the profiles and placements go (default: a temp dir)")
     ap.add_argument("--plan-child", type=int, metavar="LAYERS", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -104,13 +109,13 @@ def main(argv=None):
         os.makedirs(work, exist_ok=True)
         rows = {}
         for size in (args.lo, args.hi):
-            rows[size] = try_size(size, work, args.devices, args.estimate)
+            rows[size] = try_size(size, work, args.devices, args.estimate, args.recompute)
         if not rows[args.lo]["fits"] or rows[args.hi]["fits"]:
             sys.exit(f"--lo {args.lo} must fit and --hi {args.hi} must not")
         lo, hi = args.lo, args.hi
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            rows[mid] = try_size(mid, work, args.devices, args.estimate)
+            rows[mid] = try_size(mid, work, args.devices, args.estimate, args.recompute)
             lo, hi = (mid, hi) if rows[mid]["fits"] else (lo, mid)
     best, first = rows[lo], rows[hi]
     print(f"largest that fits: {lo} blocks, {best['parameters'] / 1e9:.2f}e9 parameters, "
