@@ -19,7 +19,6 @@ import tensorflow as tf
 
 from pardnn.base.errors import UserError
 import pardnn.tf.function as placed_function
-from pardnn.tf import check_function_placement, check_nested_placement
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import keras_models as km
@@ -39,22 +38,8 @@ def flow(root, name, m, schedule="auto"):
         plan = pardnn.keras.plan(build, km.specs(data[0]), devices=f"cpu:{K}", directory=f"{root}/{name}{m}",
                                  step=km.train_step if custom else None, micro_batches=m, reserve=0,
                                  schedule=schedule)
-    with plan.scope():
-        built = build()
-    built = built if isinstance(built, tuple) else (built,)
-    for mine, theirs in zip(built[0].weights, reference[0].weights if custom else reference.weights):
-        mine.assign(theirs)                 # the same start, whatever Keras' seeds did
-    if custom:
-        step = plan.step(km.train_step, *built)
-        first, check = check_function_placement(step, data[0])
-        placed = [float(first)] + [float(step(*b)) for b in data[1:]]
-        ref_step = tf.function(lambda x, y: km.train_step(*reference, x, y))
-        unplaced = [float(ref_step(*b)) for b in data]
-        iterations = int(built[1].iterations.numpy())
-    else:
-        placed, check = check_nested_placement(built[0].train_step, lambda: km.fit_losses(built[0], data, BATCH))
-        unplaced = km.fit_losses(reference, data, BATCH)
-        iterations = int(built[0].optimizer.iterations.numpy())
+    built, _, placed, unplaced, check = km.placed_and_unplaced(plan, build, reference, data, custom, BATCH)
+    iterations = int((built[1] if custom else built[0].optimizer).iterations.numpy())
     model = built[0]
     ref_model = reference[0] if custom else reference
     gap = max(float(tf.reduce_max(tf.abs(a - b))) for a, b in zip(model.trainable_weights, ref_model.trainable_weights))

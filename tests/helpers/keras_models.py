@@ -184,3 +184,24 @@ def specs(batch):
 def batches(name, n_batches, size, seed=0):
     rng = np.random.RandomState(seed)
     return [MODELS[name][1](rng, size) for _ in range(n_batches)]
+
+
+def placed_and_unplaced(plan, build, reference, data, custom, batch_size):
+    """The model built in `plan`'s scope from `reference`'s weights (the same start,
+    whatever Keras' seeds did), trained on `data` placed (with the plan's step for a
+    `custom` loop, else fit) and `reference` unplaced: (built, the placed step
+    function, placed losses, unplaced losses, the placement check of its first call)."""
+    from pardnn.tf import check_function_placement, check_nested_placement
+    with plan.scope():
+        built = build()
+    built = built if isinstance(built, tuple) else (built,)
+    for mine, theirs in zip(built[0].weights, reference[0].weights if custom else reference.weights):
+        mine.assign(theirs)
+    if custom:
+        step = plan.step(train_step, *built)
+        first, check = check_function_placement(step, data[0])
+        placed = [float(first)] + [float(step(*b)) for b in data[1:]]
+        ref_step = tf.function(lambda x, y: train_step(*reference, x, y))
+        return built, step, placed, [float(ref_step(*b)) for b in data], check
+    placed, check = check_nested_placement(built[0].train_step, lambda: fit_losses(built[0], data, batch_size))
+    return built, built[0].train_step, placed, fit_losses(reference, data, batch_size), check

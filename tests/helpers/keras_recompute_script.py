@@ -18,7 +18,6 @@ import tensorflow as tf
 
 import pardnn.tf.function as placed_function
 from pardnn.base.errors import UserError
-from pardnn.tf import check_function_placement, check_nested_placement
 from pardnn.tf.graphdef import read_graph_def
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -45,23 +44,9 @@ def flow(root, name, folder=None):
     reference = build()
     plan = pardnn.keras.plan(build, km.specs(data[0]), devices=f"cpu:{K}", directory=f"{root}/{folder or name}",
                              step=km.train_step if custom else None, reserve=0, recompute="on", verbose=0)
-    with plan.scope():
-        built = build()
-    built = built if isinstance(built, tuple) else (built,)
-    for mine, theirs in zip(built[0].weights, reference[0].weights if custom else reference.weights):
-        mine.assign(theirs)
-    if custom:
-        step = plan.step(km.train_step, *built)
-        first, check = check_function_placement(step, data[0])
-        placed = [float(first)] + [float(step(*b)) for b in data[1:]]
-        ref_step = tf.function(lambda x, y: km.train_step(*reference, x, y))
-        unplaced = [float(ref_step(*b)) for b in data]
-    else:
-        placed, check = check_nested_placement(built[0].train_step, lambda: km.fit_losses(built[0], data, BATCH))
-        unplaced = km.fit_losses(reference, data, BATCH)
+    built, fn, placed, unplaced, check = km.placed_and_unplaced(plan, build, reference, data, custom, BATCH)
     rows = list(csv.reader(open(f"{plan.directory}/recompute.csv")))[1:]
     copies = sorted({n for p, _, c in rows for n in (p, c) if n.startswith(PREFIX)})
-    fn = step if custom else built[0].train_step
     traced = placed_function.requested_devices(fn)
     return {"placed": placed, "unplaced": unplaced, "moved": check.moved, "copies": copies,
             "merged": merged_back(rows, traced), "ran": ran_copies(), "originals_ran": sorted(c for c in copies if c[len(PREFIX):] in ran_names()), "read": copies_read(), "unread": unread(rows, traced),
