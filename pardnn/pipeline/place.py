@@ -16,12 +16,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
-
 from pardnn.base.errors import UserError
 from pardnn.graph.constraints import violations
 from pardnn.io.placement import Placement
-from pardnn.pipeline.portfolio import Chosen, choose
 from pardnn.pipeline.levers import fetching, host_compute, ordering, recomputing
+from pardnn.pipeline.portfolio import Chosen, choose
 from pardnn.pipeline.recompute import recomputations
 from pardnn.pipeline.report import Report, placement_report
 from pardnn.pipeline.schedule import carry_order, micro_batches
@@ -61,6 +60,7 @@ def run_placement(graph, cluster, algorithm="pardnn", budget_s=None, judged=None
 
     def attempt(g, inside, known=None):
         return _run_placement(g, cluster, algorithm, budget_s, known, schedule, inside, start)
+
     if recompute == "on" and next(recomputations(graph), None) is None:
         raise UserError("--recompute on: no op of this graph can be recomputed (it needs a backward pass "
                         "whose gradient ops read activations that stateless forward ops made)")
