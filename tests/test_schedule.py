@@ -11,7 +11,7 @@ from pardnn.emulator.scheduler import simulate
 from pardnn.graph import CostGraph
 from pardnn.graph.order import Order, device_chains, order_rows, read_order_rows, step_mask, with_order
 from pardnn.hardware import parse_devices
-from pardnn.pipeline.schedule import SCHEDULES, choose, micro_batch_of, ranks, schedules
+from pardnn.pipeline.schedule import SCHEDULES, choose, micro_batch_of, ranks, schedules, weight_gradients
 
 
 def pipeline(m, stages, fwd=10.0, bwd=20.0, act=1000):
@@ -133,3 +133,56 @@ def test_on_one_device_every_order_ties_with_fifo_and_fifo_is_kept():
     assert choose(scheduled).name == "fifo"
     nudged = [scheduled[0]] + [s._replace(makespan_us=scheduled[0].makespan_us * (1 - 1e-12)) for s in scheduled[1:]]
     assert choose(nudged).name == "fifo"                  # a rounding's gain is no gain
+
+
+def split_backward(m, stages, fwd=10.0, bwd=10.0, wgrad=10.0):
+    """`pipeline`'s step with each stage's backward split as TF's gradient graphs hold
+    it: an input gradient micro_batch_i/gradients/b<s>, which the previous stage's
+    backward reads, and a weight gradient micro_batch_i/gradients/w<s>, which reads the
+    stage's activation and the output gradient and only the update reads (Zero
+    Bubble's B and W). Returns (graph, device, names of the weight gradients)."""
+    names, comp, src, dst, device = [], [], [], [], []
+
+    def node(name, t, d):
+        names.append(name), comp.append(t), device.append(d)
+        return len(names) - 1
+    wgrads = []
+    for i in range(m):
+        f = [node(f"micro_batch_{i}/f{s}", fwd, s) for s in range(stages)]
+        b = [node(f"micro_batch_{i}/gradients/b{s}", bwd, s) for s in range(stages)]
+        w = [node(f"micro_batch_{i}/gradients/w{s}", wgrad, s) for s in range(stages)]
+        for s in range(stages - 1):
+            src += [f[s], b[s + 1]]
+            dst += [f[s + 1], b[s]]
+        src.append(f[-1]), dst.append(b[-1])
+        for s in range(stages):
+            src += [f[s], b[s]] if s == stages - 1 else [f[s], b[s + 1]]
+            dst += [w[s], w[s]]
+            src.append(f[s]), dst.append(b[s])
+        wgrads += [names[x] for x in w]
+    update = node("update", 1.0, 0)
+    src += [names.index(nm) for nm in wgrads]
+    dst += [update] * len(wgrads)
+    graph = CostGraph.build(names, comp_us=comp, out_bytes=[64] * len(names), edge_src=src, edge_dst=dst,
+                            edge_bytes=[8] * len(src))
+    index = graph.index()
+    placed = np.empty(graph.num_nodes, np.int64)
+    placed[[index[nm] for nm in names]] = device
+    return graph, placed, wgrads
+
+
+def test_weight_gradients_are_the_backward_ops_only_the_update_waits_for():
+    """The first stage's input gradient, which nothing reads, is deferrable too."""
+    graph, _, wgrads = split_backward(3, 4)
+    found = {graph.names[i] for i in np.flatnonzero(weight_gradients(graph))}
+    assert found == set(wgrads) | {f"micro_batch_{i}/gradients/b0" for i in range(3)}
+
+
+def test_weights_last_fills_the_bubble_that_1f1b_leaves():
+    """Zero Bubble's point, on 4 stages and 4 micro-batches: deferring each weight
+    gradient until its device is idle shortens the step that 1F1B's order gives, and
+    no order is shorter."""
+    graph, device, _ = split_backward(4, 4)
+    by_name = {s.name: s.makespan_us for s in schedules(graph, cluster(4), device)}
+    assert by_name["weights-last"] < by_name["early-micro-batch"]
+    assert by_name["weights-last"] == min(by_name.values())

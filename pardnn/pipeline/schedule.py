@@ -15,7 +15,13 @@ rank per op (pardnn.emulator.scheduler's `priority`):
   `gradient_tape`) before forward ones, then by micro-batch: a device that can
   finish a micro-batch's gradients does so before it starts another forward pass;
 - `forward-first`: forward ops first, then by micro-batch: every micro-batch's
-  activations early, GPipe's order enforced.
+  activations early, GPipe's order enforced;
+- `weights-last`: 1F1B's order, but each weight gradient (`weight_gradients`) only
+  when its device has nothing else ready: the idea of Zero Bubble (Qi et al., ICLR
+  2024), which splits the backward pass into the input gradients, which the next
+  stage waits for, and the weight gradients, which only the update waits for, and
+  runs the latter in the pipeline's bubble. A list schedule fills every device's
+  gaps that way, whatever the placement's stages.
 
 `schedules` emulates each order on a placement; `choose` keeps the fastest whose peak
 fits (FIFO on a tie: it needs no control edges), and the order that carries it is
@@ -33,9 +39,10 @@ import numpy as np
 from pardnn.base.errors import UserError
 from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
+from pardnn.graph.levels import bottom_levels
 from pardnn.graph.order import Order, device_chains
 
-SCHEDULES = ("fifo", "early-micro-batch", "backward-first", "forward-first")
+SCHEDULES = ("fifo", "early-micro-batch", "backward-first", "forward-first", "weights-last")
 MICRO = re.compile(r"(?:^|/)micro_batch_(\d+)/")
 BACKWARD = re.compile(r"(?:^|/)(?:gradients(?:_\d+)?|gradient_tape)/")
 
@@ -64,6 +71,21 @@ def is_backward(graph) -> np.ndarray:
     return np.array([bool(BACKWARD.search(name)) for name in graph.names], bool)
 
 
+def weight_gradients(graph) -> np.ndarray:
+    """bool per node: a backward op that only the update waits for, i.e. no op after it
+    reads a forward op's output (Zero Bubble's W; an input gradient's successors
+    include the next layer's backward ops, which read its saved activations, while a
+    weight gradient's lead only to the sums and the optimizer). Computed as a bottom
+    level (pardnn.graph.levels) whose node weight is 1 for each op reading a forward
+    op: a successor's level above 0 marks an op that something later still needs."""
+    back = is_backward(graph)
+    forward = ~back & (micro_batch_of(graph) >= 0)
+    reads = np.zeros(graph.num_nodes, bool)
+    reads[graph.edge_dst[forward[graph.edge_src]]] = True
+    later = bottom_levels(graph, reads.astype(float)) - reads > 0
+    return back & ~later
+
+
 def ranks(graph, name) -> np.ndarray | None:
     """The rank per node of schedule `name` (None: FIFO). Shared ops (the optimizer,
     the combined gradients) rank after every micro-batch's ops of their phase."""
@@ -80,6 +102,8 @@ def ranks(graph, name) -> np.ndarray | None:
         key = (1 - back) * (last + 1) + micro
     elif name == "forward-first":
         key = back * (last + 1) + micro
+    elif name == "weights-last":
+        key = weight_gradients(graph).astype(np.int64) * (last + 1) + micro
     else:
         raise ValueError(f"unknown schedule {name!r}")
     return key * graph.num_nodes + n
