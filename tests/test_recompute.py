@@ -13,6 +13,7 @@ from pardnn.graph.recompute import copy_name, original_name, with_recompute
 from pardnn.hardware import parse_devices
 from pardnn.pipeline.place import place, run_placement
 from pardnn.pipeline.recompute import late_readers, one_device_times, recomputations
+from pardnn.repair.least_memory import least_memory
 
 MB = 1000
 
@@ -228,3 +229,23 @@ def test_a_segment_nothing_in_the_backward_pass_waits_for_is_not_recomputed():
     for lever in recomputations(chain(8)):
         assert "loss" not in {lever.source.names[i] for i in lever.plan.ops}
         assert len(lever.plan.ops) == len(lever.done)
+
+
+def test_when_recomputing_fails_too_the_reason_names_the_bound_that_holds_with_it():
+    """Below the bound that keeps every activation ("live at once"), a placement that
+    recomputes may still fit, so once recomputation was tried the reason nothing fits
+    names the bounds that hold whatever is recomputed: "pardnn found none" above them,
+    "no placement fits" below them; with recomputation off, the old proof stands."""
+    graph = chain(6)
+    need = least_memory(graph, 1)
+    keeping, recomputing = need.bytes, need.recomputing().bytes
+    assert recomputing < keeping
+    at = parse_devices("cpu:1").with_options(memory=recomputing, reserve=0.0)
+    with pytest.raises(UserError, match="recomputing activations or not") as found:
+        run_placement(graph, at)
+    assert "live at once" not in str(found.value) and "whatever is recomputed" in str(found.value)
+    below = parse_devices("cpu:1").with_options(memory=recomputing - 1, reserve=0.0)
+    with pytest.raises(UserError, match="^memory: no placement fits, whatever is recomputed"):
+        run_placement(graph, below)
+    with pytest.raises(UserError, match="live at once"):
+        run_placement(graph, below, recompute="off")

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from pardnn.base.errors import UserError
+from pardnn.base.units import format_size
 from pardnn.graph.constraints import violations
 from pardnn.io.placement import Placement
 from pardnn.pipeline.levers import fetching, host_compute, ordering, recomputing
@@ -25,6 +26,7 @@ from pardnn.pipeline.recompute import recomputations
 from pardnn.pipeline.report import Report, placement_report
 from pardnn.pipeline.schedule import carry_order, micro_batches
 from pardnn.placers import registry
+from pardnn.repair.least_memory import least_memory_on
 
 
 @dataclass(frozen=True)
@@ -75,11 +77,27 @@ def run_placement(graph, cluster, algorithm="pardnn", budget_s=None, judged=None
             placed = recomputing(graph, attempt, among, cluster)
         if placed is None and fetch != "off":
             placed = fetching(graph, attempt, among, cluster)
+        if placed is None and recompute != "off" and next(recomputations(graph), None) is not None:
+            raise UserError(_short_recomputing(graph, cluster)) from short
         if placed is None:
             raise
     if fetch == "on" or (fetch == "auto" and cluster.host_device >= 0 and host_compute(placed, cluster)):
         placed = fetching(graph, attempt, among, cluster, placed, always=fetch == "on") or placed
     return replace(placed, seconds=time.perf_counter() - start)
+
+
+def _short_recomputing(graph, cluster) -> str:
+    """The reason nothing fits once recomputation was tried too: the bounds that hold
+    whatever is recomputed (pardnn.repair.least_memory, `recomputing`), not the one
+    that keeps every activation, which recomputation can go below."""
+    need = least_memory_on(graph, cluster).recomputing()
+    why = need.shortfall(cluster.capacity)
+    if why:
+        return f"memory: no placement fits, whatever is recomputed: this graph needs {why}"
+    usable = format_size(int(cluster.capacity.max()))
+    return (f"memory: pardnn found no placement within {usable} per device (memory minus the "
+            f"{cluster.reserve:.0%} reserve), recomputing activations or not; the bound below which none "
+            f"exists, whatever is recomputed, is {need.describe()}")
 
 
 def _run_placement(graph, cluster, algorithm, budget_s, judged, schedule, among, start) -> Placed:
