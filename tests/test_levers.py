@@ -103,3 +103,30 @@ def test_the_host_fetch_lever_when_the_host_runs_matmuls(monkeypatch):
     assert isinstance(placed.placement, Placement)
     roomy = slow_host(10**6)
     assert run_placement(graph, roomy).host_fetch is None
+
+
+def test_capacity_finds_a_least_memory_recomputing_below_the_one_keeping(tmp_path, capsys):
+    """`pardnn capacity --recompute on` bisects a second least memory, with
+    recomputation, between the bound that holds whatever is recomputed and the least
+    memory found keeping every activation; `pardnn place --recompute on` fits there,
+    and `--recompute off` gives the rows without it."""
+    import json
+
+    from pardnn.cli import main
+    from tests.test_recompute import chain
+    path = tmp_path / "chain.json"
+    chain(6).to_json(str(path))
+    flags = ["--devices", "cpu:2", "--memory", "1MB", "--reserve", "0"]
+    assert main(["capacity", str(path), *flags, "--recompute", "on", "-o", str(tmp_path / "on")]) == 0
+    assert "recomputing" in capsys.readouterr().out
+    rows = json.loads((tmp_path / "on" / "capacity.json").read_text())["rows"]
+    for row in rows:
+        least = row["least_memory_recomputing_bytes"]
+        assert row["least_memory_recomputing_bound_bytes"] <= least < row["least_memory_bytes"]
+        assert row["recompute_at_least_memory"]["ops"] > 0
+        assert main(["place", str(path), "--devices", f"cpu:{row['devices']}", "--memory", str(least),
+                     "--reserve", "0", "--recompute", "on", "-o", str(tmp_path / f"p{row['devices']}")]) == 0
+    assert main(["capacity", str(path), *flags, "--recompute", "off", "-o", str(tmp_path / "off")]) == 0
+    off = json.loads((tmp_path / "off" / "capacity.json").read_text())["rows"]
+    assert [r["least_memory_bytes"] for r in off] == [r["least_memory_bytes"] for r in rows]
+    assert not any("least_memory_recomputing_bytes" in r for r in off)

@@ -1,7 +1,7 @@
 """How close placements come to the least-memory bound (issue 40, item 3).
 
     python -m tools.bench_least_memory --profiles DIR [--families mlp,wrn] [--keras]
-        [--k 2,4,8] [--algorithms pardnn,etf,topo] [--csv FILE]
+        [--k 2,4,8] [--algorithms pardnn,etf,topo] [--recompute] [--csv FILE]
 
 For each graph and K (cpu:K, no reserve), the least memory per device at which each
 algorithm fits, bisected as `pardnn capacity` does (pardnn.pipeline.capacity.count_row,
@@ -12,6 +12,12 @@ with --keras two Keras models of tools/keras_models.py profiled with pardnn.tf o
 this CPU (DIR/keras-resnet: a residual CNN with BatchNormalization; DIR/keras-encoder:
 a stack of four transformer blocks). Prints one row per graph and K, then the largest
 ratio and the geometric mean per algorithm; --csv writes the rows under the commit line.
+With --recompute, pardnn's row also gets the least memory with recomputation
+(`pardnn capacity --recompute on`: count_row's `least_recomputing`; empty when none
+fits below the least without it) and, per row, the ratio for the levers used: that
+memory over the bounds that hold whatever is recomputed (LeastMemory.recomputing)
+when recomputation lowered it, else the ratio without it; its largest ratio and
+geometric mean are printed as pardnn-levers'.
 """
 
 from __future__ import annotations
@@ -61,8 +67,9 @@ def profile_dir(root, name) -> str:
     return out
 
 
-def measure(graph, k, algorithms):
-    """(bound, {algorithm: least memory fitting}) for cpu:k, no reserve."""
+def measure(graph, k, algorithms, recompute=False):
+    """(bound, {algorithm: least memory fitting}) for cpu:k, no reserve; with
+    `recompute`, also "pardnn-recomputing": pardnn's least memory recomputing."""
     from pardnn.hardware import parse_devices
     from pardnn.pipeline.capacity import count_row
     from pardnn.repair.least_memory import least_memory
@@ -70,7 +77,12 @@ def measure(graph, k, algorithms):
     peak = one_device_peak(graph)
     cluster = parse_devices(f"cpu:{k}").with_options(memory=peak, reserve=0.0)
     bound = least_memory(graph, k)
-    return bound, {a: count_row(graph, cluster, a).least.memory for a in algorithms}
+    least = {a: count_row(graph, cluster, a).least.memory for a in algorithms if not (recompute and a == "pardnn")}
+    if recompute:
+        row = count_row(graph, cluster, "pardnn", recompute="on")
+        least["pardnn"] = row.least.memory
+        least["pardnn-recomputing"] = row.least_recomputing.memory if row.least_recomputing else None
+    return bound, least
 
 
 def main(argv=None):
@@ -80,6 +92,8 @@ def main(argv=None):
     ap.add_argument("--keras", action="store_true", help="also the two Keras models")
     ap.add_argument("--k", default="2,4,8")
     ap.add_argument("--algorithms", default="pardnn,etf,topo")
+    ap.add_argument("--recompute", action="store_true",
+                    help="also pardnn's least memory with recomputation, over its bound")
     ap.add_argument("--csv", metavar="FILE")
     ap.add_argument("--keras-child", choices=KERAS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -91,23 +105,31 @@ def main(argv=None):
     from pardnn.pipeline.load import load_cost_graph
     names = [f for f in args.families.split(",") if f] + (list(KERAS) if args.keras else [])
     algorithms = args.algorithms.split(",")
-    rows, ratios = [], {a: [] for a in algorithms}
-    print("graph nodes K bound binding " + " ".join(f"{a} {a}/bound" for a in algorithms) + " seconds")
+    rows, ratios = [], {a: [] for a in algorithms + (["pardnn-levers"] if args.recompute else [])}
+    print("graph nodes K bound binding " + " ".join(f"{a} {a}/bound" for a in algorithms)
+          + (" recomputing its-bound recomputing/bound levers-ratio" if args.recompute else "") + " seconds")
     for name in names:
         graph, _ = load_cost_graph(profile_dir(args.profiles, name))
         for k in [int(x) for x in args.k.split(",")]:
             t0 = time.perf_counter()
-            bound, least = measure(graph, k, algorithms)
+            bound, least = measure(graph, k, algorithms, args.recompute)
             row = {"graph": name, "nodes": graph.num_nodes, "k": k, "bound_bytes": bound.bytes,
                    "binding": bound.binding.name}
             for a in algorithms:
                 row[a] = least[a]
                 ratios[a].append(least[a] / bound.bytes)
+            extra = ""
+            if args.recompute:
+                low, rec = least["pardnn-recomputing"], bound.recomputing().bytes
+                levers = low / rec if low else least["pardnn"] / bound.bytes
+                row.update({"pardnn_recomputing": low, "recomputing_bound_bytes": rec, "levers_ratio": levers})
+                ratios["pardnn-levers"].append(levers)
+                extra = f" {low or '-'} {rec} {f'{low / bound.bytes:.3f}' if low else '-'} {levers:.3f}"
             rows.append(row)
             print(name, graph.num_nodes, k, bound.bytes, repr(bound.binding.name),
-                  " ".join(f"{least[a]} {least[a] / bound.bytes:.3f}" for a in algorithms),
+                  " ".join(f"{least[a]} {least[a] / bound.bytes:.3f}" for a in algorithms) + extra,
                   f"{time.perf_counter() - t0:.1f}", flush=True)
-    for a in algorithms:
+    for a in ratios:
         geo = math.exp(sum(math.log(r) for r in ratios[a]) / len(ratios[a]))
         print(f"{a}: largest ratio {max(ratios[a]):.3f}, geometric mean {geo:.3f} over {len(ratios[a])} rows")
     if args.csv:

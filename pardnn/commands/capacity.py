@@ -20,7 +20,8 @@ import time
 
 import numpy as np
 
-from pardnn.commands.common import add_cluster_args, cluster_from_args, cluster_inputs, refuse_below_least_memory
+from pardnn.commands.common import (RECOMPUTE, add_cluster_args, cluster_from_args, cluster_inputs,
+                                   refuse_below_least_memory)
 from pardnn.commands.place import placed_inputs
 from pardnn.base.errors import UserError
 from pardnn.io.outputs import OutputDir, check_output_dir
@@ -49,6 +50,10 @@ def add_parser(sub):
                    help=f"placement algorithm ({', '.join(algorithms.names())}); default pardnn")
     p.add_argument("-o", "--out", metavar="OUT_DIR",
                    help="write capacity.json, capacity.png and each count's placement (kN/) here")
+    p.add_argument("--recompute", default="auto", choices=RECOMPUTE,
+                   help="auto (default): recompute activations only at the devices' own memory, when nothing "
+                        "fits there without it; on: also find the least memory with recomputation, below "
+                        "the least without it; off: never")
     p.set_defaults(run=run)
 
 
@@ -81,7 +86,7 @@ def run(args):
     with OutputDir(args.out) if args.out is not None else contextlib.nullcontext() as out:
         # each count's placed dir is written where and as soon as its row is found
         write = None if out is None else functools.partial(write_count, args, graph, info, out)
-        found = count_rows(graph, cluster, counts, args.algorithm, write)
+        found = count_rows(graph, cluster, counts, args.algorithm, write, recompute=args.recompute)
         rows = [row for row, _ in found]
         doc = document(args, graph, cluster, rows, time.perf_counter() - t0)
         print_table(doc)
@@ -124,6 +129,12 @@ def print_table(doc) -> None:
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
     for line in lines:
         print("  " + "  ".join(cell.rjust(w) for cell, w in zip(line, widths)))
+    for r in doc["rows"]:
+        if "least_memory_recomputing_bytes" in r:
+            least, bound = r["least_memory_recomputing_bytes"], r["least_memory_recomputing_bound_bytes"]
+            print(f"  {r['devices']} device{'s' * (r['devices'] != 1)}, recomputing {r['recompute_at_least_memory']['ops']} ops: least memory "
+                  f"{format_size(least)}, {least / max(bound, 1):.3f}x the bound {format_size(bound)} that holds "
+                  f"whatever is recomputed; step there {format_time(r['step_us_at_least_memory_recomputing'])}")
     fewest = doc["fewest_devices"]
     print(f"  fewest devices that fit {mem} each: {fewest if fewest else 'none of these counts'}; "
           f"{doc['memories_tried']} memories tried, {doc['placements']} placements, {doc['seconds']:.1f} s")

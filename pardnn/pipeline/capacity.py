@@ -68,6 +68,7 @@ class Row:
     at_memory: Fit | None       # the placement at the cluster's own memory, None when none fits
     placements: int             # placements run for this row, as pardnn place runs them
     checks: int                 # memories tried by the bisection (Feasibility.fits)
+    least_recomputing: Fit | None = None    # with recompute "on": the least memory found recomputing, if below `least`
 
     def fields(self, one_device_us) -> dict:
         """capacity.json's entry for this row (docs/capacity.md)."""
@@ -83,6 +84,13 @@ class Row:
         if order is not None and len(order):        # the order lever (pardnn.pipeline.order_lever)
             doc.update({"order_at_least_memory": self.least.placement.schedule_name,
                         "control_edges_at_least_memory": len(order)})
+        if self.least_recomputing is not None:     # pardnn.pipeline.recompute, below the least without it
+            fit = self.least_recomputing
+            doc.update({"least_memory_recomputing_bytes": fit.memory,
+                        "least_memory_recomputing_bound_bytes": _memory(self.bound.recomputing().bytes,
+                                                                        fit.placement.cluster.reserve),
+                        "step_us_at_least_memory_recomputing": fit.report.makespan_us,
+                        "recompute_at_least_memory": fit.report.recompute})
         if self.at_memory is not None:
             step = self.at_memory.report.makespan_us
             doc.update({"step_us_at_memory": step, "speedup_at_memory": one_device_us / step if step else None})
@@ -121,29 +129,32 @@ def check_groups(graph, cluster, flag="--devices") -> None:
                         f"{format_size(int(cluster.capacity.max()))} usable (memory minus the reserve)")
 
 
-def capacity(graph, cluster, counts, algorithm="pardnn") -> list:
+def capacity(graph, cluster, counts, algorithm="pardnn", recompute="auto") -> list:
     """A Row per device count in `counts` (each at most the cluster's device count)."""
-    return [row for row, _ in count_rows(graph, cluster, counts, algorithm)]
+    return [row for row, _ in count_rows(graph, cluster, counts, algorithm, recompute=recompute)]
 
 
-def count_rows(graph, cluster, counts, algorithm="pardnn", then=None) -> list:
+def count_rows(graph, cluster, counts, algorithm="pardnn", then=None, recompute="auto") -> list:
     """(Row, then(row)) per device count in `counts`: on large graphs, counts side by
     side (pardnn.pipeline.lanes), the largest first. `then(row)` (None: nothing) runs
     where and as soon as the row is found (`pardnn capacity -o` writes its placed dir
-    there, while other rows are still being found)."""
+    there, while other rows are still being found). `recompute`: as `count_row`'s."""
     def row_then(k):
-        row = count_row(graph, first_devices(cluster, k), algorithm)
+        row = count_row(graph, first_devices(cluster, k), algorithm, recompute=recompute)
         return row, None if then is None else then(row)
     largest_first = sorted(range(len(counts)), key=lambda i: -counts[i])
     return in_lanes(row_then, list(counts), graph.num_nodes, largest_first,
                     f"finding the least memory on {len(counts)} device counts")
 
 
-def count_row(graph, cluster, algorithm, orders=True) -> Row:
+def count_row(graph, cluster, algorithm, orders=True, recompute="auto") -> Row:
     """The Row of `cluster` (all its devices): the least memory bisected with
     `Feasibility`, then placed as `pardnn place --memory` would; and the placement at
     the cluster's own memory. `orders`: a memory where nothing fits in TF's own order
-    may fit with an order the placement carries (pardnn.pipeline.order_lever)."""
+    may fit with an order the placement carries (pardnn.pipeline.order_lever).
+    `recompute`: "auto", recomputation only at the cluster's memory, when nothing
+    fits there without it; "on", also the least memory with recomputation, bisected
+    below the least without it (`_least_recomputing`); "off", never."""
     k, reserve = cluster.num_devices, cluster.reserve
     bound, step_bound = least_memory_on(graph, cluster), step_lower_bound(graph, cluster)
     memory = int(cluster.memory.max())
@@ -163,12 +174,18 @@ def count_row(graph, cluster, algorithm, orders=True) -> Row:
                 fit = _placed(graph, cluster, algorithm, m, recompute="on")
         return fit
 
+    def row(least, at_memory, checks):
+        below = _least_recomputing(graph, cluster, algorithm, bound, least.memory) if recompute == "on" else None
+        return Row(k, bound, step_bound, least, at_memory, placed[0] + (below[1] if below else 0), checks,
+                   below[0] if below else None)
+
+    at_own = recompute != "off"
     if k == 1:                                      # one placement: its peak is the answer
         least = full(_memory(_one_device_peak(graph, cluster), reserve))
-        return Row(k, bound, step_bound, least, full(memory, recompute=True), placed[0], 0)
+        return row(least, full(memory, recompute=at_own), 0)
     low = _memory(bound.bytes, reserve)             # nothing fits below it
     feasible.complete_at_most = _near(low)
-    at_memory = full(memory, recompute=True) if memory >= _memory(bound.recomputing().bytes, reserve) else None
+    at_memory = full(memory, recompute=at_own) if memory >= _memory(bound.recomputing().bytes, reserve) else None
     top = _fitting_top(graph, cluster, at_memory, low, feasible)
     least_memory_found = _bisect(low, top, feasible.fits)
     judged = feasible.judged if feasible.judged is not None and feasible.judged_memory == least_memory_found else None
@@ -177,7 +194,25 @@ def count_row(graph, cluster, algorithm, orders=True) -> Row:
     if least is None:
         raise RuntimeError(f"{algorithm} found a fit at {format_size(least_memory_found)} on {k} devices "
                            f"and then did not place there")
-    return Row(k, bound, step_bound, least, at_memory, placed[0], feasible.checks)
+    return row(least, at_memory, feasible.checks)
+
+
+def _least_recomputing(graph, cluster, algorithm, bound, top):
+    """(Fit, placements run) at the least memory at which a placement that recomputes
+    fits (`pardnn place --recompute on --memory`), bisected as the least memory is
+    between the bounds that hold whatever is recomputed and `top`, the least memory
+    found without recomputing; None when none fits below `top`."""
+    low = _memory(bound.recomputing().bytes, cluster.reserve)
+    if low >= top:
+        return None
+    found = {}
+
+    def fits(m):
+        with stage(f"placing on {cluster.num_devices} devices with {format_size(m)} each, recomputing"):
+            found[m] = _placed(graph, cluster, algorithm, m, recompute="on")
+        return found[m] is not None
+    least = _bisect(low, top, fits)
+    return (found[least], len(found)) if least < top else None
 
 
 def _placed(graph, cluster, algorithm, m, judged=None, recompute="off"):
