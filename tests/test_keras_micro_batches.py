@@ -38,6 +38,8 @@ def test_a_micro_batched_step_trains_as_the_unsplit_one(facts, case):
     assert run["weight_gap"] < 1e-5
     assert run["plan_micro_batches"] == int(case.split(":")[1])
     assert f"micro-batches: {case.split(':')[1]} per step, one update" in run["summary"]
+    samples, per_sample, step = run["samples"]            # the planned batch, whatever the split
+    assert samples == 8 and per_sample == pytest.approx(step / 8) and "8 per step)" in run["summary"]
 
 
 def test_the_order_a_plan_carries_is_in_the_graphs_tf_runs(facts):

@@ -35,9 +35,17 @@ def test_place_writes_report_fields_and_emulate_agrees(tmp_path, capsys):
                  "--report", str(tmp_path / "r.json")]) == 0
     emulated = json.loads((tmp_path / "r.json").read_text())
     emulation = [f.name for f in fields(Report) if f.metadata["section"] == "emulation"]
-    assert {n: emulated[n] for n in emulation} == {n: placed[n] for n in emulation}
+    assert {n: emulated.get(n) for n in emulation} == {n: placed.get(n) for n in emulation}
     assert emulated["algorithm"] == "placement.csv" and "candidates" not in emulated
 
 
 def test_a_field_nothing_computed_is_absent():
     assert Report(algorithm="x", num_nodes=0).to_json() == {"algorithm": "x", "num_nodes": 0}
+
+
+def test_samples_per_step_comes_from_the_profile_when_it_says():
+    from pardnn.pipeline.report import samples_per_step
+    assert samples_per_step({"knobs": {"batch": 16}}) == 16            # a built-in family
+    assert samples_per_step({"batch": 8, "knobs": {"batch": 4}}) == 8   # a Keras plan's own
+    assert samples_per_step(None) is None and samples_per_step({"knobs": {}}) is None
+    assert samples_per_step({"batch": True}) is None and samples_per_step({"batch": 0}) is None

@@ -105,6 +105,9 @@ def test_profile_place_and_run_a_split_model_under_the_default_config(tmp_path, 
     if schedule != "auto":
         assert report["schedule"] == schedule and (placed / "order.csv").exists()
     module = load_module("word-rnn")
+    batch = resolve_knobs(module, "tiny")["batch"]          # the batch of the step, not of a micro-batch
+    assert report["samples_per_step"] == batch and f"per sample ({batch} per step)" in out
+    assert report["time_per_sample_us"] == pytest.approx(report["makespan_us"] / batch)
     unplaced = losses(build_model(module, "word-rnn", resolve_knobs(module, "tiny")))
     result = run_placed(placed, load_module, STEPS, config="default")
     assert result.check.moved == []

@@ -21,7 +21,7 @@ from pardnn.base.errors import UserError
 from pardnn.pipeline.load import load_cost_graph
 from pardnn.pipeline.recompute import placed_graph
 from pardnn.io.placement import read_csv
-from pardnn.pipeline.report import emulation_report
+from pardnn.pipeline.report import emulation_report, samples_per_step
 from pardnn.emulator.trace import emulated_step
 from pardnn.io.trace_events import short_names, write_trace
 from pardnn.base.jsonfile import write_json
@@ -46,7 +46,8 @@ def run(args):
     cluster = cluster_from_args(args)
     check_output_files([args.profile, args.placement, *cluster_inputs(args)],
                        **{"--report": args.report, "--plot": args.plot, "--trace": args.trace})
-    graph = placed_graph(load_cost_graph(args.profile)[0], args.placement)    # with its recomputed copies
+    loaded, info = load_cost_graph(args.profile)
+    graph = placed_graph(loaded, args.placement)                # with its recomputed copies
     device = read_csv(args.placement, graph, cluster)
     problems = violations(graph, cluster, device)
     if problems:
@@ -55,7 +56,7 @@ def run(args):
     schedule = simulate(graph, cluster, device)
     profile = track_memory(graph, cluster, device, schedule)
     report = emulation_report(graph, cluster, device, schedule, profile, "placement.csv",
-                              placement=os.path.abspath(args.placement))
+                              samples=samples_per_step(info.get("profile")), placement=os.path.abspath(args.placement))
     report.stage_seconds = {"evaluate": time.perf_counter() - t0}
     report = report.to_json()
     about = {"pardnn": "emulated step", "placement": report["placement"], "devices": args.devices}

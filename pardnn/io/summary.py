@@ -18,6 +18,8 @@ def print_summary(report, out_dir=None, file=None):
             line += f", lower bound {format_time(report['lower_bound_us'])}"
             if report["lower_bound_us"] > 0:
                 line += f" (gap {report['makespan_us'] / report['lower_bound_us']:.3f}x)"
+        if report.get("time_per_sample_us"):
+            line += f"; {format_time(report['time_per_sample_us'])} per sample ({report['samples_per_step']} per step)"
         lines.append(line)
     peaks = report.get("peak_memory_bytes")
     caps = report["memory_capacity_bytes"]

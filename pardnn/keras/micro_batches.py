@@ -37,6 +37,7 @@ import keras
 import tensorflow as tf
 
 from pardnn.base.errors import UserError
+from pardnn.keras.specs import samples
 
 COUPLED = (keras.layers.BatchNormalization,)     # layers whose output depends on the other samples
 
@@ -47,8 +48,7 @@ def check_micro_batches(micro_batches, batch) -> int:
     the batch, or does not divide it."""
     if isinstance(micro_batches, bool) or not isinstance(micro_batches, int):
         raise UserError(f"micro_batches: give a whole number of micro-batches, or \"auto\"; got {micro_batches!r}")
-    leaves = [leaf for leaf in tf.nest.flatten(batch) if leaf is not None]
-    size = int(leaves[0].shape[0]) if leaves and leaves[0].shape.rank else 1
+    size = samples(batch)
     if not 1 <= micro_batches <= size or size % micro_batches:
         raise UserError(f"micro_batches: {micro_batches} micro-batches cannot split batch_spec's batch of {size} "
                         f"samples (give a divisor of {size} from 1 to {size})")

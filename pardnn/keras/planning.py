@@ -36,7 +36,7 @@ from pardnn.keras.micro_batches import check_micro_batches, coupled_layers, micr
 from pardnn.keras.names import KerasNames
 from pardnn.keras.placed_plan import Plan, load_plan
 from pardnn.keras.plan_file import FORMAT, PLAN_FILE, read_plan, variables_json
-from pardnn.keras.specs import check_inputs, model_input, to_json, to_specs
+from pardnn.keras.specs import check_inputs, model_input, samples, to_json, to_specs
 from pardnn.keras.steps import split_built, training_step, warm_up
 from pardnn.pipeline.place_dir import place_inputs, place_profile, write_place_dir
 from pardnn.pipeline.schedule import SCHEDULES, schedule_line
@@ -98,7 +98,8 @@ def plan(build, batch_spec, devices, memory="auto", *, step=None, directory="par
         traced = _traced_shape_only(build, step, batch, micro_batches)
         with OutputDir(directory, "directory") as out:
             profile = profile_function(traced.step_fn, traced.args, out_dir=out.temp("profile"),
-                                       estimate=settings["estimate"])
+                                       estimate=settings["estimate"],
+                                       meta={"batch": samples(model_input(batch, fit=step is None))})
             placed = place_profile(os.path.join(out.staging, "profile"), cluster, algorithm, budget_s,
                                    devices=str(devices), schedule=schedule, recompute=recompute,
                                    fetch="off")     # the placed tf.function cannot read a variable twice
@@ -130,7 +131,7 @@ def _auto(again, batch, directory, verbose) -> Plan:
     M, so the steps fall, then rise); the best count that fits (the shortest step; the
     fewest micro-batches on a tie) becomes `directory`, its inputs.json pointing at
     its profile there. Its summary lists every count tried."""
-    size = int([leaf for leaf in tf.nest.flatten(batch) if leaf is not None][0].shape[0])
+    size = samples(batch)
     tried, plans = {}, {}
     with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(str(directory)))) as work:
         for m in [m for m in AUTO_COUNTS if size % m == 0]:

@@ -47,6 +47,13 @@ def model_input(batch, fit: bool):
     return batch[0] if isinstance(batch, (tuple, list)) and batch else batch
 
 
+def samples(x) -> int:
+    """The samples of model input `x` (specs or tensors): its first leaf's first
+    dimension, 1 for a scalar."""
+    leaves = [leaf for leaf in tf.nest.flatten(x) if leaf is not None]
+    return int(leaves[0].shape[0]) if leaves and leaves[0].shape.rank else 1
+
+
 def check_inputs(model, x) -> None:
     """UserError naming the input when `x` (specs) does not match a functional
     model's inputs: another structure, an input missing or unknown, another shape.

@@ -24,7 +24,7 @@ from pardnn.io.trace_events import write_trace
 from pardnn.base.jsonfile import write_json
 from pardnn.pipeline import place as placer
 from pardnn.pipeline.load import load_cost_graph
-from pardnn.pipeline.report import placement_report
+from pardnn.pipeline.report import placement_report, samples_per_step
 from pardnn.base.progress import stage
 
 # Loader statistics copied into report.json under "loader".
@@ -112,7 +112,8 @@ def write_place_dir(out, placed: PlacedProfile, inputs: dict):
     write_json(inputs, out.temp("inputs.json"))
     report = placement_report(placed.graph, placed.placed, placed.loader,
                               None if placed.replicas is None else (placed.cluster, placed.replicas),
-                              {"load": placed.load_s, "write": time.perf_counter() - t1})
+                              {"load": placed.load_s, "write": time.perf_counter() - t1},
+                              samples_per_step(placed.info.get("profile")))
     write_json(report.to_json(), out.temp("report.json"))
     return report
 

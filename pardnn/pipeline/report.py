@@ -66,6 +66,12 @@ class Report:
         "K devices if they shared one memory, or, beside a host tier at its own usable memory (`host_bytes`), "
         "on each of the other devices: `bytes`, the bound that gives it (`binding`) and what binds it "
         "(`what`), and `bounds`, each bound per device (docs/bounds.md, \"Least memory\")")
+    samples_per_step: int | None = _field(
+        "emulation", "the samples one step trains, when the profile says: a built-in family's `batch` knob, "
+        "a Keras plan's batch (profile.json's `batch`)")
+    time_per_sample_us: float | None = _field(
+        "emulation", "`makespan_us` over `samples_per_step`: what steps of other batches, micro-batch counts "
+        "or device counts compare by")
     busy_us: list | None = _field("emulation", "compute time per device")
     peak_memory_bytes: list | None = _field("emulation", "emulated memory peak per device")
     peak_time_us: list | None = _field("emulation", "when each device first reaches its peak")
@@ -119,18 +125,22 @@ class Report:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
 
-def emulation_report(graph, cluster, device, schedule, profile, algorithm, bound=None, **more) -> Report:
+def emulation_report(graph, cluster, device, schedule, profile, algorithm, bound=None, samples=None,
+                     **more) -> Report:
     """The report of placement `device` from its emulation (`schedule`, `profile`):
     what was placed where, and the emulation fields. `bound`: the StepLowerBound whose
     `us` is lower_bound_us, when known (else pipeline.bounds.step_lower_bound in full,
-    solving the exact model on small graphs). `more`: other fields, by name."""
+    solving the exact model on small graphs). `samples`: the samples a step trains,
+    when known (`samples_per_step`). `more`: other fields, by name."""
     device = np.asarray(device)
+    per_sample = {"samples_per_step": int(samples), "time_per_sample_us": schedule.makespan / int(samples)} \
+        if samples else {}
     return Report(
         algorithm=algorithm, num_nodes=graph.num_nodes, num_edges=graph.num_edges, devices=cluster.names,
         memory_capacity_bytes=[int(x) for x in cluster.memory], reserve=cluster.reserve,
         nodes_per_device=[int(x) for x in np.bincount(device, minlength=cluster.num_devices)],
         comm_bytes=comm_bytes(graph, device),
-        makespan_us=schedule.makespan, single_device_us=graph.total_work_us(),
+        makespan_us=schedule.makespan, **per_sample, single_device_us=graph.total_work_us(),
         lower_bound_us=(step_lower_bound(graph, cluster) if bound is None else bound).us,
         least_memory=least_memory_on(graph, cluster).fields(),
         busy_us=[float(x) for x in schedule.busy_us],
@@ -150,10 +160,11 @@ def evaluate(graph, cluster, device) -> Report:
                             step_lower_bound(graph, cluster, exact_model=False))
 
 
-def placement_report(graph, placed, loader=None, replicas=None, stage_seconds=None) -> Report:
+def placement_report(graph, placed, loader=None, replicas=None, stage_seconds=None, samples=None) -> Report:
     """What `pardnn place` writes for `placed` (pardnn.pipeline.place.Placed).
     `replicas`: (the cluster of every host, R) for `--replicas R`; `stage_seconds`: the
-    command's own stages (load first, write last) around the placement's."""
+    command's own stages (load first, write last) around the placement's; `samples`:
+    the samples a step trains, when known (`samples_per_step`)."""
     t0 = time.perf_counter()
     placement, chosen = placed.placement, placed.chosen
     cluster, judged = placement.cluster, chosen.judged
@@ -162,7 +173,7 @@ def placement_report(graph, placed, loader=None, replicas=None, stage_seconds=No
     report = emulation_report(graph, cluster, placement.device, placement.schedule, placement.profile,
                               placement.algorithm, graph_bound,
                               changed_nodes=int(np.count_nonzero(judged.device != chosen.raw)),
-                              placement_seconds=placed.seconds, loader=loader or None, **more)
+                              placement_seconds=placed.seconds, loader=loader or None, samples=samples, **more)
     for key, value in _schedule_fields(placed, cluster).items():
         setattr(report, key, value)
     report.recompute = _recompute_fields(placed.recomputation, cluster)
@@ -178,6 +189,14 @@ def placement_report(graph, placed, loader=None, replicas=None, stage_seconds=No
         full, count = replicas
         report.replicas = replicated.estimate(graph, placement.device, full, count, report.makespan_us)
     return report
+
+
+def samples_per_step(profile_doc) -> int | None:
+    """The samples one step of a profile trains (profile.json's `batch`, else a built-in
+    family's `batch` knob), None when it does not say."""
+    doc = profile_doc or {}
+    batch = doc.get("batch", (doc.get("knobs") or {}).get("batch"))
+    return int(batch) if isinstance(batch, int) and not isinstance(batch, bool) and batch > 0 else None
 
 
 def _schedule_fields(placed, cluster) -> dict:

@@ -48,6 +48,8 @@ def flow(root, name, m, schedule="auto"):
     return {"placed": placed, "unplaced": unplaced, "moved": check.moved, "devices": len(check.nodes_per_device),
             "order": len(order), "dropped": kept_order(order) if custom else None,
             "schedule": plan.report.get("schedule"),
+            "samples": [plan.report.get("samples_per_step"), plan.report.get("time_per_sample_us"),
+                        plan.report["makespan_us"]],
             "inputs_profile": json.load(open(f"{plan.directory}/inputs.json"))["profile"],
             "directory": os.path.abspath(plan.directory),
             "iterations": iterations, "weight_gap": gap, "summary": summary.getvalue(),
