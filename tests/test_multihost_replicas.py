@@ -152,3 +152,31 @@ def test_one_replica_costs_what_the_placement_alone_costs(step_json, tmp_path):
     assert block["averaged_tensors"] == 2 and block["allreduce_bytes"] == 1400
     # the mean of one replica sits on its update's device: no extra hop
     assert block["step_time_us"] == pytest.approx(report["makespan_us"])
+
+
+def test_one_host_is_cut_into_groups_of_devices_in_order():
+    """Inside one host (a DGX), replica r takes the r-th group of K/R devices, and one
+    replica is placed on the first group, with its links."""
+    cluster = parse_devices("cpu:8")
+    assert hosts.replica_devices(cluster, 4).tolist() == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    one = hosts.replica_cluster(cluster, 4)
+    assert one.names == cluster.names[:2] and one.latency_us.shape == (2, 2)
+    assert hosts.replica_devices(cluster, 1).tolist() == [list(range(8))]
+    with pytest.raises(UserError, match="3 replicas on one host need a device count that 3 divides; "
+                                        "--devices has 8 devices"):
+        hosts.replica_devices(cluster, 3)
+    with pytest.raises(UserError, match="cannot share its host tier"):
+        hosts.replica_devices(parse_devices("dgx-h100:2+host"), 2)
+
+
+def test_replicas_inside_one_host_cost_the_allreduce_over_its_links(step_json, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["place", str(step_json), "--devices", "cpu:4", "--replicas", "2",
+                 "--algorithm", "round-robin", "-o", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert len(report["devices"]) == 2
+    block = report["replicas"]
+    assert block["count"] == 2 and block["devices_per_replica"] == 2
+    assert block["hosts"] == ["/job:localhost/replica:0/task:0"] * 2
+    assert block["step_time_us"] > block["per_replica_makespan_us"] == report["makespan_us"]
+    assert "2 replicas of 2 devices each on /job:localhost/replica:0/task:0" in capsys.readouterr().out

@@ -21,6 +21,7 @@ from pardnn.hardware.hosts import host_cluster
 from pardnn_builtin_models import load_module
 from pardnn.io.placement import Placement
 from pardnn.tf import check_placement, import_placed_graph, profile, session_config
+from pardnn.tf.session import default_session_config
 from pardnn.tf.profile_loader import load_profile
 from pardnn.tf.distributed import free_port, loopback_cluster, open_session
 from pardnn.tf.graphdef import read_graph_def
@@ -90,6 +91,31 @@ def test_two_replicas_stay_identical_and_match_the_full_batch(mlp_profile, clust
     assert main(["place", str(mlp_profile), "--devices", str(cluster_json), "--replicas", "2",
                  "-o", str(out)]) == 0
     assert "2 replicas on /job:worker/task:0, /job:worker/task:1" in capsys.readouterr().out
+    _trains_as_the_full_batch(out, lambda graph: open_session(parse_devices(str(cluster_json)), graph))
+
+
+@pytest.mark.slow
+def test_two_replicas_inside_one_host_match_the_full_batch(mlp_profile, tmp_path, capsys):
+    """On one host, `--replicas 2` over 4 devices: replica r on devices 2r and 2r + 1,
+    run by a plain session under TF's default config, as a user's script runs it."""
+    out = tmp_path / "replicated"
+    assert main(["place", str(mlp_profile), "--devices", "cpu:4", "--replicas", "2", "-o", str(out)]) == 0
+    assert "2 replicas of 2 devices each on /job:localhost/replica:0/task:0" in capsys.readouterr().out
+    report = json.loads((out / "report.json").read_text())
+    assert report["devices"] == [f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(2)]
+    assert report["replicas"]["devices_per_replica"] == 2
+    devices = {(n.name.split("/")[0], n.device.rsplit(":", 1)[1])
+               for n in read_graph_def(str(out / "placed_graph.pb")).node if n.name.startswith("replica_")}
+    assert {d for r, d in devices if r == "replica_0"} == {"0", "1"}
+    assert {d for r, d in devices if r == "replica_1"} == {"2", "3"}
+    _trains_as_the_full_batch(out, lambda graph: tf1.Session(graph=graph, config=default_session_config(4)))
+
+
+def _trains_as_the_full_batch(out, session_of):
+    """The replicated step of place output `out`, run for STEPS steps in `session_of(graph)`
+    with each replica fed its slice of the full batch: no op moved, the replicas'
+    variables identical, and the losses and variables those of one process on the
+    full batch."""
     knobs = json.loads((out / "profile.json").read_text())["knobs"]
     b = knobs["batch"]
     full, expected_losses, expected = _unplaced(knobs, 2 * b)
@@ -104,7 +130,7 @@ def test_two_replicas_stay_identical_and_match_the_full_batch(mlp_profile, clust
                 with tf.device(handle.op.device):
                     reads[r, v] = tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.float32)
     losses = []
-    with open_session(parse_devices(str(cluster_json)), graph) as session:
+    with session_of(graph) as session:
         session.run("init")
         for step in range(STEPS):
             feed = {f"replica_{r}/{name}": value[r * b:(r + 1) * b]

@@ -19,7 +19,7 @@ same answer on any machine.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -28,6 +28,7 @@ from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
 from pardnn.base.errors import UserError
 from pardnn.graph.node_memory import resident_bytes
+from pardnn.hardware.hosts import first_devices
 from pardnn.pipeline.judge import Judging, fits_with_search, judge
 from pardnn.pipeline.lanes import in_lanes
 from pardnn.pipeline.bounds import step_lower_bound
@@ -100,13 +101,6 @@ class Row:
                 doc.update({"schedule_at_memory": self.at_memory.report.schedule,
                             "bubble_at_memory": self.at_memory.report.bubble})
         return doc
-
-
-def first_devices(cluster, k):
-    """The cluster of the first k devices of `cluster` (their links and hosts)."""
-    hosts = cluster.hosts[:max(d.host for d in cluster.devices[:k]) + 1]
-    return replace(cluster, devices=cluster.devices[:k], latency_us=cluster.latency_us[:k, :k].copy(),
-                   bandwidth=cluster.bandwidth[:k, :k].copy(), hosts=hosts)
 
 
 def check_devices(cluster, flag="--devices") -> None:

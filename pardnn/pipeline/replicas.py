@@ -1,9 +1,11 @@
 """What a step of data parallelism costs (`pardnn place --replicas R`): the graph is
-placed on the first host's devices; replica r runs a copy of it on host r with the
-same local devices, taking its own slice of the batch through its own feeds. The
-profile describes one replica's step, so the profiled batch is the per-replica batch
-and the global batch is R times it (thesis §5.1: ParDNN inside a host, data
-parallelism across hosts).
+placed on one replica's devices (the first host's; on one host, its first K/R
+devices: pardnn.hardware.hosts); replica r runs a copy of it on its own devices (host
+r's, or the r-th group of K/R), taking its own slice of the batch through its own
+feeds. The profile describes one replica's step, so the profiled batch is the
+per-replica batch and the global batch is R times it (thesis §5.1: ParDNN inside a
+host, data parallelism across hosts; inside one host, replicas of a placement over
+fewer devices, as RaNNC replicates its stages).
 
 Each averaged tensor (pardnn.graph.averaging) is summed over the replicas and divided
 by R once, on the update's device of one replica (tensor k on replica k mod R, to
@@ -79,7 +81,8 @@ def estimate(graph, device, cluster, replicas: int, per_replica_us: float) -> di
     step = simulate(rep, cluster, rep_device).makespan
     return {
         "count": replicas,
-        "hosts": [cluster.hosts[r].task for r in range(replicas)],
+        "hosts": [cluster.hosts[cluster.devices[table[r, 0]].host].task for r in range(replicas)],
+        "devices_per_replica": int(table.shape[1]),
         "averaged_tensors": averaging.num_tensors,
         "allreduce_bytes": int(averaging.nbytes.sum()),
         "per_replica_makespan_us": per_replica_us,
@@ -89,7 +92,10 @@ def estimate(graph, device, cluster, replicas: int, per_replica_us: float) -> di
 
 def summary_line(block) -> str:
     """One line for the `replicas` block of report.json."""
-    return (f"  {block['count']} replicas on {', '.join(block['hosts'])}: step time "
+    hosts = list(dict.fromkeys(block["hosts"]))
+    where = ("on " + ", ".join(hosts) if len(hosts) == len(block["hosts"]) else
+             f"of {block['devices_per_replica']} devices each on {', '.join(hosts)}")
+    return (f"  {block['count']} replicas {where}: step time "
             f"{format_time(block['step_time_us'])} with {block['averaged_tensors']} tensors "
             f"({format_size(block['allreduce_bytes'])}) averaged across replicas; one replica alone "
             f"{format_time(block['per_replica_makespan_us'])}")

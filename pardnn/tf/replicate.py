@@ -3,8 +3,10 @@ the batch-dependent inputs of variable updates averaged in-graph across replicas
 (`pardnn place --replicas R`; what is averaged, and why, is in pardnn.graph.averaging).
 
 Replica r is the placed graph with every node renamed `replica_<r>/<name>` and its
-device moved from the first host's task to host r's (`/job:worker/task:0/device:GPU:1`
-becomes `/job:worker/task:r/device:GPU:1`). Names that TF resolves per graph are
+device moved to replica r's (pardnn.hardware.hosts.replica_devices): from the first
+host's task to host r's (`/job:worker/task:0/device:GPU:1` becomes
+`/job:worker/task:r/device:GPU:1`), or on one host from device j of the first group to
+device j of group r (with 8 GPUs and 2 replicas, GPU:1 becomes GPU:5). Names that TF resolves per graph are
 prefixed too: colocation (`_class: loc:@...`), resource `shared_name`s, while-loop
 `frame_name`s and TensorArray names, so the replicas share nothing by accident.
 Random ops with neither a graph nor an op seed get one fixed seed (the same in every
@@ -59,7 +61,7 @@ def write_replicated_graph(profile_path, graph, placement, cluster, replicas, na
 
 def replicate(graph_def, graph, placement, cluster, replicas, names=None):
     """The replicated GraphDef (module docstring)."""
-    replica_devices(cluster, replicas)                 # the hosts can take the replicas
+    moved = _replica_device(cluster, replica_devices(cluster, replicas))
     index = graph.index()
     devices = placed_devices(graph, placement)
     averaging = averaged_tensors(graph)
@@ -74,29 +76,38 @@ def replicate(graph_def, graph, placement, cluster, replicas, names=None):
     out = graph_pb2.GraphDef()
     out.versions.CopyFrom(graph_def.versions)
     out.library.CopyFrom(graph_def.library)
-    tasks = [h.task for h in cluster.hosts]
     for r in range(replicas):
         for node in graph_def.node:
             if node.name not in index:
                 raise UserError(f"graph.pb: node {node.name!r} is not in the cost graph "
                                 f"(graph.pb changed since it was loaded?)")
-            device = _on_host(devices[index[node.name]], tasks[0], tasks[r])
-            out.node.append(_copy(node, f"replica_{r}/", device, means))
+            out.node.append(_copy(node, f"replica_{r}/", moved(devices[index[node.name]], r), means))
     for k in range(averaging.num_tensors):
         owner = k % replicas
         writer = graph.edge_dst[averaging.edges[averaging.edge_tensor == k][0]]
         tensor = f"{graph.names[averaging.src[k]]}:{averaging.slot[k]}"
         out.node.extend(_mean_nodes(mean_name(graph, averaging, k),
                                     [f"replica_{r}/{tensor}" for r in range(replicas)],
-                                    dtypes[k], _on_host(devices[writer], tasks[0], tasks[owner])))
+                                    dtypes[k], moved(devices[writer], owner)))
     known = {key: value for key, value in (names or {}).items()
              if isinstance(value, str) and value.split(":")[0] in index}
     out.node.extend(_joins(known, replicas, dtype_of, lambda name: devices[index[name]]))
     return out
 
 
-def _on_host(device, first_task, task) -> str:
-    return task + device[len(first_task):] if device.startswith(first_task + "/") else device
+def _replica_device(cluster, table):
+    """moved(device, r): the device string `device` of the placement (on replica 0's
+    devices) as replica r runs it: replica r's device of the same place in `table`, or,
+    for a device the cluster does not list, the same device on replica r's host."""
+    names = cluster.names
+    tasks = [cluster.hosts[cluster.devices[row[0]].host].task for row in table]
+    own = [{names[a]: names[b] for a, b in zip(table[0], row)} for row in table]
+
+    def moved(device, r):
+        if device in own[r]:
+            return own[r][device]
+        return tasks[r] + device[len(tasks[0]):] if device.startswith(tasks[0] + "/") else device
+    return moved
 
 
 def _mean_inputs(graph, averaging) -> dict:
