@@ -104,6 +104,9 @@ def test_two_replicas_inside_one_host_match_the_full_batch(mlp_profile, tmp_path
     report = json.loads((out / "report.json").read_text())
     assert report["devices"] == [f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(2)]
     assert report["replicas"]["devices_per_replica"] == 2
+    batch = json.loads((out / "profile.json").read_text())["knobs"]["batch"]
+    assert report["replicas"]["samples_per_step"] == 2 * batch == 2 * report["samples_per_step"]
+    assert report["replicas"]["time_per_sample_us"] == pytest.approx(report["replicas"]["step_time_us"] / (2 * batch))
     devices = {(n.name.split("/")[0], n.device.rsplit(":", 1)[1])
                for n in read_graph_def(str(out / "placed_graph.pb")).node if n.name.startswith("replica_")}
     assert {d for r, d in devices if r == "replica_0"} == {"0", "1"}

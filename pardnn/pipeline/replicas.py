@@ -98,4 +98,6 @@ def summary_line(block) -> str:
     return (f"  {block['count']} replicas {where}: step time "
             f"{format_time(block['step_time_us'])} with {block['averaged_tensors']} tensors "
             f"({format_size(block['allreduce_bytes'])}) averaged across replicas; one replica alone "
-            f"{format_time(block['per_replica_makespan_us'])}")
+            f"{format_time(block['per_replica_makespan_us'])}"
+            + (f"; {format_time(block['time_per_sample_us'])} per sample ({block['samples_per_step']} per step)"
+               if "time_per_sample_us" in block else ""))

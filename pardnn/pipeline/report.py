@@ -118,6 +118,7 @@ class Report:
         "report's emulation fields), write")
     loader: dict | None = _field("run", "profile dirs: the loader's statistics (docs/profiles.md, \"Loading one\")")
     replicas: dict | None = _field("run", "`--replicas R`: the emulated step of R data-parallel replicas "
+                                   "(with the profile's batch: their samples per step and time per sample) "
                                    "(docs/multihost.md)")
 
     def to_json(self) -> dict:
@@ -188,6 +189,9 @@ def placement_report(graph, placed, loader=None, replicas=None, stage_seconds=No
     if replicas is not None:
         full, count = replicas
         report.replicas = replicated.estimate(graph, placement.device, full, count, report.makespan_us)
+        if samples:         # the profile's batch is one replica's
+            step = report.replicas["step_time_us"]
+            report.replicas.update(samples_per_step=count * int(samples), time_per_sample_us=step / (count * samples))
     return report
 
 
