@@ -94,7 +94,8 @@ def summary_line(block) -> str:
     """One line for the `replicas` block of report.json."""
     hosts = list(dict.fromkeys(block["hosts"]))
     where = ("on " + ", ".join(hosts) if len(hosts) == len(block["hosts"]) else
-             f"of {block['devices_per_replica']} devices each on {', '.join(hosts)}")
+             f"of {block['devices_per_replica']} device{'s' * (block['devices_per_replica'] != 1)} each on "
+             f"{', '.join(hosts)}")
     return (f"  {block['count']} replicas {where}: step time "
             f"{format_time(block['step_time_us'])} with {block['averaged_tensors']} tensors "
             f"({format_size(block['allreduce_bytes'])}) averaged across replicas; one replica alone "
