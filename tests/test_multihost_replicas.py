@@ -50,6 +50,20 @@ def test_data_dependent_inputs_of_updates_are_averaged():
     assert {averaging.mean_name(g, a, k) for k in range(2)} == {"allreduce/g/0", "allreduce/delta/0"}
 
 
+def test_what_a_checkpoint_restores_is_not_averaged():
+    """A Saver's file name is a PlaceholderWithDefault; the values its RestoreV2 reads
+    come from the file, not the batch, so their Assigns average nothing."""
+    nodes = {"save/filename": "PlaceholderWithDefault", "save/names": "Const", "save/RestoreV2": "RestoreV2",
+             "w": "VarHandleOp", "save/AssignVariableOp": "AssignVariableOp"}
+    edges = [("save/filename", "save/RestoreV2", 0), ("save/names", "save/RestoreV2", 1),
+             ("save/RestoreV2", "save/AssignVariableOp", 1), ("w", "save/AssignVariableOp", 0)]
+    src, dst, slot = zip(*edges)
+    g = CostGraph.build(names=list(nodes), ops=list(nodes.values()), edge_src=list(src), edge_dst=list(dst),
+                        edge_bytes=[8] * len(edges), edge_slot=list(slot))
+    assert names_of(g, np.flatnonzero(averaging.data_dependent(g))) == ["save/filename"]
+    assert averaging.averaged_tensors(g).num_tensors == 0
+
+
 def test_replicated_graph_reads_one_mean_per_tensor():
     g = training_step()
     a = averaging.averaged_tensors(g)

@@ -22,6 +22,7 @@ from pardnn.base.errors import UserError
 WRITER_OPS = re.compile(r"^(Resource)?(Sparse)?Apply[A-Z]|Assign"
                         r"|^(Resource)?Scatter(Add|Sub|Mul|Div|Min|Max|Update|Nd(Add|Sub|Update))$")
 DATA_OPS = re.compile(r"^(Placeholder|IteratorGetNext)")
+FILE_OPS = re.compile(r"^(RestoreV2|Restore|RestoreSlice|SaveV2|Save|SaveSlices|MergeV2Checkpoints)$")   # a checkpoint's
 MEAN_PREFIX = "allreduce"
 
 
@@ -46,14 +47,17 @@ def mean_name(graph, averaging, k: int) -> str:
 
 
 def data_dependent(graph) -> np.ndarray:
-    """Bool per node: reachable from a data source (DATA_OPS) along data edges.
+    """Bool per node: reachable from a data source (DATA_OPS) along data edges, not
+    through a checkpoint's save and restore ops (FILE_OPS): a Saver's file name is a
+    PlaceholderWithDefault, but what it restores is read from the file, not the batch.
 
     Edge ids are sorted by source and sources precede destinations, so one pass in
     edge-id order sees every edge into a node before any edge out of it."""
     dep = np.array([bool(DATA_OPS.match(op)) for op in graph.ops], bool)
+    barrier = np.array([bool(FILE_OPS.match(op)) for op in graph.ops], bool)
     data = np.flatnonzero(graph.edge_slot >= 0)
     for s, d in zip(graph.edge_src[data].tolist(), graph.edge_dst[data].tolist()):
-        if dep[s]:
+        if dep[s] and not barrier[d]:
             dep[d] = True
     return dep
 
