@@ -249,3 +249,42 @@ def test_when_recomputing_fails_too_the_reason_names_the_bound_that_holds_with_i
         run_placement(graph, below)
     with pytest.raises(UserError, match="live at once"):
         run_placement(graph, below, recompute="off")
+
+
+def with_ops(graph, ops):
+    """`graph` with the op types of `ops` ({name: op}) changed."""
+    return CostGraph.build(names=list(graph.names), ops=[ops.get(n, op) for n, op in zip(graph.names, graph.ops)],
+                           comp_us=graph.comp_us, out_bytes=graph.out_bytes, kind=graph.kind,
+                           edge_src=graph.edge_src, edge_dst=graph.edge_dst, edge_bytes=graph.edge_bytes)
+
+
+def test_kept_at_once_counts_only_what_no_recomputation_makes_again():
+    """At the first gradient's start: the feed x (a source, read by g0), the seed (a
+    backward op) and the gradient's own output; the activations f0, f1, which a copy
+    can make again, do not count. A random op's output (a dropout mask) does."""
+    from pardnn.repair.live_at_once import kept_at_once
+    graph = chain(3)
+    op, kept = kept_at_once(graph)
+    assert graph.names[op] == "gradients/g2" and kept == 3 * 100 * MB
+    op, kept = kept_at_once(with_ops(graph, {"f1": "RandomUniform"}))
+    assert kept == 4 * 100 * MB                 # f1, read by g2, is a draw: kept
+    bounds = least_memory(graph, 2).recomputing().fields()["bounds"]     # over 2 devices, with the weights
+    assert bounds["kept at once"] == (3 * 100 * MB + 30) // 2 and "live at once" not in bounds
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_no_recomputation_goes_below_the_kept_at_once_bound(k):
+    """Every lever's graph, on every placement of its colocation groups (2 devices:
+    random ones), peaks at least at the bound that holds whatever is recomputed."""
+    graph = chain(6)
+    need = least_memory(graph, k).recomputing()
+    kept = [b for b in need.bounds if b.name == "kept at once"][0].bytes
+    rng = np.random.default_rng(0)
+    cluster = parse_devices(f"cpu:{k}")
+    for lever in recomputations(graph):
+        g = lever.graph
+        for _ in range(20 if k > 1 else 1):
+            device = rng.integers(0, k, g.num_groups)[g.group].astype(np.int32)
+            schedule = simulate(g, cluster, device)
+            peaks = track_memory(g, cluster, device, schedule).peak_bytes
+            assert peaks.sum() >= kept and peaks.max() >= need.bytes

@@ -137,7 +137,7 @@ def peak_parts(graph, cluster, device, schedule) -> dict:
     copies received), "backward" (gradients, their temporaries), "resident"
     (variables and slots kept on the GPU), "scratch"."""
     from pardnn.emulator.memory import track_memory
-    from pardnn.pipeline.recompute import backward_pass
+    from pardnn.graph.passes import backward_pass
     profile = track_memory(graph, cluster, device, schedule)
     t = profile.peak_time_us[0]
     live = (profile.buf_device == 0) & (profile.buf_alloc <= t) & (t < profile.buf_free)

@@ -6,7 +6,7 @@ forward pass into segments, keep only each segment's input, recompute the rest o
 segment at a time), on an op graph rather than a chain of layers:
 
 - *saved*: the forward ops whose output the backward pass reads (the activations a step
-  keeps from its forward pass to its backward pass: pardnn.pipeline.schedule.is_backward
+  keeps from its forward pass to its backward pass: pardnn.graph.passes.is_backward
   tells the passes apart);
 - *recomputable*: forward NORMAL ops with a data input whose type holds no state and
   draws no random numbers (`STATEFUL`); sources (variable reads, feeds, constants) stay;
@@ -59,15 +59,22 @@ class Plan:
     position: np.ndarray = field(repr=False, default=None)   # per node: its position among them, or -1
 
 
+def recomputable_ops(graph, backward) -> np.ndarray:
+    """bool per node: *recomputable* as the module docstring says, outside the backward
+    pass `backward` (bool per node): what any plan may copy, and no other op."""
+    data = graph.edge_slot >= 0
+    has_input = np.zeros(graph.num_nodes, bool)
+    has_input[graph.edge_dst[data]] = True
+    clean = np.array([not STATEFUL.search(op) for op in graph.ops], bool)
+    return ~backward & (graph.kind == NORMAL) & has_input & clean & (graph.out_bytes > 0)
+
+
 def passes(graph, readers, backward):
     """(recomputable, saved): bool per node, as the module docstring says, for the
     backward ops `readers` that read recomputed copies (the backward pass: `backward`)."""
     src, dst = graph.edge_src, graph.edge_dst
     data = graph.edge_slot >= 0
-    has_input = np.zeros(graph.num_nodes, bool)
-    has_input[dst[data]] = True
-    clean = np.array([not STATEFUL.search(op) for op in graph.ops], bool)
-    recomputable = ~backward & (graph.kind == NORMAL) & has_input & clean & (graph.out_bytes > 0)
+    recomputable = recomputable_ops(graph, backward)
     saved = np.zeros(graph.num_nodes, bool)
     saved[src[data & readers[dst] & ~backward[src]]] = True
     return recomputable, saved & (graph.kind == NORMAL)

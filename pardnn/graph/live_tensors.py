@@ -48,14 +48,16 @@ def busiest_ops(graph, count, pool) -> np.ndarray:
     return np.sort(ops[np.lexsort((ops, -live))[:count]])
 
 
-def ranked_ops(graph, pool) -> tuple:
+def ranked_ops(graph, pool, counted=None, among=None) -> tuple:
     """(ops, their `ancestor_bytes`, their ancestors' cut bytes; each plus the op's own
-    bytes) for the `pool` ops (that take time) whose position the most output bytes
-    cross (plus their scratch), in the topological order by depth (longest path from a
-    source, then id), which does not depend on how the graph's file listed its nodes."""
+    bytes) for the `pool` ops (that take time; of `among`, bool per node, when given)
+    whose position the most output bytes cross (plus their scratch), in the topological
+    order by depth (longest path from a source, then id), which does not depend on how
+    the graph's file listed its nodes. `counted` (bool per node, None: all): the
+    producers whose outputs count."""
     n = graph.num_nodes
     data = graph.edge_slot >= 0
-    normal = np.where(graph.kind == NORMAL, graph.out_bytes, 0).astype(float)
+    normal = np.where(_counted(graph, counted), graph.out_bytes, 0).astype(float)
     rank = np.empty(n, np.int64)
     rank[np.lexsort((np.arange(n), top_levels(graph, np.ones(n))))] = np.arange(n)
     last = rank.copy()
@@ -64,9 +66,9 @@ def ranked_ops(graph, pool) -> tuple:
     np.add.at(cross, rank, normal)
     np.add.at(cross, last + 1, -normal)
     cross = np.cumsum(cross)[:n][rank] + graph.temp_bytes
-    timed = np.flatnonzero(graph.comp_us > 0)
+    timed = np.flatnonzero((graph.comp_us > 0) & (True if among is None else among))
     chosen = np.sort(timed[np.lexsort((timed, -cross[timed]))[:pool]])
-    sweeps = [ancestor_sweep(graph, chosen[i:i + CHOSEN]) for i in range(0, len(chosen), CHOSEN)]
+    sweeps = [ancestor_sweep(graph, chosen[i:i + CHOSEN], counted) for i in range(0, len(chosen), CHOSEN)]
     own = own_bytes(graph)[chosen]
     if not sweeps:
         return chosen, own, own
@@ -80,18 +82,25 @@ def ancestor_bytes(graph, ops) -> np.ndarray:
     return ancestor_sweep(graph, ops)[0]
 
 
-def ancestor_sweep(graph, ops) -> tuple:
+def ancestor_sweep(graph, ops, counted=None) -> tuple:
     """(`ancestor_bytes`, cut bytes) per op of `ops` (at most CHOSEN). The cut bytes
     are those of the set D of its ancestors in pardnn.repair.live_at_once's cut: the
     bytes of NORMAL outputs its ancestors produce and any node outside them reads (it,
     a descendant, or an op beside it), each producer counted as there: so at least the
-    least cut over every such D."""
+    least cut over every such D. `counted` (bool per node, None: all): the producers
+    whose outputs count."""
     ops = np.asarray(ops, np.int64)
     if len(ops) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    out = np.where(graph.kind == NORMAL, graph.out_bytes, 0).astype(np.int64)
+    out = np.where(_counted(graph, counted), graph.out_bytes, 0).astype(np.int64)
     run = _ancestor_bytes.for_size(graph.num_nodes)
     return run(*graph.successor_arrays, graph.edge_slot >= 0, copy_floor(graph), out, ops)
+
+
+def _counted(graph, counted) -> np.ndarray:
+    """bool per node: a NORMAL producer whose output counts (all of them when `counted` is None)."""
+    normal = graph.kind == NORMAL
+    return normal if counted is None else normal & counted
 
 
 @kernel

@@ -17,7 +17,7 @@ The rewrite, for the chosen ops (`ops`):
   runs (in TF the copied NodeDef keeps X's attributes, its colocation among them);
 - the copy reads the copy of each input that is recomputed too, and the original of
   every other (a kept tensor: a checkpoint); X's control inputs stay control inputs;
-- the readers (the backward pass by default: pardnn.pipeline.schedule.is_backward) that
+- the readers (the backward pass by default: pardnn.graph.passes.is_backward) that
   read X read its copy instead, every output of it;
 - the copies that read no other copy get a control edge from a *trigger*: the latest
   backward op that the first reader of their segment (copies joined by data edges)

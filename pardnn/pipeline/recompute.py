@@ -5,8 +5,8 @@ Which ops of the backward pass read a recomputed copy is decided by time, not by
 alone: a gradient op that FIFO runs during the forward pass (a shape, a reshape of a
 forward tensor: TF puts them in the gradient scope but they need no gradient) keeps
 reading the original, or the copy would have to run at forward time too. The *late*
-readers are the ops of the backward pass (`backward_pass`: the gradient scopes and what
-follows them) that start, on one device under FIFO (pardnn.emulator.scheduler), no sooner than the last
+readers are the ops of the backward pass (pardnn.graph.passes.backward_pass: the gradient
+scopes and what follows them) that start, on one device under FIFO (pardnn.emulator.scheduler), no sooner than the last
 saved activation is made: the forward pass's end, in time. The plan
 (pardnn.graph.checkpoints) and the rewrite (pardnn.graph.recompute) take it from there.
 """
@@ -19,6 +19,7 @@ import numpy as np
 
 from pardnn.base.errors import GraphError, UserError
 from pardnn.graph import checkpoints
+from pardnn.graph.passes import backward_pass
 from pardnn.graph.recompute import PREFIX, Recomputed, original_name, with_recompute
 
 
@@ -40,18 +41,6 @@ def late_readers(graph, start, finish) -> tuple:
     made = graph.edge_src[data & backward[graph.edge_dst] & ~backward[graph.edge_src]]
     end = float(finish[made].max()) if len(made) else np.inf
     return backward & (start >= end), backward
-
-
-def backward_pass(graph) -> np.ndarray:
-    """bool per node: in a gradient scope (pardnn.pipeline.schedule.is_backward), or
-    downstream of one (the sums of a variable's gradients that TF names at the top
-    level, `AddN_7`; the optimizer's updates)."""
-    from pardnn.pipeline.schedule import is_backward
-    mark = is_backward(graph).tolist()
-    for s, d in zip(graph.edge_src.tolist(), graph.edge_dst.tolist()):     # edges by source id: topological
-        if mark[s]:
-            mark[d] = True
-    return np.array(mark, bool)
 
 
 def one_device_times(graph) -> tuple:

@@ -41,10 +41,10 @@ from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
 from pardnn.graph.levels import bottom_levels
 from pardnn.graph.order import Order, device_chains
+from pardnn.graph.passes import is_backward
 
 SCHEDULES = ("fifo", "early-micro-batch", "backward-first", "forward-first", "weights-last")
 MICRO = re.compile(r"(?:^|/)micro_batch_(\d+)/")
-BACKWARD = re.compile(r"(?:^|/)(?:gradients(?:_\d+)?|gradient_tape)/")
 
 
 class Scheduled(NamedTuple):
@@ -64,11 +64,6 @@ def micro_batch_of(graph) -> np.ndarray:
     """int64 per node: its micro-batch (from its name), -1 for the ops they share."""
     found = [MICRO.search(name) for name in graph.names]
     return np.array([int(m.group(1)) if m else -1 for m in found], np.int64)
-
-
-def is_backward(graph) -> np.ndarray:
-    """bool per node: in a gradient scope (the backward pass)."""
-    return np.array([bool(BACKWARD.search(name)) for name in graph.names], bool)
 
 
 def weight_gradients(graph) -> np.ndarray:

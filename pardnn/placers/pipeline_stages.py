@@ -30,9 +30,9 @@ import re
 import numpy as np
 
 from pardnn.graph.constraints import allowed_devices
+from pardnn.graph.passes import BACKWARD, is_backward
 
 MICRO = re.compile(r"micro_batch_\d+/")
-BACKWARD = re.compile(r"(?:^|/)(?:gradients(?:_\d+)?|gradient_tape)/")
 GRAD_SUFFIX = re.compile(r"_grad(/.*)?$")
 
 
@@ -52,7 +52,7 @@ def _staged(graph, cluster, by_time) -> np.ndarray:
     layer = [MICRO.sub("", name) for name in graph.names]           # the op's name in every micro-batch
     first = np.array([name.startswith("micro_batch_0/") or "/micro_batch_0/" in name for name in graph.names])
     template = first if first.any() else np.ones(graph.num_nodes, bool)
-    backward = np.array([bool(BACKWARD.search(name)) for name in graph.names])
+    backward = is_backward(graph)
     forward_ids = np.flatnonzero(template & ~backward)
     key_of_forward = {layer[i]: i for i in forward_ids.tolist()}
     owner = np.array([_forward_owner(layer[i], key_of_forward) if backward[i] else -1

@@ -14,7 +14,9 @@ Two kinds of bound, so that devices of unequal memory are covered too:
 - *all devices together*: at some instant the devices hold this much between them,
   so the sum of the capacities must be at least it: the total resident state, and the
   resident state plus the tensors alive at once at the start of an op
-  (pardnn.repair.live_at_once) plus that op's own needs.
+  (pardnn.repair.live_at_once) plus that op's own needs; and the same for the tensors
+  no recomputation makes again at the start of a backward op ("kept at once"), the
+  form that holds whatever the recompute lever does (`LeastMemory.recomputing`).
 
 For K devices of one memory, the least memory is the largest one-device bound and
 each all-devices bound over K, rounded up. On a cluster with a host tier
@@ -33,7 +35,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from pardnn.repair.live_at_once import held_at_once
+from pardnn.repair.live_at_once import held_at_once, kept_at_once
 from pardnn.repair.working_sets import group_resident, op_needs, working_sets
 from pardnn.base.units import format_size
 
@@ -187,6 +189,10 @@ def _bounds(graph, k) -> LeastMemory:
     if op >= 0:
         bounds.append(Bound("live at once", int(res.sum()) + held, False,
                             f"at the start of op {graph.names[op]!r}"))
+    op, kept = graph.memoized("kept_at_once", lambda: kept_at_once(graph))
+    if op >= 0:
+        bounds.append(Bound("kept at once", int(res.sum()) + kept, False,
+                            f"tensors no recomputation makes again, at the start of op {graph.names[op]!r}"))
     return LeastMemory(k, tuple(bounds))
 
 

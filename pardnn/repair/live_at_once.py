@@ -32,6 +32,8 @@ from __future__ import annotations
 import numpy as np
 
 from pardnn.graph import NORMAL
+from pardnn.graph.checkpoints import recomputable_ops
+from pardnn.graph.passes import backward_pass
 from pardnn.graph.live_tensors import CHOSEN, ancestors, copy_floor, descendants, own_bytes, ranked_ops
 from pardnn.repair.footprint import distinct
 
@@ -63,6 +65,30 @@ def held_at_once(graph) -> tuple:
         if value > held:
             op, held = int(ops[i]), value
     return op, held
+
+
+def kept_at_once(graph) -> tuple:
+    """(op, bytes): the op of the backward pass (pardnn.graph.passes.backward_pass)
+    whose start the most bytes are held at, over the devices together, beyond the
+    groups' resident state, counting only the tensors no recomputation makes again
+    (docs/bounds.md, "Least memory": the kept-tensor bound); (-1, 0) when no backward
+    op takes time.
+
+    Take a backward op n and a producer a among its ancestors that the recompute lever
+    never copies (pardnn.graph.checkpoints.recomputable_ops: a backward op, a random or
+    stateful one, a source) with a data consumer c that is n or a descendant. The
+    lever copies forward ops only and rewires only the edges out of the ops it copies:
+    a keeps its edge to c, it stays an ancestor of n, and no path from n, which starts
+    in the backward pass, passes a rewired edge. So in every schedule of every graph the
+    lever makes, a's tensor is alive when n starts, as in `held_at_once`'s proof with
+    D = n's ancestors (`ancestor_bytes`, over these producers only)."""
+    backward = backward_pass(graph)
+    kept = ~recomputable_ops(graph, backward)
+    ops, live, _ = ranked_ops(graph, POOL, counted=kept, among=backward)
+    if len(ops) == 0:
+        return -1, 0
+    best = int(np.lexsort((ops, -live))[0])
+    return int(ops[best]), int(live[best])
 
 
 class CutNetwork:
