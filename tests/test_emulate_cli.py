@@ -68,6 +68,16 @@ def test_placement_on_a_device_the_cluster_lacks(placed, capsys):
     assert "CPU:2" in capsys.readouterr().err
 
 
+def test_an_unknown_schedule_exits_2(placed, tmp_path, capsys):
+    path, out = placed
+    report = tmp_path / "r.json"
+    assert main(["emulate", str(path), "--placement", str(out / "placement.csv"), "--devices", "cpu:3",
+                 "--schedule", "sideways", "--report", str(report)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--schedule: unknown schedule 'sideways'" in err and len(err.splitlines()) == 1
+    assert not report.exists()
+
+
 @pytest.fixture
 def small(tmp_path):
     """v (RESIDUAL, 8000 B) and its REFERENCE read r share a group; r feeds two chains."""

@@ -114,6 +114,10 @@ def test_profile_place_and_run_a_split_model_under_the_default_config(tmp_path, 
     assert len(result.check.nodes_per_device) == 4
     assert result.losses == pytest.approx(unplaced, rel=1e-5)
     capsys.readouterr()
+    again = tmp_path / "emulated.json"
+    assert main(["emulate", str(prof), "--placement", str(placed / "placement.csv"), "--devices", "cpu:4",
+                 "--schedule", report["schedule"], "--report", str(again)]) == 0
+    assert json.loads(again.read_text())["makespan_us"] == report["makespan_us"]
     assert main(["explain", str(placed)]) == 0                   # re-emulated with the order: the same step
     assert f"micro-batches: 2, in the order {report['schedule']} (each order: fifo " in capsys.readouterr().out
 

@@ -6,7 +6,10 @@ capacity. `--report` writes the same report.json fields `pardnn place` writes (t
 emulation fields agree exactly for the same placement); `--plot` draws the memory and
 busy/idle timeline of every device (pardnn.emulator.timeline_plot); `--trace` writes
 the step as a Chrome Trace Event file for Perfetto or TensorBoard's trace viewer
-(pardnn.io.trace_events). Output files are written all or nothing.
+(pardnn.io.trace_events). A micro-batched placement carries an order (order.csv):
+`--schedule NAME`, its report.json's `schedule`, emulates it (pardnn.pipeline.schedule's
+list schedule, which the order's control edges reproduce). Output files are written
+all or nothing.
 """
 
 import os
@@ -22,6 +25,7 @@ from pardnn.pipeline.load import load_cost_graph
 from pardnn.pipeline.recompute import placed_graph
 from pardnn.io.placement import read_csv
 from pardnn.pipeline.report import emulation_report, samples_per_step
+from pardnn.pipeline.schedule import SCHEDULES, ranks
 from pardnn.emulator.trace import emulated_step
 from pardnn.io.trace_events import short_names, write_trace
 from pardnn.base.jsonfile import write_json
@@ -35,6 +39,9 @@ def add_parser(sub):
     p.add_argument("profile", metavar="PROFILE", help="profile directory or cost graph .json")
     p.add_argument("--placement", required=True, metavar="CSV", help="placement.csv (node,device)")
     add_cluster_args(p)
+    p.add_argument("--schedule", default="fifo", metavar="NAME",
+                   help=f"the order a micro-batched placement carries (its report.json's `schedule`): "
+                        f"{', '.join(SCHEDULES)}; default fifo, TF's own")
     p.add_argument("--report", metavar="FILE", help="write report.json here")
     p.add_argument("--plot", metavar="PNG", help="write the memory/busy timeline here")
     p.add_argument("--trace", metavar="JSON", help="write the step as a trace (Perfetto, chrome://tracing, "
@@ -44,6 +51,8 @@ def add_parser(sub):
 
 def run(args):
     cluster = cluster_from_args(args)
+    if args.schedule not in SCHEDULES:
+        raise UserError(f"--schedule: unknown schedule {args.schedule!r} (choose from {', '.join(SCHEDULES)})")
     check_output_files([args.profile, args.placement, *cluster_inputs(args)],
                        **{"--report": args.report, "--plot": args.plot, "--trace": args.trace})
     loaded, info = load_cost_graph(args.profile)
@@ -53,7 +62,7 @@ def run(args):
     if problems:
         raise UserError(f"--placement: {args.placement}: {problems[0]}")
     t0 = time.perf_counter()
-    schedule = simulate(graph, cluster, device)
+    schedule = simulate(graph, cluster, device, ranks(graph, args.schedule))     # the list schedule order.csv carries
     profile = track_memory(graph, cluster, device, schedule)
     report = emulation_report(graph, cluster, device, schedule, profile, "placement.csv",
                               samples=samples_per_step(info.get("profile")), placement=os.path.abspath(args.placement))
