@@ -223,3 +223,23 @@ def test_replicated_graph_renames_moves_and_averages(mlp_profile, tmp_path):
                                           "replica_1/gradients/layer0/MatMul_grad/tuple/control_dependency_1:0"]
     assert nodes["train"].input == ["^replica_0/train", "^replica_1/train"]
     assert nodes["loss"].op == "RealDiv" and nodes["replica_0/x"].op == "Placeholder"
+
+
+@pytest.mark.slow
+def test_replicas_of_a_micro_batched_step_carry_its_order(tmp_path, capsys):
+    """--replicas with a step of micro-batches: each replica carries the order its
+    placement chose (order.csv's pairs as `^replica_<r>/before` inputs), the estimate
+    emulates it, and the replicas train like one process on the full batch."""
+    prof, out = tmp_path / "prof", tmp_path / "replicated"
+    assert main(["profile", "mlp", "--size", "tiny", "--steps", "1", "--micro-batches", "2", "-o", str(prof)]) == 0
+    assert main(["place", str(prof), "--devices", "cpu:4", "--replicas", "2", "--schedule", "early-micro-batch",
+                 "-o", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["schedule"] == "early-micro-batch"
+    assert report["replicas"]["step_time_us"] >= report["replicas"]["per_replica_makespan_us"] == report["makespan_us"]
+    rows = (out / "order.csv").read_text().splitlines()[1:]
+    nodes = {n.name: n for n in read_graph_def(str(out / "placed_graph.pb")).node}
+    assert rows and all(f"^replica_{r}/{before}" in nodes[f"replica_{r}/{after}"].input
+                        for before, after in (row.split(",") for row in rows) for r in range(2))
+    capsys.readouterr()
+    _trains_as_the_full_batch(out, lambda graph: tf1.Session(graph=graph, config=default_session_config(4)))

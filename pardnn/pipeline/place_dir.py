@@ -58,8 +58,8 @@ def place_profile(profile, cluster, algorithm="pardnn", budget_s=None, replicas=
     `algorithm` (pipeline.place.run_placement; `budget_s` caps the portfolio); with
     `replicas`, on the first host's devices, replicated on R hosts (docs/multihost.md).
     `check(graph, cluster placed on)`, when given, runs before placing (it may refuse).
-    `schedule`: the order a step of micro-batches carries (pipeline.schedule); with
-    replicas TF's own (the replicated graph carries no order edges yet). `recompute`:
+    `schedule`: the order a step of micro-batches carries (pipeline.schedule), in
+    every replica with `replicas`. `recompute`:
     "auto" recomputes activations when nothing fits otherwise, "off" never; `fetch`,
     the host-fetch lever on a cluster with a host tier, likewise (the
     placed graph, with its copies, is then PlacedProfile.graph)."""
@@ -74,7 +74,7 @@ def place_profile(profile, cluster, algorithm="pardnn", budget_s=None, replicas=
         check(graph, one_replica)
     with stage(f"placing {graph.num_nodes} nodes with {algorithm} on {cluster.num_devices} devices"):
         placed = placer.run_placement(graph, one_replica, algorithm, budget_s,
-                                      schedule=schedule if replicas is None else "fifo",   # not replicated yet
+                                      schedule=schedule,
                                       among=_step(graph, info), recompute=recompute if replicas is None else "off",
                                       fetch=fetch if replicas is None else "off")
     loader = {key: info[key] for key in LOADER_FIELDS if key in info}
@@ -139,7 +139,7 @@ def write_placed_files(out, graph, info, placement, cluster, algorithm, devices,
         else:
             from pardnn.tf.replicate import write_replicated_graph
             write_replicated_graph(info["profile_dir"], graph, placement, cluster, replicas,
-                                   info.get("profile", {}), placed_pb)
+                                   info.get("profile", {}), placed_pb, placement.order)
         if "profile" in info:       # lets `pardnn run OUT_DIR` rebuild the model's feeds
             write_json(info["profile"], out.temp(prefix + "profile.json"))
     if views:

@@ -27,6 +27,7 @@ import numpy as np
 from pardnn.emulator.scheduler import simulate
 from pardnn.graph import CostGraph
 from pardnn.graph.averaging import averaged_tensors, mean_name
+from pardnn.graph.order import with_order
 from pardnn.hardware.hosts import replica_devices
 from pardnn.base.units import format_size, format_time
 
@@ -72,10 +73,16 @@ def replicated_graph(graph, averaging, device, table):
     return rep, node_device[[position[name] for name in rep.names]].astype(np.int32)
 
 
-def estimate(graph, device, cluster, replicas: int, per_replica_us: float) -> dict:
+def estimate(graph, device, cluster, replicas: int, per_replica_us: float, order=None) -> dict:
     """report.json's `replicas` block: the emulated step time of R replicas with the
-    all-reduce, on `cluster` (all hosts), for per-replica placement `device`."""
+    all-reduce, on `cluster` (all hosts), for per-replica placement `device`; each
+    replica carries `order` (a pardnn.graph.order.Order of `graph`), when given."""
     table = replica_devices(cluster, replicas)
+    if order is not None and len(order):
+        graph, renumber = with_order(graph, order)
+        moved = np.empty(graph.num_nodes, np.int64)
+        moved[renumber] = np.asarray(device)
+        device = moved
     averaging = averaged_tensors(graph)
     rep, rep_device = replicated_graph(graph, averaging, np.asarray(device), table)
     step = simulate(rep, cluster, rep_device).makespan

@@ -188,7 +188,8 @@ def placement_report(graph, placed, loader=None, replicas=None, stage_seconds=No
                             "evaluate": time.perf_counter() - t0, **own}
     if replicas is not None:
         full, count = replicas
-        report.replicas = replicated.estimate(graph, placement.device, full, count, report.makespan_us)
+        report.replicas = replicated.estimate(graph, placement.device, full, count, report.makespan_us,
+                                              placement.order)
         if samples:         # the profile's batch is one replica's
             step = report.replicas["step_time_us"]
             report.replicas.update(samples_per_step=count * int(samples), time_per_sample_us=step / (count * samples))

@@ -48,19 +48,22 @@ FLOAT_TYPES = {types_pb2.DT_HALF, types_pb2.DT_BFLOAT16, types_pb2.DT_FLOAT, typ
                types_pb2.DT_COMPLEX64, types_pb2.DT_COMPLEX128}
 
 
-def write_replicated_graph(profile_path, graph, placement, cluster, replicas, names, out_path) -> None:
+def write_replicated_graph(profile_path, graph, placement, cluster, replicas, names, out_path, order=None) -> None:
     """Write the replicated graph of graph.pb in `profile_path` to `out_path`.
 
-    `placement` is on the first host's devices; `cluster` has all hosts; `names` may
-    hold the profile's train_op, loss and init names."""
+    `placement` is on the first replica's devices; `cluster` has all of them; `names`
+    may hold the profile's train_op, loss and init names; `order` (an Order of
+    `graph`), the control edges each replica carries."""
     graph_def = read_graph_def(os.path.join(str(profile_path), "graph.pb"))
-    out = replicate(graph_def, graph, placement, cluster, replicas, names)
+    out = replicate(graph_def, graph, placement, cluster, replicas, names, order)
     with open(out_path, "wb") as f:
         f.write(out.SerializeToString())
 
 
-def replicate(graph_def, graph, placement, cluster, replicas, names=None):
-    """The replicated GraphDef (module docstring)."""
+def replicate(graph_def, graph, placement, cluster, replicas, names=None, order=None):
+    """The replicated GraphDef (module docstring); each replica carries the control
+    edges of `order` (a pardnn.graph.order.Order of `graph`), as `^replica_<r>/before`
+    inputs of `replica_<r>/after`."""
     moved = _replica_device(cluster, replica_devices(cluster, replicas))
     index = graph.index()
     devices = placed_devices(graph, placement)
@@ -76,12 +79,18 @@ def replicate(graph_def, graph, placement, cluster, replicas, names=None):
     out = graph_pb2.GraphDef()
     out.versions.CopyFrom(graph_def.versions)
     out.library.CopyFrom(graph_def.library)
+    waits = {}
+    for before, after in zip(*(() if order is None else (order.before.tolist(), order.after.tolist()))):
+        waits.setdefault(graph.names[after], []).append("^" + graph.names[before])
     for r in range(replicas):
         for node in graph_def.node:
             if node.name not in index:
                 raise UserError(f"graph.pb: node {node.name!r} is not in the cost graph "
                                 f"(graph.pb changed since it was loaded?)")
-            out.node.append(_copy(node, f"replica_{r}/", moved(devices[index[node.name]], r), means))
+            copy = _copy(node, f"replica_{r}/", moved(devices[index[node.name]], r), means)
+            copy.input.extend(_prefixed_input(w, f"replica_{r}/") for w in waits.get(node.name, ())
+                              if w not in node.input)
+            out.node.append(copy)
     for k in range(averaging.num_tensors):
         owner = k % replicas
         writer = graph.edge_dst[averaging.edges[averaging.edge_tensor == k][0]]
