@@ -194,3 +194,26 @@ def test_replicas_inside_one_host_cost_the_allreduce_over_its_links(step_json, t
     assert block["hosts"] == ["/job:localhost/replica:0/task:0"] * 2
     assert block["step_time_us"] > block["per_replica_makespan_us"] == report["makespan_us"]
     assert "2 replicas of 2 devices each on /job:localhost/replica:0/task:0" in capsys.readouterr().out
+
+
+def test_the_order_kept_with_replicas_is_the_one_whose_replicated_step_is_shortest(monkeypatch):
+    """Of the orders that fit, the replicated step decides (an order that speeds one
+    replica may slow the all-reduce); FIFO on a tie; one that does not fit never."""
+    from pardnn.io.placement import Placement
+    from pardnn.pipeline.schedule import Scheduled
+    from pardnn.graph.order import Order
+    steps = {"fifo": 100.0, "early-micro-batch": 90.0, "backward-first": 80.0}
+    orders = {name: Order.empty() for name in steps}        # the stub tells them apart by identity
+    named = {id(order): name for name, order in orders.items()}
+    monkeypatch.setattr(replicas, "estimate", lambda g, d, c, r, us, order: {"step_time_us": steps[named[id(order)]]})
+
+    def scheduled(name, fits=True):
+        return Scheduled(name, 1.0, np.zeros(1), fits, 0.0, orders[name], f"{name} schedule", f"{name} profile")
+    g = training_step()
+    placement = Placement(np.zeros(g.num_nodes, np.int32), parse_devices("cpu:1"))
+    tried = [scheduled("fifo"), scheduled("early-micro-batch"), scheduled("backward-first", fits=False)]
+    kept = replicas.fastest_replicated(g, placement, tried, None, 2)
+    assert kept.schedule_name == "early-micro-batch" and kept.schedule == "early-micro-batch schedule"
+    steps["early-micro-batch"] = 100.0
+    assert replicas.fastest_replicated(g, placement, tried, None, 2).schedule_name == "fifo"
+    assert replicas.fastest_replicated(g, placement, [], None, 2) is placement

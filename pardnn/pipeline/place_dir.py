@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pardnn.emulator.trace import emulated_step
 from pardnn.graph.averaging import check_averaged
@@ -24,6 +24,7 @@ from pardnn.io.trace_events import write_trace
 from pardnn.base.jsonfile import write_json
 from pardnn.pipeline import place as placer
 from pardnn.pipeline.load import load_cost_graph
+from pardnn.pipeline.replicas import fastest_replicated
 from pardnn.pipeline.report import placement_report, samples_per_step
 from pardnn.base.progress import stage
 
@@ -77,6 +78,9 @@ def place_profile(profile, cluster, algorithm="pardnn", budget_s=None, replicas=
                                       schedule=schedule,
                                       among=_step(graph, info), recompute=recompute if replicas is None else "off",
                                       fetch=fetch if replicas is None else "off")
+        if replicas is not None and schedule == "auto":     # the order that the replicated step runs fastest
+            placed = replace(placed, placement=fastest_replicated(placed.graph, placed.placement, placed.scheduled,
+                                                                  cluster, replicas))
     loader = {key: info[key] for key in LOADER_FIELDS if key in info}
     return PlacedProfile(placed.graph, info, placed, cluster, algorithm, str(devices), replicas, load_s, loader)
 

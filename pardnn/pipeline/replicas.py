@@ -22,12 +22,15 @@ pass exactly as far as the link model lets it.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from pardnn.emulator.scheduler import simulate
 from pardnn.graph import CostGraph
 from pardnn.graph.averaging import averaged_tensors, mean_name
 from pardnn.graph.order import with_order
+from pardnn.pipeline.schedule import TIE
 from pardnn.hardware.hosts import replica_devices
 from pardnn.base.units import format_size, format_time
 
@@ -95,6 +98,28 @@ def estimate(graph, device, cluster, replicas: int, per_replica_us: float, order
         "per_replica_makespan_us": per_replica_us,
         "step_time_us": step,
     }
+
+
+def fastest_replicated(graph, placement, scheduled, cluster, replicas: int):
+    """`placement` carrying, of the orders `scheduled` emulated on it (those whose peak
+    fits: pardnn.pipeline.schedule.schedules), the one whose step of R replicas
+    (`estimate`, the all-reduce included) is the shortest; FIFO, listed first, on a
+    tie. An order chosen for one replica alone can delay the gradients the all-reduce
+    waits for: on the transformer split in 2, 2 replicas of 4 H100s, 1F1B's order runs
+    one replica in 130.0 ms against FIFO's 153.2 but the replicated step in 160.7 ms
+    against 154.6."""
+    best = None
+    for s in scheduled:
+        if not s.fits:
+            continue
+        step = estimate(graph, placement.device, cluster, replicas, s.makespan_us, s.order)["step_time_us"]
+        if best is None or step < best[0] * (1 - TIE):
+            best = (step, s)
+    if best is None:
+        return placement
+    s = best[1]
+    return replace(placement, schedule=s.schedule, profile=s.profile, order=None if s.name == "fifo" else s.order,
+                   schedule_name=s.name)
 
 
 def summary_line(block) -> str:
