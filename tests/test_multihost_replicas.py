@@ -217,3 +217,18 @@ def test_the_order_kept_with_replicas_is_the_one_whose_replicated_step_is_shorte
     steps["early-micro-batch"] = 100.0
     assert replicas.fastest_replicated(g, placement, tried, None, 2).schedule_name == "fifo"
     assert replicas.fastest_replicated(g, placement, [], None, 2) is placement
+
+
+def test_capacity_says_what_replicas_inside_the_host_give(step_json, tmp_path, capsys):
+    """A row of k devices, k dividing the host's K: its placement as K/k replicas, the
+    step `pardnn place --replicas K/k` reports for it."""
+    assert main(["capacity", str(step_json), "--devices", "cpu:2", "--memory", "1MB", "--reserve", "0",
+                 "-o", str(tmp_path / "cap")]) == 0
+    assert "2 replicas of 1 device (--replicas 2, the profile's batch each): step " in capsys.readouterr().out
+    rows = json.loads((tmp_path / "cap" / "capacity.json").read_text())["rows"]
+    one = rows[0]["replicas_at_memory"]
+    assert one["count"] == 2 and one["devices_per_replica"] == 1 and "replicas_at_memory" not in rows[1]
+    assert main(["place", str(step_json), "--devices", "cpu:2", "--memory", "1MB", "--reserve", "0",
+                 "--replicas", "2", "-o", str(tmp_path / "placed")]) == 0
+    report = json.loads((tmp_path / "placed" / "report.json").read_text())
+    assert report["replicas"]["step_time_us"] == pytest.approx(one["step_time_us"])

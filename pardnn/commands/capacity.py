@@ -26,7 +26,8 @@ from pardnn.commands.place import placed_inputs
 from pardnn.base.errors import UserError
 from pardnn.io.outputs import OutputDir, check_output_dir
 from pardnn.base.jsonfile import write_json
-from pardnn.pipeline.capacity import check_devices, check_groups, count_rows, first_devices
+from pardnn.pipeline.capacity import check_devices, check_groups, count_rows, first_devices, replicas_at_memory
+from pardnn.pipeline.report import samples_per_step
 from pardnn.pipeline.load import load_cost_graph
 from pardnn.pipeline.place_dir import write_placed_files
 from pardnn.placers import registry as algorithms
@@ -88,7 +89,7 @@ def run(args):
         write = None if out is None else functools.partial(write_count, args, graph, info, out)
         found = count_rows(graph, cluster, counts, args.algorithm, write, recompute=args.recompute)
         rows = [row for row, _ in found]
-        doc = document(args, graph, cluster, rows, time.perf_counter() - t0)
+        doc = document(args, graph, cluster, rows, time.perf_counter() - t0, samples_per_step(info.get("profile")))
         print_table(doc)
         if out is not None:
             with stage(f"writing {args.out}"):
@@ -98,15 +99,24 @@ def run(args):
     return 0
 
 
-def document(args, graph, cluster, rows, seconds) -> dict:
-    """capacity.json (docs/capacity.md)."""
+def document(args, graph, cluster, rows, seconds, samples=None) -> dict:
+    """capacity.json (docs/capacity.md); `samples`: one step's, when the profile says."""
     one = graph.total_work_us()
     fitting = [r.devices for r in rows if r.at_memory is not None]
+    entries = []
+    for row in rows:
+        entry = row.fields(one)
+        if samples and "step_us_at_memory" in entry:
+            entry["time_per_sample_us_at_memory"] = entry["step_us_at_memory"] / samples
+        replicated = replicas_at_memory(graph, cluster, row, samples)
+        if replicated is not None:
+            entry["replicas_at_memory"] = replicated
+        entries.append(entry)
     return {"format": FORMAT, "version": VERSION, "profile": str(args.profile), "algorithm": args.algorithm,
             "devices": args.devices, "num_nodes": graph.num_nodes, "memory_bytes": int(cluster.memory.max()),
             "reserve": cluster.reserve, "single_device_us": one,
             "fewest_devices": min(fitting) if fitting else None,
-            "rows": [r.fields(one) for r in rows],
+            "samples_per_step": samples, "rows": entries,
             "placements": sum(r.placements for r in rows), "memories_tried": sum(r.checks for r in rows),
             "seconds": seconds,
             "title": f"{args.profile} on {args.devices} ({args.algorithm})"}
@@ -117,7 +127,8 @@ def print_table(doc) -> None:
     print(f"{doc['algorithm']}: {doc['num_nodes']} nodes on {doc['devices']}, {mem} per device "
           f"(reserve {doc['reserve']:.0%}); one device: {format_time(doc['single_device_us'])} of ops")
     head = ["devices", "least memory", "bound", "x bound", "step there", f"fits {mem}", "step there", "speedup"]
-    lines = [head]
+    per_sample = bool(doc.get("samples_per_step"))
+    lines = [head + ["per sample"] if per_sample else head]
     for r in doc["rows"]:
         fits = r["fits_at_memory"]
         lines.append([str(r["devices"]), format_size(r["least_memory_bytes"]),
@@ -125,10 +136,19 @@ def print_table(doc) -> None:
                       f"{r['least_memory_bytes'] / max(r['least_memory_bound_bytes'], 1):.3f}",
                       format_time(r["step_us_at_least_memory"]), "yes" if fits else "no",
                       format_time(r["step_us_at_memory"]) if fits else "-",
-                      f"{r['speedup_at_memory']:.2f}x" if fits and r["speedup_at_memory"] else "-"])
-    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+                      f"{r['speedup_at_memory']:.2f}x" if fits and r["speedup_at_memory"] else "-"]
+                     + ([format_time(r["time_per_sample_us_at_memory"]) if fits else "-"] if per_sample else []))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     for line in lines:
         print("  " + "  ".join(cell.rjust(w) for cell, w in zip(line, widths)))
+    for r in doc["rows"]:
+        rep = r.get("replicas_at_memory")
+        if rep is not None:
+            per = (f", {format_time(rep['time_per_sample_us'])} per sample ({rep['samples_per_step']} per step)"
+                   if "time_per_sample_us" in rep else "")
+            print(f"  {rep['count']} replicas of {r['devices']} device{'s' * (r['devices'] != 1)} "
+                  f"(--replicas {rep['count']}, the profile's batch each): step {format_time(rep['step_time_us'])}"
+                  f"{per}")
     for r in doc["rows"]:
         if "least_memory_recomputing_bytes" in r:
             least, bound = r["least_memory_recomputing_bytes"], r["least_memory_recomputing_bound_bytes"]

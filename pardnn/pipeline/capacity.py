@@ -28,7 +28,9 @@ from pardnn.emulator.memory import track_memory
 from pardnn.emulator.scheduler import simulate
 from pardnn.base.errors import UserError
 from pardnn.graph.node_memory import resident_bytes
-from pardnn.hardware.hosts import first_devices
+from pardnn.graph.averaging import averaged_tensors
+from pardnn.hardware.hosts import first_devices, replica_devices
+from pardnn.pipeline.replicas import estimate
 from pardnn.pipeline.judge import Judging, fits_with_search, judge
 from pardnn.pipeline.lanes import in_lanes
 from pardnn.pipeline.bounds import step_lower_bound
@@ -126,6 +128,33 @@ def check_groups(graph, cluster, flag="--devices") -> None:
 def capacity(graph, cluster, counts, algorithm="pardnn", recompute="auto") -> list:
     """A Row per device count in `counts` (each at most the cluster's device count)."""
     return [row for row, _ in count_rows(graph, cluster, counts, algorithm, recompute=recompute)]
+
+
+def replicas_at_memory(graph, cluster, row, samples=None) -> dict | None:
+    """On a cluster of one host whose K devices a row of k < K devices divides (pardnn.
+    hardware.hosts: K/k groups of k), the row's placement at the cluster's memory as
+    K/k data-parallel replicas (`pardnn place --replicas K/k`): their emulated step, the
+    all-reduce included (pardnn.pipeline.replicas.estimate), and with the profile's
+    batch `samples` (one replica's) the samples per step and time per sample. None when
+    it does not apply: no fit there, another count, several hosts or a host tier, or a
+    graph whose updates read no data (nothing to average)."""
+    k, fit = row.devices, row.at_memory
+    if fit is None or k >= cluster.num_devices or cluster.num_devices % k:
+        return None
+    count = cluster.num_devices // k
+    placed = fit.graph or graph
+    try:
+        replica_devices(cluster, count)
+    except UserError:
+        return None
+    if averaged_tensors(placed).num_tensors == 0:
+        return None
+    block = estimate(placed, fit.placement.device, cluster, count, fit.report.makespan_us, fit.placement.order)
+    out = {"count": count, "devices_per_replica": k, "step_time_us": block["step_time_us"],
+           "allreduce_bytes": block["allreduce_bytes"]}
+    if samples:
+        out.update(samples_per_step=count * samples, time_per_sample_us=block["step_time_us"] / (count * samples))
+    return out
 
 
 def count_rows(graph, cluster, counts, algorithm="pardnn", then=None, recompute="auto") -> list:
