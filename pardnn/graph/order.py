@@ -124,6 +124,15 @@ def order_rows(graph, order) -> list:
     return [(graph.names[b], graph.names[a]) for b, a in zip(order.before.tolist(), order.after.tolist())]
 
 
+def control_inputs(graph, order) -> dict:
+    """{after name: ["^before name", ...]}: an order as the control inputs a GraphDef
+    node gets (empty for None)."""
+    waits = {}
+    for before, after in ([] if order is None else order_rows(graph, order)):
+        waits.setdefault(after, []).append("^" + before)
+    return waits
+
+
 def read_order_rows(graph, rows, source="order") -> Order:
     """The Order of (before name, after name) rows; GraphError naming `source` and an
     unknown name."""

@@ -18,6 +18,7 @@ import re
 import numpy as np
 
 from pardnn.base.errors import UserError
+from pardnn.graph.order import control_inputs
 from pardnn.tf.graphdef import read_graph_def
 from pardnn.tf.recompute import carry_recompute
 
@@ -45,10 +46,7 @@ def write_placed_graph(profile_dir, graph, placement, out_path, order=None) -> N
     carry_recompute(profile_dir, graph_def, graph, source)
     devices = placed_devices(graph, placement)
     index = graph.index()
-    waits = {}
-    if order is not None:
-        for before, after in zip(order.before.tolist(), order.after.tolist()):
-            waits.setdefault(graph.names[after], []).append("^" + graph.names[before])
+    waits = control_inputs(graph, order)
     for node in graph_def.node:
         i = index.get(node.name)
         if i is None:

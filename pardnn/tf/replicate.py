@@ -37,6 +37,7 @@ from tensorflow.python.framework import tensor_util
 
 from pardnn.base.errors import UserError
 from pardnn.graph.averaging import averaged_tensors, mean_name
+from pardnn.graph.order import control_inputs
 from pardnn.hardware.hosts import replica_devices
 from pardnn.tf.graphdef import graph_table, read_graph_def
 from pardnn.tf.op_defs import from_tensorflow
@@ -79,9 +80,7 @@ def replicate(graph_def, graph, placement, cluster, replicas, names=None, order=
     out = graph_pb2.GraphDef()
     out.versions.CopyFrom(graph_def.versions)
     out.library.CopyFrom(graph_def.library)
-    waits = {}
-    for before, after in zip(*(() if order is None else (order.before.tolist(), order.after.tolist()))):
-        waits.setdefault(graph.names[after], []).append("^" + graph.names[before])
+    waits = control_inputs(graph, order)
     for r in range(replicas):
         for node in graph_def.node:
             if node.name not in index:
