@@ -1,15 +1,18 @@
-"""Recomputation in a real run: what TF's allocator holds with and without it (issue 51).
+"""A memory lever in a real run: what TF's allocator holds with and without it (issue 51).
 
     python -m tools.bench_recompute_run [--family mlp] [--size small] [--set k=v ...]
-        [--devices 2] [--config pardnn|default|none] [--dir DIR]
+        [--devices 2] [--config pardnn|default|none] [--lever recompute|order] [--dir DIR]
 
 Profiles a built-in family (`pardnn profile`), places it round-robin on cpu:K, then
 runs one step of the placed graph twice on K virtual CPU devices: as placed, and with
-the recomputation the planner ranks first (pardnn.pipeline.recompute), written into
-placed_graph.pb by pardnn.tf.placed_graph with every op on its placed device and each
-copy on its original's (config none: tf.compat.v1.Session's own ConfigProto, one CPU
-device). For both it prints the first loss (and the unplaced model's), the ops TF
-moved, the copies that ran, and per device the allocator's peak over the step
+the lever written into placed_graph.pb by pardnn.tf.placed_graph, every op on its
+placed device. `recompute`: the recomputation the planner ranks first
+(pardnn.pipeline.recompute), each copy on its original's device. `order`: the first
+order the order lever proposes (pardnn.pipeline.order_lever.ordered_graphs: the big
+gradient sums one after another), as `^before` control inputs (config none:
+tf.compat.v1.Session's own ConfigProto, one CPU device). For both it prints the first
+loss (and the unplaced model's), the ops TF moved, the copies that ran (recompute),
+and per device the allocator's peak over the step
 (pardnn.tf.allocations, FULL_TRACE) beside the emulator's (pardnn.emulator.memory's
 peak less what is resident: variables and slots, which the allocator's records of one
 step leave out). On one device the measured peaks repeat exactly; on two, TF's
@@ -143,6 +146,26 @@ def write_recomputed(prof, placed, graph, cluster, device, out_dir, recomputatio
     return rec.graph, new_device, [rec.graph.names[c] for c in rec.done.copies.tolist()]
 
 
+def write_ordered(prof, placed, graph, cluster, device, out_dir):
+    """(ordered graph, its device, the order's edge count): the first order the order
+    lever proposes for `graph`, written as out_dir/placed_graph.pb (`device`, the
+    order's edges as control inputs) beside a copy of placed's profile.json."""
+    from pardnn.io.placement import Placement
+    from pardnn.pipeline.order_lever import ordered_graphs
+    from pardnn.tf.placed_graph import write_placed_graph
+    proposed = ordered_graphs(graph)
+    if not proposed:
+        raise SystemExit("the order lever proposes no order for this graph: FIFO piles nothing up that it unpiles")
+    ordered = proposed[0]
+    os.makedirs(out_dir, exist_ok=True)
+    shutil.copy(os.path.join(placed, "profile.json"), out_dir)
+    write_placed_graph(prof, graph, Placement(device, cluster), os.path.join(out_dir, "placed_graph.pb"),
+                       order=ordered.order)
+    new_device = np.empty(len(device), np.int32)
+    new_device[ordered.ids] = device
+    return ordered.graph, new_device, len(ordered.order)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", default="mlp")
@@ -150,19 +173,24 @@ def main(argv=None):
     parser.add_argument("--set", action="append", default=[], dest="knobs")
     parser.add_argument("--devices", type=int, default=2)
     parser.add_argument("--config", default="pardnn", choices=["pardnn", "default", "none"])
+    parser.add_argument("--lever", default="recompute", choices=["recompute", "order"])
     parser.add_argument("--dir", default=None)
     args = parser.parse_args(argv)
     print_commit()
     root = args.dir or tempfile.mkdtemp(prefix="bench_recompute_")
     prof = profile(root, args.family, args.size, args.knobs)
     placed, graph, cluster, device = place(prof, root, args.devices)
-    new, new_device, copies = write_recomputed(prof, placed, graph, cluster, device, placed + "_rc")
+    if args.lever == "recompute":
+        new, new_device, copies = write_recomputed(prof, placed, graph, cluster, device, placed + "_lever")
+        lever, what = "recomputed", f"{len(copies)} ops recomputed"
+    else:
+        new, new_device, edges = write_ordered(prof, placed, graph, cluster, device, placed + "_lever")
+        copies, lever, what = [], "ordered", f"an order of {edges} control edges"
     config = None if args.config == "none" else args.config
     runs = {"plain": (measured(placed, config), emulated_peaks(graph, cluster, device)),
-            "recomputed": (measured(placed + "_rc", config, copies),
-                           emulated_peaks(new, cluster, new_device))}
+            lever: (measured(placed + "_lever", config, copies), emulated_peaks(new, cluster, new_device))}
     print(f"{args.family} --size {args.size} {' '.join(args.knobs)} on cpu:{args.devices}, config "
-          f"{args.config}: {len(copies)} ops recomputed; unplaced first loss {unplaced_loss(placed):.8g}")
+          f"{args.config}: {what}; unplaced first loss {unplaced_loss(placed):.8g}")
     print("run         first loss    moved  copies ran  measured peak per device   emulated peak per device")
     for name, (run, emulated) in runs.items():
         ran = f"{len(run['copies_ran'])}/{len(copies)}" if name == "recomputed" else "-"
