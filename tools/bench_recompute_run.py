@@ -1,7 +1,8 @@
 """A memory lever in a real run: what TF's allocator holds with and without it (issue 51).
 
     python -m tools.bench_recompute_run [--family mlp] [--size small] [--set k=v ...]
-        [--devices 2] [--config pardnn|default|none] [--lever recompute|order] [--dir DIR]
+        [--devices 2] [--config pardnn|default|none] [--lever recompute|order|host-fetch]
+        [--min-bytes B] [--dir DIR]
 
 Profiles a built-in family (`pardnn profile`), places it round-robin on cpu:K, then
 runs one step of the placed graph twice on K virtual CPU devices: as placed, and with
@@ -9,7 +10,13 @@ the lever written into placed_graph.pb by pardnn.tf.placed_graph, every op on it
 placed device. `recompute`: the recomputation the planner ranks first
 (pardnn.pipeline.recompute), each copy on its original's device. `order`: the first
 order the order lever proposes (pardnn.pipeline.order_lever.ordered_graphs: the big
-gradient sums one after another), as `^before` control inputs (config none:
+gradient sums one after another), as `^before` control inputs. `host-fetch`: the
+profile placed with every group holding variables on the last device (a host tier,
+as the memory repair leaves it) and the rest on device 0, then the host-fetch lever
+(pardnn.pipeline.host_fetch: each weight read of `--min-bytes` or more read again for
+the backward pass, the reads ordered two apart); TF hands a tensor from one CPU
+device to another without a copy, so device 0's allocator never holds the weights
+that the emulator counts there, and only the losses and the second reads tell (config none:
 tf.compat.v1.Session's own ConfigProto, one CPU device). For both it prints the first
 loss (and the unplaced model's), the ops TF moved, the copies that ran (recompute),
 and per device the allocator's peak over the step
@@ -166,6 +173,41 @@ def write_ordered(prof, placed, graph, cluster, device, out_dir):
     return ordered.graph, new_device, len(ordered.order)
 
 
+def host_placed(prof, root, graph, cluster):
+    """(placed dir, device): `prof` with every colocation group that holds resident
+    state (variables, their slots and updates) on the last device, as the memory
+    repair puts them on a host tier, and the rest on device 0, written as placed_graph.pb."""
+    from pardnn.graph.node_memory import resident_bytes
+    from pardnn.io.placement import Placement
+    from pardnn.tf.placed_graph import write_placed_graph
+    held = np.bincount(graph.group, resident_bytes(graph), graph.num_groups) > 0
+    device = np.where(held[graph.group], cluster.num_devices - 1, 0).astype(np.int32)
+    placed = os.path.join(root, "host_placed")
+    os.makedirs(placed, exist_ok=True)
+    shutil.copy(os.path.join(prof, "profile.json"), placed)
+    write_placed_graph(prof, graph, Placement(device, cluster), os.path.join(placed, "placed_graph.pb"))
+    return placed, device
+
+
+def write_host_fetched(prof, placed, graph, cluster, device, out_dir, min_bytes):
+    """(the lever's graph, its device, second reads): the host-fetch lever
+    (pardnn.pipeline.host_fetch) on `graph` for reads of `min_bytes` or more, each
+    second read on its first's device, written as out_dir/placed_graph.pb with the
+    fetch order's edges beside a copy of placed's profile.json."""
+    from pardnn.io.placement import Placement
+    from pardnn.pipeline.host_fetch import host_fetch
+    from pardnn.tf.placed_graph import write_placed_graph
+    lever = host_fetch(graph, min_bytes=min_bytes)
+    refetched = recomputed_device(device, lever.refetch)
+    os.makedirs(out_dir, exist_ok=True)
+    shutil.copy(os.path.join(placed, "profile.json"), out_dir)
+    write_placed_graph(prof, lever.refetched, Placement(refetched, cluster), os.path.join(out_dir, "placed_graph.pb"),
+                       order=lever.order)
+    on_graph = np.empty(lever.graph.num_nodes, np.int32)
+    on_graph[lever.ids] = refetched
+    return lever.graph, on_graph, [lever.refetched.names[c] for c in lever.refetch.copies.tolist()]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", default="mlp")
@@ -173,14 +215,27 @@ def main(argv=None):
     parser.add_argument("--set", action="append", default=[], dest="knobs")
     parser.add_argument("--devices", type=int, default=2)
     parser.add_argument("--config", default="pardnn", choices=["pardnn", "default", "none"])
-    parser.add_argument("--lever", default="recompute", choices=["recompute", "order"])
+    parser.add_argument("--lever", default="recompute", choices=["recompute", "order", "host-fetch"])
+    parser.add_argument("--min-bytes", type=int, default=4096,
+                        help="host-fetch: the least bytes of a weight read again (default 4096)")
     parser.add_argument("--dir", default=None)
     args = parser.parse_args(argv)
     print_commit()
     root = args.dir or tempfile.mkdtemp(prefix="bench_recompute_")
     prof = profile(root, args.family, args.size, args.knobs)
-    placed, graph, cluster, device = place(prof, root, args.devices)
-    if args.lever == "recompute":
+    if args.lever == "host-fetch":
+        from pardnn.hardware import parse_devices
+        from pardnn.pipeline.load import load_cost_graph
+        graph, _ = load_cost_graph(prof)
+        cluster = parse_devices(f"cpu:{max(args.devices, 2)}")
+        placed, device = host_placed(prof, root, graph, cluster)
+    else:
+        placed, graph, cluster, device = place(prof, root, args.devices)
+    if args.lever == "host-fetch":
+        new, new_device, copies = write_host_fetched(prof, placed, graph, cluster, device, placed + "_lever",
+                                                     args.min_bytes)
+        lever, what = "fetched", f"{len(copies)} weights read again for the backward pass"
+    elif args.lever == "recompute":
         new, new_device, copies = write_recomputed(prof, placed, graph, cluster, device, placed + "_lever")
         lever, what = "recomputed", f"{len(copies)} ops recomputed"
     else:
@@ -193,7 +248,7 @@ def main(argv=None):
           f"{args.config}: {what}; unplaced first loss {unplaced_loss(placed):.8g}")
     print("run         first loss    moved  copies ran  measured peak per device   emulated peak per device")
     for name, (run, emulated) in runs.items():
-        ran = f"{len(run['copies_ran'])}/{len(copies)}" if name == "recomputed" else "-"
+        ran = f"{len(run['copies_ran'])}/{len(copies)}" if name != "plain" and copies else "-"
         print(f"{name:<11} {run['loss']:<13.8g} {len(run['moved']):<6} {ran:<11} "
               f"{str(run['peaks']):<26} {emulated}")
 
