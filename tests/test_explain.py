@@ -330,3 +330,17 @@ def test_on_one_device_only_the_what_ifs_that_apply(tmp_path):
 def test_placing_again_is_skipped_on_request():
     rows = explain(placed_of(two_chains(), two_devices(), [0] * 6), place_again=False)["what_if"]
     assert rows[0]["makespan_us"] is None and rows[0]["how"].startswith("not computed")
+
+
+def test_the_weights_fetched_from_the_host_largest_first_in_the_order_they_cross():
+    """explain's host-fetch lines: the count and bytes, then the `top` largest weights
+    (report.json's `host_fetch.fetches`), listed in the order of their forward fetch."""
+    from pardnn.explain.terminal import _fetches
+    fetch = {"reads": 3, "control_edges": 4, "bytes": 7 << 20, "fetches": [
+        {"weight": "a/read", "bytes": 1 << 20, "forward_us": 10.0, "backward_us": 90.0},
+        {"weight": "b/read", "bytes": 4 << 20, "forward_us": 30.0, "backward_us": 70.0},
+        {"weight": "c/read", "bytes": 2 << 20, "forward_us": 20.0, "backward_us": 80.0}]}
+    line, table = list(_fetches(fetch, top=2))
+    assert line.startswith("  host fetch: 3 weights (7.00 MiB) read again") and "4 control edges" in line
+    assert table.columns[0]._cells == ["c/read", "b/read"]          # the two largest, c fetched first
+    assert table.columns[2]._cells == ["20.0 us", "30.0 us"] and table.columns[3]._cells == ["80.0 us", "70.0 us"]

@@ -100,6 +100,13 @@ def test_the_host_fetch_lever_when_the_host_runs_matmuls(monkeypatch):
     assert again.names == placed.graph.names and np.array_equal(again.edge_src, placed.graph.edge_src)
     report = place(graph, tight)[1].to_json()
     assert report["host_fetch"]["reads"] == 4 and report["memory_order"]["name"] == "host-fetch"
+    fetches = report["host_fetch"]["fetches"]
+    assert sorted(f["weight"] for f in fetches) == sorted(placed.graph.names[o] for o in
+                                                          placed.host_fetch.refetch.originals.tolist())
+    assert report["host_fetch"]["bytes"] == 4 * (4 << 20) and all(f["bytes"] == 4 << 20 for f in fetches)
+    # each weight crosses twice, its backward copy after its forward one, in the order of the reads
+    assert all(f["forward_us"] < f["backward_us"] <= report["makespan_us"] for f in fetches)
+    assert [f["forward_us"] for f in fetches] == sorted(f["forward_us"] for f in fetches)
     assert isinstance(placed.placement, Placement)
     roomy = slow_host(10**6)
     assert run_placement(graph, roomy).host_fetch is None

@@ -19,6 +19,7 @@ from pardnn.pipeline.recompute import recompute_line
 from pardnn.pipeline.schedule import SCHEDULES, schedule_line
 from pardnn.placers import registry as algorithms
 from pardnn.base.errors import UserError
+from pardnn.base.units import format_size
 from pardnn.base.progress import stage
 
 
@@ -62,7 +63,8 @@ def run(args):
     if "recompute" in report:
         print(recompute_line(report))
     if "host_fetch" in report:
-        print(f"  host fetch: {report['host_fetch']['reads']} weights read again for the backward pass, "
+        print(f"  host fetch: {report['host_fetch']['reads']} weights "
+              f"({format_size(report['host_fetch']['bytes'])}) read again for the backward pass, "
               f"the reads ordered by {report['host_fetch']['control_edges']} control edges")
     if args.replicas is not None:
         print(replicas.summary_line(report["replicas"]))

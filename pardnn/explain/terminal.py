@@ -49,8 +49,7 @@ def _step(e, short, top):
     if e.get("recompute"):
         yield recompute_line(e)
     if e.get("host_fetch"):
-        yield (f"  host fetch: {e['host_fetch']['reads']} weights read again for the backward pass, the reads "
-               f"ordered by {e['host_fetch']['control_edges']} control edges (order.csv)")
+        yield from _fetches(e["host_fetch"], top)
     elif e.get("memory_order"):
         yield (f"  memory order: {e['memory_order']['name']}, {e['memory_order']['control_edges']} control edges "
                f"(order.csv) that lower the peak")
@@ -123,6 +122,21 @@ def _what_if(e):
         fits = {True: "yes", False: "no", None: ""}[row["feasible"]]
         table.add_row(row["change"], step, change, fits, row["how"])
     yield table
+
+
+def _fetches(fetch, top):
+    """The host-fetch lines: what it reads again, then the largest weights fetched and
+    when each of their two copies reaches the GPU (report.json's `host_fetch`)."""
+    yield (f"  host fetch: {fetch['reads']} weights ({format_size(fetch.get('bytes', 0))}) read again for the "
+           f"backward pass, the reads ordered by {fetch['control_edges']} control edges (order.csv)")
+    rows = sorted(fetch.get("fetches", []), key=lambda r: (-r["bytes"], r["forward_us"]))[:top]
+    if rows:
+        table = _table("weight read", "bytes", "forward fetch at", "backward fetch at",
+                       title=f"weights fetched from the host (largest {len(rows)} of {fetch['reads']})")
+        for row in sorted(rows, key=lambda r: r["forward_us"]):
+            table.add_row(row["weight"], format_size(row["bytes"]), format_time(row["forward_us"]),
+                          format_time(row["backward_us"]))
+        yield table
 
 
 def _table(*columns, title=None, text=(0,)) -> Table:

@@ -88,8 +88,10 @@ class Report:
         "`control_edges`, carried as order.csv and as control inputs of placed_graph.pb")
     host_fetch: dict | None = _field(
         "levers", "on a cluster with a host tier: the weights read again for the backward pass (`reads`, "
-        "`pardnn_recompute/` reads in placed_graph.pb) and the reads' order (`control_edges`, in order.csv), "
-        "pardnn/pipeline/host_fetch.py; the placement without it ran compute-bound ops on the host")
+        "`pardnn_recompute/` reads in placed_graph.pb; `bytes` in all) and the reads' order (`control_edges`, "
+        "in order.csv), pardnn/pipeline/host_fetch.py; `fetches`, per weight in the order of its first fetch: "
+        "its read's name, `bytes`, and when its forward and its backward copy reach their readers "
+        "(`forward_us`, `backward_us`); the placement without it ran compute-bound ops on the host")
     recompute: dict | None = _field(
         "levers", "activations recomputed in the backward pass instead of kept: `ops` recomputed (their copies "
         "are `pardnn_recompute/` nodes of placed_graph.pb), `segments` the forward pass was cut into, "
@@ -179,8 +181,7 @@ def placement_report(graph, placed, loader=None, replicas=None, stage_seconds=No
         setattr(report, key, value)
     report.recompute = _recompute_fields(placed.recomputation, cluster)
     if placed.host_fetch is not None:
-        report.host_fetch = {"reads": len(placed.host_fetch.refetch.copies),
-                             "control_edges": len(placed.host_fetch.order)}
+        report.host_fetch = _fetch_fields(placed)
     if not placed.scheduled and placement.order is not None and len(placement.order):
         report.memory_order = {"name": placement.schedule_name, "control_edges": len(placement.order)}
     own = dict(stage_seconds or {})
@@ -194,6 +195,31 @@ def placement_report(graph, placed, loader=None, replicas=None, stage_seconds=No
             step = report.replicas["step_time_us"]
             report.replicas.update(samples_per_step=count * int(samples), time_per_sample_us=step / (count * samples))
     return report
+
+
+def _fetch_fields(placed) -> dict:
+    """report.json's `host_fetch` for a placement with the host-fetch lever: the reads,
+    the order's edges, the bytes read again and, per weight in the order of its first
+    fetch, when each of its two copies reaches its readers (`_arrival`)."""
+    fetch, graph, schedule = placed.host_fetch, placed.graph, placed.placement.schedule
+    data = graph.edge_slot >= 0
+    size = np.zeros(graph.num_nodes, np.int64)
+    np.maximum.at(size, graph.edge_src[data], graph.edge_bytes[data])
+    rows = [{"weight": graph.names[o], "bytes": int(size[o]), "forward_us": _arrival(graph, schedule, o),
+             "backward_us": _arrival(graph, schedule, c)}
+            for o, c in zip(fetch.refetch.originals.tolist(), fetch.refetch.copies.tolist())]
+    rows.sort(key=lambda row: (row["forward_us"], row["weight"]))
+    return {"reads": len(rows), "control_edges": len(fetch.order), "bytes": sum(r["bytes"] for r in rows),
+            "fetches": rows}
+
+
+def _arrival(graph, schedule, read) -> float:
+    """When the tensor of `read` first reaches a reader on another device (the host's
+    weight crossing to the GPU), else when the read finishes (its readers beside it)."""
+    eids = np.arange(graph.succ_ptr[read], graph.succ_ptr[read + 1])
+    transfers = schedule.edge_transfer[eids]
+    transfers = transfers[transfers >= 0]
+    return float(schedule.transfer_arrival[transfers].min()) if len(transfers) else float(schedule.finish[read])
 
 
 def samples_per_step(profile_doc) -> int | None:
