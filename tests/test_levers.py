@@ -137,3 +137,32 @@ def test_capacity_finds_a_least_memory_recomputing_below_the_one_keeping(tmp_pat
     off = json.loads((tmp_path / "off" / "capacity.json").read_text())["rows"]
     assert [r["least_memory_bytes"] for r in off] == [r["least_memory_bytes"] for r in rows]
     assert not any("least_memory_recomputing_bytes" in r for r in off)
+
+
+def test_capacity_beside_a_host_counts_the_gpus_and_shows_what_is_fetched(tmp_path, capsys, monkeypatch):
+    """`pardnn capacity` on PRESET:K+host: a count is K GPUs with the host tier
+    beside them, placed at the GPUs' own memory (the host keeps its own); where the
+    placement there fetches weights from the host, capacity.json says which and when,
+    the table says how many, and the count's placed dir explains them."""
+    import json
+
+    from pardnn.cli import main
+    from tests import test_host_fetch
+    monkeypatch.setattr(test_host_fetch, "W", 4 << 20)
+    monkeypatch.setattr(test_host_fetch, "A", 40 << 10)
+    path = tmp_path / "layers.json"
+    test_host_fetch.layers(4).to_json(str(path))
+    flags = ["--devices", "dgx-h100:1+host", "--memory", "18MiB", "--reserve", "0"]
+    assert main(["capacity", str(path), *flags, "-o", str(tmp_path / "cap")]) == 0
+    out = capsys.readouterr().out
+    assert "1 device and the host: 4 weights (16.00 MiB) fetched from the host twice" in out
+    doc = json.loads((tmp_path / "cap" / "capacity.json").read_text())
+    assert doc["memory_bytes"] == 18 << 20 and [r["devices"] for r in doc["rows"]] == [1]
+    fetch = doc["rows"][0]["host_fetch_at_memory"]
+    assert fetch["reads"] == 4 and all(f["forward_us"] < f["backward_us"] for f in fetch["fetches"])
+    inputs = json.loads((tmp_path / "cap" / "k1" / "inputs.json").read_text())
+    assert inputs["devices"] == "dgx-h100:1+host"
+    assert main(["explain", str(tmp_path / "cap" / "k1")]) == 0
+    assert "weights fetched from the host (largest 4 of 4)" in capsys.readouterr().out
+    assert main(["capacity", str(path), *flags, "--counts", "2"]) == 2
+    assert "--counts: each count must be 1 to 1" in capsys.readouterr().err

@@ -26,7 +26,9 @@ from pardnn.commands.place import placed_inputs
 from pardnn.base.errors import UserError
 from pardnn.io.outputs import OutputDir, check_output_dir
 from pardnn.base.jsonfile import write_json
-from pardnn.pipeline.capacity import check_devices, check_groups, count_rows, first_devices, replicas_at_memory
+from pardnn.hardware.hosts import accelerators, counted_devices
+from pardnn.hardware.presets import HOST_SUFFIX
+from pardnn.pipeline.capacity import check_devices, check_groups, count_rows, own_memory, replicas_at_memory
 from pardnn.pipeline.report import samples_per_step
 from pardnn.pipeline.load import load_cost_graph
 from pardnn.pipeline.place_dir import write_placed_files
@@ -67,14 +69,15 @@ def parse_counts(text, k) -> list:
     except ValueError:
         raise UserError(f"--counts: give device counts separated by commas, e.g. 1,2,4,8; got {text!r}") from None
     if not counts or counts[0] < 1 or counts[-1] > k:
-        raise UserError(f"--counts: each count must be 1 to {k} (the devices of --devices); got {text!r}")
+        raise UserError(f"--counts: each count must be 1 to {k} (the devices of --devices, less a host tier); "
+                        f"got {text!r}")
     return counts
 
 
 def run(args):
     cluster = cluster_from_args(args)
     algorithms.candidates(args.algorithm)           # a bad name fails before any work
-    counts = parse_counts(args.counts, cluster.num_devices)
+    counts = parse_counts(args.counts, accelerators(cluster))
     check_devices(cluster)
     if args.out is not None:
         check_output_dir(args.out, inputs=[args.profile, *cluster_inputs(args)])
@@ -83,7 +86,7 @@ def run(args):
         graph, info = load_cost_graph(args.profile)
     check_groups(graph, cluster, "--memory" if args.memory is not None else "--devices")
     if args.memory is not None:     # a placement on fewer devices is one on more: the largest count binds
-        refuse_below_least_memory(graph, first_devices(cluster, counts[-1]), args)
+        refuse_below_least_memory(graph, counted_devices(cluster, counts[-1]), args)
     with OutputDir(args.out) if args.out is not None else contextlib.nullcontext() as out:
         # each count's placed dir is written where and as soon as its row is found
         write = None if out is None else functools.partial(write_count, args, graph, info, out)
@@ -113,7 +116,7 @@ def document(args, graph, cluster, rows, seconds, samples=None) -> dict:
             entry["replicas_at_memory"] = replicated
         entries.append(entry)
     return {"format": FORMAT, "version": VERSION, "profile": str(args.profile), "algorithm": args.algorithm,
-            "devices": args.devices, "num_nodes": graph.num_nodes, "memory_bytes": int(cluster.memory.max()),
+            "devices": args.devices, "num_nodes": graph.num_nodes, "memory_bytes": own_memory(cluster),
             "reserve": cluster.reserve, "single_device_us": one,
             "fewest_devices": min(fitting) if fitting else None,
             "samples_per_step": samples, "rows": entries,
@@ -133,7 +136,8 @@ def print_table(doc) -> None:
         fits = r["fits_at_memory"]
         lines.append([str(r["devices"]), format_size(r["least_memory_bytes"]),
                       format_size(r["least_memory_bound_bytes"]),
-                      f"{r['least_memory_bytes'] / max(r['least_memory_bound_bytes'], 1):.3f}",
+                      f"{r['least_memory_bytes'] / r['least_memory_bound_bytes']:.3f}" if r["least_memory_bound_bytes"]
+                      else "-",
                       format_time(r["step_us_at_least_memory"]), "yes" if fits else "no",
                       format_time(r["step_us_at_memory"]) if fits else "-",
                       f"{r['speedup_at_memory']:.2f}x" if fits and r["speedup_at_memory"] else "-"]
@@ -149,6 +153,12 @@ def print_table(doc) -> None:
             print(f"  {rep['count']} replicas of {r['devices']} device{'s' * (r['devices'] != 1)} "
                   f"(--replicas {rep['count']}, the profile's batch each): step {format_time(rep['step_time_us'])}"
                   f"{per}")
+    for r in doc["rows"]:
+        fetch = r.get("host_fetch_at_memory")
+        if fetch is not None:
+            print(f"  {r['devices']} device{'s' * (r['devices'] != 1)} and the host: {fetch['reads']} weights "
+                  f"({format_size(fetch['bytes'])}) fetched from the host twice, for the forward and for the "
+                  f"backward pass (when: capacity.json, `pardnn explain` on its placed dir)")
     for r in doc["rows"]:
         if "least_memory_recomputing_bytes" in r:
             least, bound = r["least_memory_recomputing_bytes"], r["least_memory_recomputing_bound_bytes"]
@@ -194,11 +204,14 @@ def write_outputs(out, found, doc) -> None:
 def count_spec(args, cluster, memory):
     """A --devices spec that, with the command's other flags and --memory `memory`,
     makes `cluster` (the first devices of --devices'), or None: --devices with its
-    count replaced (dgx-h100 -> dgx-h100:4, cpu:8 -> cpu:4) when that gives the same
-    devices, memory and links."""
+    count replaced (dgx-h100 -> dgx-h100:4, cpu:8 -> cpu:4, dgx-h100+host ->
+    dgx-h100:4+host) when that gives the same devices, memory and links."""
     spec = str(args.devices)
+    host = spec.endswith(HOST_SUFFIX)
+    spec = spec[:-len(HOST_SUFFIX)] if host else spec
     base = spec.rsplit(":", 1)[0] if spec.rsplit(":", 1)[-1].isdigit() else spec
-    again = argparse.Namespace(**{**vars(args), "devices": f"{base}:{cluster.num_devices}", "memory": str(memory)})
+    devices = f"{base}:{accelerators(cluster)}{HOST_SUFFIX if host else ''}"
+    again = argparse.Namespace(**{**vars(args), "devices": devices, "memory": str(memory)})
     try:
         named = cluster_from_args(again)
     except UserError:

@@ -125,12 +125,17 @@ class Cluster:
         speed), with the links among them, and each one's index here. The placers that
         cost every device alike place on it (pardnn.placers.registry)."""
         index = np.flatnonzero(self.tiers == 0)
-        hosts = sorted({self.devices[i].host for i in index})
+        return self.subset(index), index
+
+    def subset(self, index) -> "Cluster":
+        """The cluster of the devices `index` (in that order), the links among them and
+        the hosts they sit on, renumbered in order of first use."""
+        index = np.asarray(index, np.int64)
+        hosts = sorted({self.devices[i].host for i in index.tolist()})
         renumber = {h: j for j, h in enumerate(hosts)}
-        devices = tuple(replace(self.devices[i], host=renumber[self.devices[i].host]) for i in index)
-        sub = Cluster(devices, self.latency_us[np.ix_(index, index)], self.bandwidth[np.ix_(index, index)],
-                      self.reserve, self.preset, tuple(self.hosts[h] for h in hosts))
-        return sub, index
+        devices = tuple(replace(self.devices[i], host=renumber[self.devices[i].host]) for i in index.tolist())
+        return Cluster(devices, self.latency_us[np.ix_(index, index)], self.bandwidth[np.ix_(index, index)],
+                       self.reserve, self.preset, tuple(self.hosts[h] for h in hosts))
 
     @property
     def host_device(self) -> int:

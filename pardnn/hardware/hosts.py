@@ -29,6 +29,22 @@ def first_devices(cluster, k: int) -> Cluster:
                    bandwidth=cluster.bandwidth[:k, :k].copy(), hosts=hosts)
 
 
+def counted_devices(cluster, k: int) -> Cluster:
+    """What a count of k devices means (`pardnn capacity`): the first k devices, or on
+    a cluster with a host tier the first k of the others, with the host tier beside
+    them (a count of GPUs, each with the host's memory behind it)."""
+    tier = [i for i, d in enumerate(cluster.devices) if d.host_tier]
+    if not tier:
+        return first_devices(cluster, k)
+    others = [i for i, d in enumerate(cluster.devices) if not d.host_tier]
+    return cluster.subset(others[:k] + tier)
+
+
+def accelerators(cluster) -> int:
+    """The devices a count may take: all of them, less the host tier."""
+    return sum(1 for d in cluster.devices if not d.host_tier)
+
+
 def replica_cluster(cluster, replicas: int):
     """The cluster one replica is placed on: the first host's, or on one host the first
     K/R devices; UserError when the cluster cannot take `replicas` replicas (see

@@ -29,7 +29,7 @@ from pardnn.emulator.scheduler import simulate
 from pardnn.base.errors import UserError
 from pardnn.graph.node_memory import resident_bytes
 from pardnn.graph.averaging import averaged_tensors
-from pardnn.hardware.hosts import first_devices, replica_devices
+from pardnn.hardware.hosts import accelerators, counted_devices, first_devices, replica_devices
 from pardnn.pipeline.replicas import estimate
 from pardnn.pipeline.judge import Judging, fits_with_search, judge
 from pardnn.pipeline.lanes import in_lanes
@@ -57,14 +57,14 @@ class Fit:
     memory: int                 # bytes per device, the reserve included (as --memory)
     placement: object           # pardnn.io.placement.Placement
     report: object              # its report.json (pardnn.pipeline.report.Report)
-    graph: object = None        # the graph placed when it recomputes (pardnn.pipeline.recompute), else None
+    graph: object = None        # the graph placed when a lever made one (recomputed copies, second reads), else None
 
 
 @dataclass
 class Row:
     """One device count: the least memory pardnn fits in, and the step at the cluster's memory."""
 
-    devices: int
+    devices: int                # the count: its devices, beside the host tier when the cluster has one
     bound: object               # repair.least_memory.LeastMemory for this count (beside its host tier)
     step_bound: object          # pipeline.bounds.StepLowerBound: no placement's step on these devices is shorter
     least: Fit                  # the placement at the least memory found
@@ -99,6 +99,8 @@ class Row:
             doc.update({"step_us_at_memory": step, "speedup_at_memory": one_device_us / step if step else None})
             if self.at_memory.report.recompute is not None:     # recomputed there (pardnn.pipeline.recompute)
                 doc["recompute_at_memory"] = self.at_memory.report.recompute
+            if self.at_memory.report.host_fetch is not None:    # weights fetched (pardnn.pipeline.host_fetch)
+                doc["host_fetch_at_memory"] = self.at_memory.report.host_fetch
             if self.at_memory.report.schedule is not None:     # a step of micro-batches: its order there
                 doc.update({"schedule_at_memory": self.at_memory.report.schedule,
                             "bubble_at_memory": self.at_memory.report.bubble})
@@ -163,7 +165,7 @@ def count_rows(graph, cluster, counts, algorithm="pardnn", then=None, recompute=
     where and as soon as the row is found (`pardnn capacity -o` writes its placed dir
     there, while other rows are still being found). `recompute`: as `count_row`'s."""
     def row_then(k):
-        row = count_row(graph, first_devices(cluster, k), algorithm, recompute=recompute)
+        row = count_row(graph, counted_devices(cluster, k), algorithm, recompute=recompute)
         return row, None if then is None else then(row)
     largest_first = sorted(range(len(counts)), key=lambda i: -counts[i])
     return in_lanes(row_then, list(counts), graph.num_nodes, largest_first,
@@ -180,7 +182,7 @@ def count_row(graph, cluster, algorithm, orders=True, recompute="auto") -> Row:
     below the least without it (`_least_recomputing`); "off", never."""
     k, reserve = cluster.num_devices, cluster.reserve
     bound, step_bound = least_memory_on(graph, cluster), step_lower_bound(graph, cluster)
-    memory = int(cluster.memory.max())
+    memory = own_memory(cluster)
     feasible = Feasibility(graph, cluster, algorithm, orders)
     placed = [0]
 
@@ -199,7 +201,7 @@ def count_row(graph, cluster, algorithm, orders=True, recompute="auto") -> Row:
 
     def row(least, at_memory, checks):
         below = _least_recomputing(graph, cluster, algorithm, bound, least.memory) if recompute == "on" else None
-        return Row(k, bound, step_bound, least, at_memory, placed[0] + (below[1] if below else 0), checks,
+        return Row(accelerators(cluster), bound, step_bound, least, at_memory, placed[0] + (below[1] if below else 0), checks,
                    below[0] if below else None)
 
     at_own = recompute != "off"
@@ -238,6 +240,13 @@ def _least_recomputing(graph, cluster, algorithm, bound, top):
     return (found[least], len(found)) if least < top else None
 
 
+def own_memory(cluster) -> int:
+    """The devices' own memory a row places at: the largest, beside a host tier the
+    largest of the others (`--memory` sets theirs; the host tier keeps its own)."""
+    others = [d.memory for d in cluster.devices if not d.host_tier]
+    return int(max(others)) if others else int(cluster.memory.max())
+
+
 def _placed(graph, cluster, algorithm, m, judged=None, recompute="off"):
     """The Fit of `pardnn place --memory m` (`judged`: its candidates judged there
     already) without its levers (the callers try them), or with `recompute` "on" the
@@ -248,7 +257,7 @@ def _placed(graph, cluster, algorithm, m, judged=None, recompute="off"):
     except UserError:
         return None
     return Fit(m, placed.placement, placement_report(placed.graph, placed),
-               placed.graph if placed.recomputation is not None else None)
+               None if placed.graph is graph else placed.graph)
 
 
 class Feasibility:
