@@ -181,7 +181,9 @@ def test_plan_arguments_are_checked_before_anything_is_built(tmp_path):
              ({"devices": "gpu:2"}, "memory: 'auto' reads the memory of this process's GPUs"),
              ({"devices": "cpu:2", "reserve": 1.5}, r"reserve: must be a fraction in \[0, 1\)"),
              ({"devices": "cpu:2", "algorithm": "magic"}, "magic"),
-             ({"devices": "cpu:2", "time_budget": -1}, "time_budget: give seconds")]
+             ({"devices": "cpu:2", "time_budget": -1}, "time_budget: give seconds"),
+             ({"devices": "cpu:2", "recompute": "yes"}, "recompute: expected auto, on or off, got 'yes'"),
+             ({"devices": "cpu:2", "memory_order": "first"}, "memory_order: expected auto, on or off, got 'first'")]
     for kwargs, message in cases:
         if kwargs["devices"] == "gpu:2" and tf.config.list_physical_devices("GPU"):
             continue

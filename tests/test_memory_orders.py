@@ -155,3 +155,52 @@ def test_the_order_lever_places_the_ordered_graph_and_maps_it_back():
     assert np.array_equal(placement.profile.peak_bytes, as_ordered.peak_bytes)
     assert np.all(placement.profile.peak_bytes <= cluster.capacity)
     assert order_lever(graph, cluster.with_options(memory=4 * GRAD)) is None     # below the bound: none fits
+
+
+def test_the_memory_order_switch_of_place(tmp_path, capsys):
+    """`pardnn place --memory-order`: auto pulls the order only where nothing fits
+    without it, on carries it where the step fits anyway, off never does (and the
+    tight memory is then refused for memory); on for a graph whose FIFO piles nothing
+    up is one line, exit 2."""
+    import json
+
+    from pardnn.cli import main
+    path = tmp_path / "rnn.json"
+    rnn_grads(weights=4, steps=4).to_json(str(path))
+    tight = ["--devices", "cpu:2", "--memory", str(4 * GRAD + SUM + 8), "--reserve", "0"]
+    roomy = ["--devices", "cpu:2", "--memory", "1MB", "--reserve", "0"]
+
+    def placed(flags, out):
+        code = main(["place", str(path), *flags, "-o", str(tmp_path / out)])
+        report = tmp_path / out / "report.json"
+        return code, json.loads(report.read_text()) if report.exists() else None
+    code, report = placed(tight, "auto")
+    assert code == 0 and report["memory_order"]["name"] == "sum-order"
+    assert (tmp_path / "auto" / "order.csv").exists()
+    code, report = placed(roomy, "roomy")
+    assert code == 0 and "memory_order" not in report
+    code, report = placed([*roomy, "--memory-order", "on"], "on")
+    assert code == 0 and report["memory_order"]["name"] == "sum-order" and report["memory_order"]["control_edges"] > 0
+    capsys.readouterr()
+    code, report = placed([*tight, "--memory-order", "off"], "off")
+    assert code == 2 and report is None and "memory:" in capsys.readouterr().err
+    chain = tmp_path / "chain.json"
+    CostGraph.build(["a", "b"], comp_us=[1, 1], out_bytes=[8, 8], edge_src=["a"], edge_dst=["b"],
+                    edge_bytes=[8]).to_json(str(chain))
+    assert main(["place", str(chain), *roomy, "--memory-order", "on", "-o", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--memory-order on: no order lowers this graph's peak" in err
+
+
+def test_capacity_memory_order_off_finds_the_least_memory_without_it(tmp_path):
+    import json
+
+    from pardnn.cli import main
+    path = tmp_path / "rnn.json"
+    rnn_grads(weights=4, steps=4).to_json(str(path))
+    flags = ["--devices", "cpu:2", "--memory", "1MB", "--reserve", "0", "--counts", "2"]
+    assert main(["capacity", str(path), *flags, "-o", str(tmp_path / "auto")]) == 0
+    assert main(["capacity", str(path), *flags, "--memory-order", "off", "-o", str(tmp_path / "off")]) == 0
+    auto, off = (json.loads((tmp_path / d / "capacity.json").read_text())["rows"][0] for d in ("auto", "off"))
+    assert auto["order_at_least_memory"] == "sum-order" and "order_at_least_memory" not in off
+    assert auto["least_memory_bytes"] < off["least_memory_bytes"]

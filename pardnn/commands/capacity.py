@@ -20,8 +20,8 @@ import time
 
 import numpy as np
 
-from pardnn.commands.common import (RECOMPUTE, add_cluster_args, cluster_from_args, cluster_inputs,
-                                   refuse_below_least_memory)
+from pardnn.commands.common import (RECOMPUTE, add_cluster_args, add_memory_order_arg, cluster_from_args,
+                                   cluster_inputs, refuse_below_least_memory)
 from pardnn.commands.place import placed_inputs
 from pardnn.base.errors import UserError
 from pardnn.io.outputs import OutputDir, check_output_dir
@@ -57,6 +57,7 @@ def add_parser(sub):
                    help="auto (default): recompute activations only at the devices' own memory, when nothing "
                         "fits there without it; on: also find the least memory with recomputation, below "
                         "the least without it; off: never")
+    add_memory_order_arg(p, choices=("auto", "off"))
     p.set_defaults(run=run)
 
 
@@ -90,7 +91,8 @@ def run(args):
     with OutputDir(args.out) if args.out is not None else contextlib.nullcontext() as out:
         # each count's placed dir is written where and as soon as its row is found
         write = None if out is None else functools.partial(write_count, args, graph, info, out)
-        found = count_rows(graph, cluster, counts, args.algorithm, write, recompute=args.recompute)
+        found = count_rows(graph, cluster, counts, args.algorithm, write, recompute=args.recompute,
+                           orders=args.memory_order != "off")
         rows = [row for row, _ in found]
         doc = document(args, graph, cluster, rows, time.perf_counter() - t0, samples_per_step(info.get("profile")))
         print_table(doc)

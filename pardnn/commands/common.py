@@ -65,6 +65,13 @@ def add_recompute_arg(parser) -> None:
                              "instead of keeping them; on: always (where it fits); off: never")
 
 
+def add_memory_order_arg(parser, choices=RECOMPUTE) -> None:
+    on = "; on: whenever one fits" if "on" in choices else ""
+    parser.add_argument("--memory-order", default="auto", choices=choices,
+                        help=f"auto (default): when nothing fits, run the big gradient sums (then the optimizer's "
+                             f"updates) one after another, carried as control edges{on}; off: never")
+
+
 def add_fetch_arg(parser) -> None:
     parser.add_argument("--host-fetch", default="auto", choices=RECOMPUTE,
                         help="with a host tier (PRESET+host): auto (default) reads the weights kept on the host "

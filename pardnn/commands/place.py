@@ -9,8 +9,9 @@ OUT_DIR` can emulate the same step again. `--explain` prints that explanation at
 The flow is pardnn.pipeline.place_dir's, which pardnn.keras.plan runs in-process.
 """
 
-from pardnn.commands.common import (add_budget_arg, add_cluster_args, add_fetch_arg, add_recompute_arg, budget_from_args,
-                                   cluster_from_args, cluster_inputs, refuse_below_least_memory)
+from pardnn.commands.common import (add_budget_arg, add_cluster_args, add_fetch_arg, add_memory_order_arg,
+                                   add_recompute_arg, budget_from_args, cluster_from_args, cluster_inputs,
+                                   refuse_below_least_memory)
 from pardnn.io.outputs import OutputDir, check_output_dir
 from pardnn.io.summary import print_summary
 from pardnn.pipeline import replicas
@@ -38,6 +39,7 @@ def add_parser(sub):
                    help="a step of micro-batches (`pardnn profile --micro-batches`): the order it carries, "
                         f"auto (the fastest that fits, default) or one of {', '.join(SCHEDULES)}")
     add_recompute_arg(p)
+    add_memory_order_arg(p)
     add_fetch_arg(p)
     p.add_argument("-o", "--out", required=True, metavar="OUT_DIR", help="output directory")
     p.add_argument("--explain", action="store_true",
@@ -54,7 +56,8 @@ def run(args):
     check_output_dir(args.out, inputs=[args.profile, *cluster_inputs(args)])
     placed = place_profile(args.profile, cluster, args.algorithm, budget_s, args.replicas, args.devices,
                            check=lambda graph, placed_on: refuse_below_least_memory(graph, placed_on, args),
-                           schedule=args.schedule, recompute=args.recompute, fetch=args.host_fetch)
+                           schedule=args.schedule, recompute=args.recompute, fetch=args.host_fetch,
+                           order=args.memory_order)
     with stage(f"writing {args.out}"), OutputDir(args.out) as out:
         report = write_place_dir(out, placed, placed_inputs(args)).to_json()
     print_summary(report, out_dir=args.out)

@@ -51,7 +51,7 @@ UNUSED_DEVICE = "/device:CPU:0"     # a variable the step never touches: host me
 
 def plan(build, batch_spec, devices, memory="auto", *, step=None, directory="pardnn_plan", reserve=None,
          algorithm="pardnn", estimate=None, time_budget=None, micro_batches=1, schedule="auto",
-         recompute="auto", verbose=1) -> Plan:
+         recompute="auto", memory_order="auto", verbose=1) -> Plan:
     """Plan `build()`'s model on `devices` and write the plan folder `directory`;
     returns the Plan (`with plan.scope(): model = build()`, then `model.fit`).
 
@@ -68,7 +68,9 @@ def plan(build, batch_spec, devices, memory="auto", *, step=None, directory="par
     --schedule` ("auto": the fastest that fits; pardnn.pipeline.schedule). recompute:
     as `pardnn place --recompute` ("auto": activations are recomputed only when
     nothing fits otherwise; "on", "off"); the placed step runs the copies
-    (pardnn.tf.recompute_trace)."""
+    (pardnn.tf.recompute_trace). memory_order: as `pardnn place --memory-order` ("auto":
+    the big gradient sums, then the updates, one after another when nothing fits
+    otherwise; "on", "off"), carried by the placed step (order.csv)."""
     if not callable(build):
         raise UserError(f"build: {build!r:.40} is not callable; give the function that builds the model")
     if step is not None and not callable(step):
@@ -84,13 +86,15 @@ def plan(build, batch_spec, devices, memory="auto", *, step=None, directory="par
         def again(m, where, quiet):
             return plan(build, batch_spec, devices, memory, step=step, directory=where, reserve=reserve,
                         algorithm=algorithm, estimate=estimate, time_budget=time_budget, micro_batches=m,
-                        schedule=schedule, recompute=recompute, verbose=0 if quiet else verbose)
+                        schedule=schedule, recompute=recompute, memory_order=memory_order,
+                        verbose=0 if quiet else verbose)
         return _auto(again, model_input(batch, fit=step is None), directory, verbose)
     micro_batches = check_micro_batches(micro_batches, model_input(batch, fit=step is None))
     if schedule not in ("auto",) + SCHEDULES:
         raise UserError(f"schedule: unknown schedule {schedule!r} (choose from auto, {', '.join(SCHEDULES)})")
-    if recompute not in ("auto", "on", "off"):
-        raise UserError(f"recompute: expected auto, on or off, got {recompute!r}")
+    for name, value in (("recompute", recompute), ("memory_order", memory_order)):
+        if value not in ("auto", "on", "off"):
+            raise UserError(f"{name}: expected auto, on or off, got {value!r}")
     settings = {"devices": str(devices), "memory": memory if isinstance(memory, (int, str)) else "auto",
                 "algorithm": algorithm, "estimate": estimate_preset(devices, estimate),
                 "micro_batches": micro_batches}
@@ -102,7 +106,7 @@ def plan(build, batch_spec, devices, memory="auto", *, step=None, directory="par
                                        meta={"batch": samples(model_input(batch, fit=step is None))})
             placed = place_profile(os.path.join(out.staging, "profile"), cluster, algorithm, budget_s,
                                    devices=str(devices), schedule=schedule, recompute=recompute,
-                                   fetch="off")     # the placed tf.function cannot read a variable twice
+                                   order=memory_order, fetch="off")     # the placed tf.function cannot read a variable twice
             report = write_place_dir(out, placed, _inputs(directory, devices, placed.cluster, algorithm,
                                                           time_budget)).to_json()
             doc = _plan_doc(traced, profile, placed, settings, step, batch)

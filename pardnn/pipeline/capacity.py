@@ -159,13 +159,13 @@ def replicas_at_memory(graph, cluster, row, samples=None) -> dict | None:
     return out
 
 
-def count_rows(graph, cluster, counts, algorithm="pardnn", then=None, recompute="auto") -> list:
+def count_rows(graph, cluster, counts, algorithm="pardnn", then=None, recompute="auto", orders=True) -> list:
     """(Row, then(row)) per device count in `counts`: on large graphs, counts side by
     side (pardnn.pipeline.lanes), the largest first. `then(row)` (None: nothing) runs
     where and as soon as the row is found (`pardnn capacity -o` writes its placed dir
-    there, while other rows are still being found). `recompute`: as `count_row`'s."""
+    there, while other rows are still being found). `recompute`, `orders`: as `count_row`'s."""
     def row_then(k):
-        row = count_row(graph, counted_devices(cluster, k), algorithm, recompute=recompute)
+        row = count_row(graph, counted_devices(cluster, k), algorithm, orders, recompute=recompute)
         return row, None if then is None else then(row)
     largest_first = sorted(range(len(counts)), key=lambda i: -counts[i])
     return in_lanes(row_then, list(counts), graph.num_nodes, largest_first,
@@ -253,7 +253,7 @@ def _placed(graph, cluster, algorithm, m, judged=None, recompute="off"):
     placement of a recomputed graph; None when nothing fits."""
     try:
         at = cluster.with_options(memory=m) if judged is None else judged.cluster
-        placed = run_placement(graph, at, algorithm, judged=judged, recompute=recompute, orders=False)
+        placed = run_placement(graph, at, algorithm, judged=judged, recompute=recompute, order="off")
     except UserError:
         return None
     return Fit(m, placed.placement, placement_report(placed.graph, placed),

@@ -21,6 +21,7 @@ from pardnn.base.units import format_size
 from pardnn.graph.constraints import violations
 from pardnn.io.placement import Placement
 from pardnn.pipeline.levers import fetching, host_compute, ordering, recomputing
+from pardnn.pipeline.order_lever import ordered_graphs
 from pardnn.pipeline.portfolio import Chosen, choose
 from pardnn.pipeline.recompute import recomputations
 from pardnn.pipeline.report import Report, placement_report
@@ -44,7 +45,7 @@ class Placed:
 
 
 def run_placement(graph, cluster, algorithm="pardnn", budget_s=None, judged=None, schedule="auto",
-                  among=None, recompute="auto", orders=True, fetch="auto") -> Placed:
+                  among=None, recompute="auto", order="auto", fetch="auto") -> Placed:
     """Run `algorithm` on graph and cluster. `budget_s` caps the portfolio's work after
     its first candidate (None: no cap). `judged`: its candidates built and judged at
     this cluster already (portfolio.judge_all), the same placement sooner. On a step
@@ -53,9 +54,9 @@ def run_placement(graph, cluster, algorithm="pardnn", budget_s=None, judged=None
     (pardnn.graph.order.step_mask).
 
     The memory levers (pardnn.pipeline.levers), only when memory binds: when nothing
-    fits, an order that lowers the peak (unless `orders` is False), then, with
-    `recompute` "auto", recomputation ("on": whenever some recomputation fits; "off":
-    never); on a cluster with a host tier, when the placement runs compute-bound ops
+    fits, an order that lowers the peak with `order` "auto" ("on": whenever one fits;
+    "off": never), then, with `recompute` "auto", recomputation ("on": whenever some
+    recomputation fits; "off": never); on a cluster with a host tier, when the placement runs compute-bound ops
     on the host, the host-fetch lever with `fetch` "auto" ("on": always; "off":
     never). `placed.graph` is the graph the placement is written for."""
     start = time.perf_counter()
@@ -66,13 +67,16 @@ def run_placement(graph, cluster, algorithm="pardnn", budget_s=None, judged=None
     if recompute == "on" and next(recomputations(graph), None) is None:
         raise UserError("--recompute on: no op of this graph can be recomputed (it needs a backward pass "
                         "whose gradient ops read activations that stateless forward ops made)")
+    if order == "on" and not ordered_graphs(graph):
+        raise UserError("--memory-order on: no order lowers this graph's peak (its step on one device in TF's "
+                        "order piles up no gradient sums or updates that an order would run one after another)")
     try:
         placed = (recomputing(graph, attempt, among, cluster) if recompute == "on" else None) \
-            or attempt(graph, among, judged)
+            or (ordering(graph, attempt, among) if order == "on" else None) or attempt(graph, among, judged)
     except UserError as short:
         if not str(short).startswith("memory:"):
             raise
-        placed = ordering(graph, attempt, among) if orders else None
+        placed = ordering(graph, attempt, among) if order == "auto" else None
         if placed is None and recompute == "auto":
             placed = recomputing(graph, attempt, among, cluster)
         if placed is None and fetch != "off":

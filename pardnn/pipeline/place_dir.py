@@ -54,15 +54,17 @@ class PlacedProfile:
 
 
 def place_profile(profile, cluster, algorithm="pardnn", budget_s=None, replicas=None,
-                  devices="", check=None, schedule="auto", recompute="auto", fetch="auto") -> PlacedProfile:
+                  devices="", check=None, schedule="auto", recompute="auto", fetch="auto",
+                  order="auto") -> PlacedProfile:
     """Load `profile` (a profile dir or cost graph JSON) and place it on `cluster` with
     `algorithm` (pipeline.place.run_placement; `budget_s` caps the portfolio); with
     `replicas`, on the first host's devices, replicated on R hosts (docs/multihost.md).
     `check(graph, cluster placed on)`, when given, runs before placing (it may refuse).
     `schedule`: the order a step of micro-batches carries (pipeline.schedule), in
     every replica with `replicas`. `recompute`:
-    "auto" recomputes activations when nothing fits otherwise, "off" never; `fetch`,
-    the host-fetch lever on a cluster with a host tier, likewise (the
+    "auto" recomputes activations when nothing fits otherwise, "off" never; `order`,
+    the order lever (the big gradient sums one after another), and `fetch`, the
+    host-fetch lever on a cluster with a host tier, likewise (the
     placed graph, with its copies, is then PlacedProfile.graph)."""
     one_replica = cluster if replicas is None else replica_cluster(cluster, replicas)
     t0 = time.perf_counter()
@@ -77,7 +79,7 @@ def place_profile(profile, cluster, algorithm="pardnn", budget_s=None, replicas=
         placed = placer.run_placement(graph, one_replica, algorithm, budget_s,
                                       schedule=schedule,
                                       among=_step(graph, info), recompute=recompute if replicas is None else "off",
-                                      fetch=fetch if replicas is None else "off")
+                                      fetch=fetch if replicas is None else "off", order=order)
         if replicas is not None and schedule == "auto":     # the order that the replicated step runs fastest
             placed = replace(placed, placement=fastest_replicated(placed.graph, placed.placement, placed.scheduled,
                                                                   cluster, replicas))
