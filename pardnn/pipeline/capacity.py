@@ -414,7 +414,8 @@ def _fitting_top(graph, cluster, at_memory, low, feasible) -> int:
 def _bisect(low, top, fits) -> int:
     """The least memory found to fit between `low` (the bound: nothing fits below it)
     and `top` (fits), bisecting until the bracket is within TOLERANCE of its top, or
-    the top within NEAR_BOUND of the bound (`_near`: no placement can do much better).
+    the top within NEAR_BOUND of the bound (`_near`: no placement can do much better),
+    and then tries the bound itself once: a fit there is the least memory exactly.
     From the top down: a memory that fits is quick to show (the first candidate tried
     fits), one that does not takes every candidate's repair. So once the bracket is
     within ENDGAME times TOLERANCE of its top, the next memory is not the midpoint but
@@ -429,6 +430,8 @@ def _bisect(low, top, fits) -> int:
             best = mid
         else:
             lo = mid
+    if lo < low <= near and low < best and fits(low):     # near the bound: at it, the answer is exact
+        best = low
     return best
 
 
