@@ -50,18 +50,6 @@ def make(name, knobs=None):
     return build, (x, y)
 
 
-def train_step(model, optimizer, x, y):
-    """One step of a custom loop: sparse cross-entropy on the logits, Adam."""
-    import keras
-    import tensorflow as tf
-    with tf.GradientTape() as tape:
-        loss = keras.ops.mean(keras.losses.sparse_categorical_crossentropy(y, model(x, training=True),
-                                                                         from_logits=True))
-    grads = tape.gradient(loss, model.trainable_variables)
-    optimizer.apply_gradients(zip(grads, model.trainable_variables))
-    return loss
-
-
 def one_step(step, batch, out_dir) -> tuple:
     """(first loss, bytes): the first call of `step` gives the loss; the bytes are
     the allocator's peak over one more step of its placed tf.function, traced into
@@ -85,14 +73,15 @@ def planned_run(build, batch, directory, recompute) -> dict:
 
     import pardnn.keras
     from pardnn.graph.recompute import PREFIX
+    from tools.keras_models import custom_step
     from pardnn.io.placement import read_recompute_csv
-    plan = pardnn.keras.plan(build, batch, devices="cpu:1", directory=directory, step=train_step,
+    plan = pardnn.keras.plan(build, batch, devices="cpu:1", directory=directory, step=custom_step,
                              reserve=0, recompute=recompute, verbose=0)
     keras.backend.clear_session()
     with plan.scope():
         built = build()
     measured_dir = os.path.join(directory, "measured")
-    loss, peak = one_step(plan.step(train_step, *built), batch, measured_dir)
+    loss, peak = one_step(plan.step(custom_step, *built), batch, measured_dir)
     rows = os.path.join(directory, "recompute.csv")
     copies = len({n for row in read_recompute_csv(rows) for n in (row[0], row[2]) if n.startswith(PREFIX)}) \
         if os.path.exists(rows) else 0
@@ -115,9 +104,11 @@ def unplaced_loss(build, batch) -> float:
     """The first loss of the model trained as it is, no plan."""
     import keras
     import tensorflow as tf
+
+    from tools.keras_models import custom_step
     keras.backend.clear_session()
     model, opt = build()
-    return float(tf.function(lambda x, y: train_step(model, opt, x, y))(*batch))
+    return float(tf.function(lambda x, y: custom_step(model, opt, x, y))(*batch))
 
 
 def main(argv=None):

@@ -63,22 +63,12 @@ def build_gpt(d, blocks, heads, seq, vocab):
     return model, keras.optimizers.Adam(1e-4)
 
 
-def train_step(model, optimizer, tokens, labels):
-    import keras
-    import tensorflow as tf
-    with tf.GradientTape() as tape:
-        loss = keras.ops.mean(keras.losses.sparse_categorical_crossentropy(labels, model(tokens, training=True),
-                                                                          from_logits=True))
-    grads = tape.gradient(loss, model.trainable_variables)
-    optimizer.apply_gradients(zip(grads, model.trainable_variables))
-    return loss
-
-
 def one(args) -> dict:
     """Plan one (cluster, M) in this process; the row."""
     import pardnn.tf.quiet_import
     import pardnn.keras
     import tensorflow as tf
+    from tools.keras_models import custom_step as train_step
     spec = tf.TensorSpec([args.batch, args.seq], tf.int32)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=args.work) as work:
@@ -99,6 +89,7 @@ def auto(args) -> dict:
     import pardnn.keras
     import tensorflow as tf
     from pardnn.cli import main as cli
+    from tools.keras_models import custom_step as train_step
     spec = tf.TensorSpec([args.batch, args.seq], tf.int32)
     build = lambda: build_gpt(args.d, args.blocks, args.heads, args.seq, args.vocab)   # noqa: E731
     with tempfile.TemporaryDirectory(dir=args.work) as work:

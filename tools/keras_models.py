@@ -89,6 +89,17 @@ def training_step(model, opt, loss):
     return step
 
 
+def custom_step(model, optimizer, x, y):
+    """One step of a custom training loop, as `pardnn.keras.plan(step=)` takes it:
+    sparse cross-entropy on the logits, then the optimizer's update."""
+    with tf.GradientTape() as tape:
+        loss = keras.ops.mean(keras.losses.sparse_categorical_crossentropy(y, model(x, training=True),
+                                                                         from_logits=True))
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+
+
 def built(make):
     """(model, Adam with its slots, step) for `make()`, classification by sparse
     cross-entropy on logits."""
