@@ -84,3 +84,35 @@ def test_a_fresh_check_is_first_fit_at_any_memory():
     assert not f.fits(1) and f.judged is None                    # nothing fits in a byte
     assert f.built and all(not cap.registry.PLACERS[n].reads_memory for n in f.built)   # memory-blind ones, once
     assert set(f.failed) == set(f.names) and set(f.failed.values()) == {1}
+
+
+def test_the_try_at_the_bound_uses_its_own_check():
+    """After a stop within NEAR_BOUND, the bound itself is tried once, with `at_bound`
+    when given: its True is the answer, its False leaves the near fit."""
+    low, top = 1000, 3000
+    tried, at = [], []
+
+    def fits(m):
+        tried.append(m)
+        return m >= 1000
+    assert cap._bisect(low, top, fits, lambda m: at.append(m) or True) == low and at == [low]
+    assert low not in tried and max(tried) > cap._near(low)
+    at.clear()
+    best = cap._bisect(low, top, fits, lambda m: at.append(m) or False)
+    assert at == [low] and low < best <= cap._near(low)
+
+
+def test_a_check_without_the_search_fits_only_where_the_full_check_does():
+    """Feasibility.fits_as_judged: every candidate judged, no local search, no orders;
+    a True is a fit the full check (and so `pardnn place`) finds too."""
+    from pardnn.repair.least_memory import least_memory
+    g, cluster = chain_case()
+    bound = least_memory(g, cluster.num_devices).bytes
+    for share in (1.0, 1.01, 1.05, 1.2, 2.0):
+        memory = int(share * bound)
+        quick, full = cap.Feasibility(g, cluster, "pardnn"), cap.Feasibility(g, cluster, "pardnn")
+        quick.complete_at_most = full.complete_at_most = memory
+        answer = quick.fits_as_judged(memory)
+        assert quick.checks == 1 and (not answer or full.fits(memory))
+        if answer:
+            assert quick.judged_memory == memory and set(quick.judged.candidates) == set(quick.names)

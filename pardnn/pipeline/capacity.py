@@ -212,7 +212,7 @@ def count_row(graph, cluster, algorithm, orders=True, recompute="auto") -> Row:
     feasible.complete_at_most = _near(low)
     at_memory = full(memory, recompute=at_own) if memory >= _memory(bound.recomputing().bytes, reserve) else None
     top = _fitting_top(graph, cluster, at_memory, low, feasible)
-    least_memory_found = _bisect(low, top, feasible.fits)
+    least_memory_found = _bisect(low, top, feasible.fits, feasible.fits_as_judged)
     judged = feasible.judged if feasible.judged is not None and feasible.judged_memory == least_memory_found else None
     least = (at_memory if at_memory is not None and least_memory_found == memory else
              full(least_memory_found, judged))
@@ -300,6 +300,16 @@ class Feasibility:
             return True
         return any(check.fits(memory) for _, check in self.ordered())
 
+    def fits_as_judged(self, memory) -> bool:
+        """`fits` at a memory at or below `complete_at_most` without the repair's local
+        search and the orders: every candidate judged there as `pardnn place` judges
+        them first (kept when one fits). A True is a fit `pardnn place` finds; a False
+        proves nothing. The bisection's last try, at the bound, kept to this cost."""
+        self.checks += 1
+        cluster = self.cluster.with_options(memory=memory)
+        with stage(f"trying {format_size(memory)} per device on {cluster.num_devices} devices"):
+            return self._all_fit(memory, cluster, search=False)
+
     def ordered(self) -> list:
         """[(order_lever.Ordered, its Feasibility)] to try when none fits as is; [] without `orders`."""
         if not self.orders:
@@ -339,15 +349,16 @@ class Feasibility:
         over = 0 if built is None else int(np.maximum(built.peaks - cluster.capacity, 0).sum())
         return name != self.last, self.failed.get(name, -1) > memory, built is None, over
 
-    def _all_fit(self, memory, cluster) -> bool:
-        """`fits` with every candidate judged, kept when one fits."""
+    def _all_fit(self, memory, cluster, search=True) -> bool:
+        """`fits` with every candidate judged, kept when one fits; then, with `search`,
+        the closest searched (`_searched`)."""
         judged = judge_all(self.graph, cluster, self.algorithm)
         fitting = [name for name, c in judged.candidates.items() if c.judged is not None]
         if fitting:
             self.judged, self.judged_memory, self.last = judged, memory, fitting[0]
             return True
-        return self._searched(cluster, {n: c.error for n, c in judged.candidates.items()},
-                              lambda name: judged.candidates[name].device)
+        return search and self._searched(cluster, {n: c.error for n, c in judged.candidates.items()},
+                                         lambda name: judged.candidates[name].device)
 
     def _searched(self, cluster, errors, device) -> bool:
         """`fits` when no candidate fits without the repair's local search: the two
@@ -411,11 +422,13 @@ def _fitting_top(graph, cluster, at_memory, low, feasible) -> int:
     return one
 
 
-def _bisect(low, top, fits) -> int:
+def _bisect(low, top, fits, at_bound=None) -> int:
     """The least memory found to fit between `low` (the bound: nothing fits below it)
     and `top` (fits), bisecting until the bracket is within TOLERANCE of its top, or
     the top within NEAR_BOUND of the bound (`_near`: no placement can do much better),
-    and then tries the bound itself once: a fit there is the least memory exactly.
+    and then tries the bound itself once with `at_bound` (default `fits`; one whose
+    True is a fit and whose False may only be cheaper): a fit there is the least
+    memory exactly.
     From the top down: a memory that fits is quick to show (the first candidate tried
     fits), one that does not takes every candidate's repair. So once the bracket is
     within ENDGAME times TOLERANCE of its top, the next memory is not the midpoint but
@@ -430,7 +443,7 @@ def _bisect(low, top, fits) -> int:
             best = mid
         else:
             lo = mid
-    if lo < low <= near and low < best and fits(low):     # near the bound: at it, the answer is exact
+    if lo < low <= near and low < best and (at_bound or fits)(low):     # near the bound: at it, exact
         best = low
     return best
 
