@@ -104,9 +104,10 @@ def plan(build, batch_spec, devices, memory="auto", *, step=None, directory="par
             profile = profile_function(traced.step_fn, traced.args, out_dir=out.temp("profile"),
                                        estimate=settings["estimate"],
                                        meta={"batch": samples(model_input(batch, fit=step is None))})
+            # fetch off: the placed tf.function cannot read a variable twice
             placed = place_profile(os.path.join(out.staging, "profile"), cluster, algorithm, budget_s,
                                    devices=str(devices), schedule=schedule, recompute=recompute,
-                                   order=memory_order, fetch="off")     # the placed tf.function cannot read a variable twice
+                                   order=memory_order, fetch="off")
             report = write_place_dir(out, placed, _inputs(directory, devices, placed.cluster, algorithm,
                                                           time_budget)).to_json()
             doc = _plan_doc(traced, profile, placed, settings, step, batch)

@@ -201,8 +201,8 @@ def count_row(graph, cluster, algorithm, orders=True, recompute="auto") -> Row:
 
     def row(least, at_memory, checks):
         below = _least_recomputing(graph, cluster, algorithm, bound, least.memory) if recompute == "on" else None
-        return Row(accelerators(cluster), bound, step_bound, least, at_memory, placed[0] + (below[1] if below else 0), checks,
-                   below[0] if below else None)
+        return Row(accelerators(cluster), bound, step_bound, least, at_memory,
+                   placed[0] + (below[1] if below else 0), checks, below[0] if below else None)
 
     at_own = recompute != "off"
     if k == 1:                                      # one placement: its peak is the answer
