@@ -122,7 +122,10 @@ def main(argv=None):
     print_commit()
     import pardnn.tf.quiet_import  # noqa: F401  (quiet TensorFlow import first)
     root = args.dir or tempfile.mkdtemp(prefix="bench_keras_recompute_")
-    knobs = dict((k, int(v)) for k, v in (kv.split("=", 1) for kv in args.knobs))
+    try:
+        knobs = dict((k, int(v)) for k, v in (kv.split("=", 1) for kv in args.knobs))
+    except ValueError:
+        parser.error(f"--set: give KNOB=INT, got {' '.join(args.knobs)!r}")
     build, batch = make(args.model, knobs)
     runs = {name: planned_run(build, batch, os.path.join(root, name), name) for name in ("off", "on")}
     print(f"{args.model} {' '.join(args.knobs)} on cpu:1: {runs['on']['copies']} ops recomputed; "

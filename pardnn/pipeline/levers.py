@@ -34,10 +34,11 @@ from pardnn.repair.least_memory import least_memory_on
 FITTING_LEVERS = 3      # recomputations placed that fit, the fastest step kept
 
 
-def ordering(graph, attempt, among):
+def ordering(graph, attempt, among, proposed=None):
     """The placement of the first order of pardnn.pipeline.order_lever with which the
-    step fits, carrying that order; None when none fits."""
-    for ordered in ordered_graphs(graph):
+    step fits, carrying that order; None when none fits. `proposed`: the orders
+    (order_lever.ordered_graphs) when the caller has them already."""
+    for ordered in ordered_graphs(graph) if proposed is None else proposed:
         try:
             placed = attempt(ordered.graph, _mapped(among, ordered.ids, ordered.graph))
         except UserError:

@@ -56,9 +56,9 @@ def run_placement(graph, cluster, algorithm="pardnn", budget_s=None, judged=None
     The memory levers (pardnn.pipeline.levers), only when memory binds: when nothing
     fits, an order that lowers the peak with `order` "auto" ("on": whenever one fits;
     "off": never), then, with `recompute` "auto", recomputation ("on": whenever some
-    recomputation fits; "off": never); on a cluster with a host tier, when the placement runs compute-bound ops
-    on the host, the host-fetch lever with `fetch` "auto" ("on": always; "off":
-    never). `placed.graph` is the graph the placement is written for."""
+    recomputation fits; "off": never); on a cluster with a host tier, when the
+    placement runs compute-bound ops on the host, the host-fetch lever with `fetch`
+    "auto" ("on": always; "off": never). `placed.graph` is the graph the placement is written for."""
     start = time.perf_counter()
 
     def attempt(g, inside, known=None):
@@ -67,12 +67,14 @@ def run_placement(graph, cluster, algorithm="pardnn", budget_s=None, judged=None
     if recompute == "on" and next(recomputations(graph), None) is None:
         raise UserError("--recompute on: no op of this graph can be recomputed (it needs a backward pass "
                         "whose gradient ops read activations that stateless forward ops made)")
-    if order == "on" and not ordered_graphs(graph):
+    proposed = ordered_graphs(graph) if order == "on" else None
+    if order == "on" and not proposed:
         raise UserError("--memory-order on: no order lowers this graph's peak (its step on one device in TF's "
                         "order piles up no gradient sums or updates that an order would run one after another)")
     try:
         placed = (recomputing(graph, attempt, among, cluster) if recompute == "on" else None) \
-            or (ordering(graph, attempt, among) if order == "on" else None) or attempt(graph, among, judged)
+            or (ordering(graph, attempt, among, proposed) if order == "on" else None) \
+            or attempt(graph, among, judged)
     except UserError as short:
         if not str(short).startswith("memory:"):
             raise
