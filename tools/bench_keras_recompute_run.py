@@ -9,9 +9,9 @@ tools/bench_least_memory.py) on cpu:1 twice with pardnn.keras.plan, a custom tra
 loop with Adam, `recompute="off"` and `"on"` (no reserve), builds each plan's placed
 step from the same weights in a fresh Keras session, and calls it once under TF's
 default function config (Grappler on), as a user's script runs: the first loss,
-beside the unplaced model's. Then one more step of the placed tf.function is traced
-by pardnn.tf.profile_function (its graph in a TF1 session, pardnn's config,
-FULL_TRACE): the allocator's peak over the step, from TF's allocation records
+beside the unplaced model's. Then STEPS more steps of the placed tf.function are
+traced by pardnn.tf.profile_function (its graph in a TF1 session, pardnn's config,
+FULL_TRACE): the allocator's largest peak over them, from TF's allocation records
 (pardnn.tf.allocations), beside the emulator's peak less the resident state on that
 measured profile, on one device (the plan's estimated profile has no scratch sizes).
 It prints both for each plan, and the copies the plan makes.
@@ -26,6 +26,7 @@ import tempfile
 from tools.commit_line import print_commit
 
 MODELS = ("keras-encoder", "keras-resnet")
+STEPS = 3       # steps traced per plan: their largest peak
 
 
 def make(name, knobs=None):
@@ -50,20 +51,25 @@ def make(name, knobs=None):
     return build, (x, y)
 
 
-def one_step(step, batch, out_dir) -> tuple:
+def one_step(step, batch, out_dir, steps=None) -> tuple:
     """(first loss, bytes): the first call of `step` gives the loss; the bytes are
-    the allocator's peak over one more step of its placed tf.function, traced into
-    `out_dir` by pardnn.tf.profile_function (imported into a TF1 session, pardnn's
-    config, FULL_TRACE: every allocation recorded, pardnn.tf.allocations)."""
+    the allocator's largest peak over `steps` (default STEPS) more steps of its placed
+    tf.function, traced into `out_dir` by pardnn.tf.profile_function (imported into a
+    TF1 session, pardnn's config, FULL_TRACE: every allocation recorded,
+    pardnn.tf.allocations). The session's threads order ready ops differently from
+    step to step, and so the peaks: the largest is what the step needs."""
+    steps = STEPS if steps is None else steps
     from pardnn.tf import profile_function
     from pardnn.tf.allocations import HOST, step_peaks
     from tensorflow.core.protobuf.config_pb2 import RunMetadata
     loss = float(step(*batch))
-    profile_function(step._fn, batch, steps=1, out_dir=out_dir)
-    with open(os.path.join(out_dir, "run_metadata_0.pb"), "rb") as f:
-        metadata = RunMetadata.FromString(f.read())
-    peaks = [p for device, p in sorted(step_peaks(metadata.step_stats).items()) if device != HOST]
-    return loss, peaks[0]
+    profile_function(step._fn, batch, steps=steps, out_dir=out_dir)
+    peaks = []
+    for i in range(steps):
+        with open(os.path.join(out_dir, f"run_metadata_{i}.pb"), "rb") as f:
+            metadata = RunMetadata.FromString(f.read())
+        peaks += [p for device, p in step_peaks(metadata.step_stats).items() if device != HOST]
+    return loss, max(peaks)
 
 
 def planned_run(build, batch, directory, recompute) -> dict:
